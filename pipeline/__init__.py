@@ -1,0 +1,50 @@
+"""envrec: record what Gymnasium environments do, without slowing the loop that steps them.
+
+The public API is re-exported here. Imports are lazy so that worker processes,
+which import ``envrec.workers``, do not pay for Gymnasium.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "RecordTrace": ".wrappers",
+    "TraceRecorder": ".recorder",
+    "TraceReader": ".reader",
+    "Episode": ".reader",
+    "TraceError": ".reader",
+    "scan_recorded_traces": ".reader",
+    "Unrepresentable": ".infos",
+    "EnvrecError": ".errors",
+    "ConfigError": ".errors",
+    "RecordError": ".errors",
+    "RecordTooLargeError": ".errors",
+    "SharedMemoryError": ".errors",
+    "WorkerError": ".errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .errors import ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError
+    from .infos import Unrepresentable
+    from .reader import Episode, TraceError, TraceReader, scan_recorded_traces
+    from .recorder import TraceRecorder
+    from .wrappers import RecordTrace
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'envrec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

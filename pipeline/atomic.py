@@ -1,0 +1,81 @@
+"""Files a reader may see are replaced atomically, or not at all.
+
+The recipe: write a temporary file in the same folder, flush, fsync,
+``os.replace`` it over the final name, then fsync the folder so the rename
+itself survives a power cut. Temporary files are named ``.<final>.<pid>.tmp``
+so that a later run can recognise and remove what a crash left behind.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import BinaryIO
+
+__all__ = ["TMP_SUFFIX", "tmp_path_for", "fsync_dir", "commit_file", "write_atomic", "remove_stale_tmp"]
+
+TMP_SUFFIX = ".tmp"
+
+
+def tmp_path_for(path: str) -> str:
+    folder, name = os.path.split(path)
+    return os.path.join(folder, f".{name}.{os.getpid()}{TMP_SUFFIX}")
+
+
+def fsync_dir(folder: str) -> None:
+    fd = os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit_file(f: BinaryIO, tmp: str, final: str, *, sync_dir: bool = True) -> None:
+    """Flush and fsync the open temporary file ``f``, close it and move it to ``final``."""
+    f.flush()
+    os.fsync(f.fileno())
+    f.close()
+    os.replace(tmp, final)
+    if sync_dir:
+        fsync_dir(os.path.dirname(final))
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically (see the module docstring)."""
+    tmp = tmp_path_for(path)
+    f = open(tmp, "wb")
+    try:
+        f.write(data)
+        commit_file(f, tmp, path)
+    except BaseException:
+        f.close()
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def remove_stale_tmp(folder: str, prefix: str = "") -> list[str]:
+    """Remove temporary files of ours whose writing process is gone; return their names."""
+    import psutil
+
+    removed = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        if not (name.startswith("." + prefix) and name.endswith(TMP_SUFFIX)):
+            continue
+        try:
+            pid = int(name[: -len(TMP_SUFFIX)].rsplit(".", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and psutil.pid_exists(pid):
+            continue
+        try:
+            os.unlink(os.path.join(folder, name))
+            removed.append(name)
+        except OSError:
+            pass
+    return removed

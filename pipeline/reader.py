@@ -1,0 +1,224 @@
+"""Reading traces back: ``TraceReader`` and gym-recording's ``scan_recorded_traces``.
+
+Arrays are memory-mapped from the ``.bin`` files (no copy, read-only). Only
+batches the manifest names are read, so a recording still running is read up
+to its last committed batch; ``refresh()`` picks up batches committed since.
+A batch whose files are missing or not the size the manifest says raises
+``TraceError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import mmap
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .errors import EnvrecError
+from .infos import decode_json
+from .trace_format import MANIFEST_SUFFIX
+
+__all__ = ["TraceReader", "Episode", "TraceError", "scan_recorded_traces"]
+
+
+class TraceError(EnvrecError):
+    """A trace on disk is missing, incomplete or not a trace."""
+
+
+@dataclass
+class Episode:
+    """One recorded episode. ``observations`` has one row more than ``actions``."""
+
+    index: int
+    episode_id: int
+    observations: Any
+    actions: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: list
+    seed: int | None
+    options: Any
+    length: int
+    total_reward: float | None
+    ended_by: str
+    complete: bool
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _BatchRef:
+    manifest: dict
+    entry: dict
+    first_index: int  # index of its first episode across the reader
+
+
+class TraceReader:
+    """Episodes of every recording in ``directory`` (or only of ``prefix``), in order."""
+
+    def __init__(self, directory: str | os.PathLike, prefix: str | None = None) -> None:
+        self.directory = os.fspath(directory)
+        self.prefix = prefix
+        self._maps: dict[str, Any] = {}
+        self._cache: tuple[int, list] | None = None
+        self.manifests: list[dict] = []
+        self._batches: list[_BatchRef] = []
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the manifests (a recording may have committed batches since)."""
+        pattern = f"{glob.escape(self.prefix)}{MANIFEST_SUFFIX}" if self.prefix else f"*{MANIFEST_SUFFIX}"
+        paths = sorted(glob.glob(os.path.join(glob.escape(self.directory), pattern)))
+        if not paths:
+            raise TraceError(f"no trace manifest ({pattern}) in {self.directory}")
+        self.manifests, self._batches = [], []
+        n = 0
+        for path in paths:
+            try:
+                with open(path, "rb") as f:
+                    manifest = json.load(f)
+            except (OSError, ValueError) as exc:
+                raise TraceError(f"cannot read the manifest {path}: {exc}") from exc
+            if "batches" not in manifest:
+                raise TraceError(f"{path} is not a trace manifest (no 'batches')")
+            self.manifests.append(manifest)
+            for entry in manifest["batches"]:
+                self._batches.append(_BatchRef(manifest, entry, n))
+                n += entry["len"]
+        self._len = n
+        self._cache = None
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[Episode]:
+        for b, ref in enumerate(self._batches):
+            for i, raw in enumerate(self._load_batch(b)):
+                yield self._episode(ref, ref.first_index + i, raw)
+
+    def __getitem__(self, index: int) -> Episode:
+        if index < 0:
+            index += self._len
+        if not 0 <= index < self._len:
+            raise IndexError(f"episode {index} out of range: the trace has {self._len}")
+        lo, hi = 0, len(self._batches) - 1
+        while lo < hi:  # the last batch whose first_index <= index
+            mid = (lo + hi + 1) // 2
+            if self._batches[mid].first_index <= index:
+                lo = mid
+            else:
+                hi = mid - 1
+        ref = self._batches[lo]
+        return self._episode(ref, index, self._load_batch(lo)[index - ref.first_index])
+
+    # -- files -------------------------------------------------------------
+    def check_batch(self, entry: dict) -> list[str]:
+        """Problems with a batch's files (missing, wrong size); empty when complete."""
+        problems = []
+        for key, size_key in (("fn", "json_bytes"), ("bin", "bin_bytes")):
+            name = entry.get(key)
+            if name is None:
+                continue
+            path = os.path.join(self.directory, name)
+            if os.path.basename(name) != name:
+                problems.append(f"{name}: names a file outside the folder")
+            elif not os.path.exists(path):
+                problems.append(f"{name}: missing")
+            elif size_key in entry and os.path.getsize(path) != entry[size_key]:
+                problems.append(f"{name}: {os.path.getsize(path)} bytes, the manifest says {entry[size_key]}")
+        return problems
+
+    def _load_batch(self, b: int) -> list:
+        if self._cache is not None and self._cache[0] == b:
+            return self._cache[1]
+        entry = self._batches[b].entry
+        problems = self.check_batch(entry)
+        if problems:
+            raise TraceError(f"batch {entry['fn']} in {self.directory} is damaged: {'; '.join(problems)}")
+        with open(os.path.join(self.directory, entry["fn"]), "rb") as f:
+            episodes = json.load(f, object_hook=self._decode_ndarray)["episodes"]
+        self._cache = (b, episodes)
+        return episodes
+
+    def _decode_ndarray(self, o: dict) -> Any:
+        if o.get("__type") != "ndarray":
+            return o
+        shape, dtype = tuple(o["shape"]), np.dtype(o["dtype"])
+        if o["size"] == 0:
+            return np.empty(shape, dtype)
+        arr = np.ndarray(shape, dtype=dtype, buffer=self._map(o["npyfile"]), offset=o["npyoff"], order="C")
+        return arr
+
+    def _map(self, name: str):
+        mm = self._maps.get(name)
+        if mm is None:
+            if os.path.basename(name) != name:
+                raise TraceError(f"a batch names {name!r}, a file outside {self.directory}")
+            with open(os.path.join(self.directory, name), "rb") as f:
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._maps[name] = mm
+        return mm
+
+    def _episode(self, ref: _BatchRef, index: int, raw: dict) -> Episode:
+        m = ref.manifest
+        known = {
+            "observations", "actions", "rewards", "terminations", "truncations", "infos", "episode_id",
+            "seed", "options", "length", "return", "ended_by", "complete",
+        }
+        return Episode(
+            index=index,
+            episode_id=raw.get("episode_id", index),
+            observations=_shape(raw["observations"], m.get("observation_space")),
+            actions=_shape(raw["actions"], m.get("action_space")),
+            rewards=raw["rewards"],
+            terminations=raw.get("terminations"),
+            truncations=raw.get("truncations"),
+            infos=[decode_json(i) for i in raw.get("infos", [])],
+            seed=raw.get("seed"),
+            options=decode_json(raw.get("options")),
+            length=raw.get("length", len(raw["rewards"])),
+            total_reward=raw.get("return"),
+            ended_by=raw.get("ended_by", "unknown"),
+            complete=raw.get("complete", True),
+            extra={k: v for k, v in raw.items() if k not in known},
+        )
+
+    def close(self) -> None:
+        """Forget the memory maps (arrays handed out keep theirs alive)."""
+        self._maps.clear()
+        self._cache = None
+
+    def __enter__(self) -> "TraceReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _shape(value: Any, spec: dict | None) -> Any:
+    """Rebuild Dict/Tuple nesting from the manifest's space spec (Tuple -> tuple)."""
+    if spec is None:
+        return value
+    t = spec["type"]
+    if t == "Dict":
+        return {k: _shape(value[k], sub) for k, sub in spec["spaces"]}
+    if t == "Tuple":
+        return tuple(_shape(v, sub) for v, sub in zip(value, spec["spaces"]))
+    return value
+
+
+def scan_recorded_traces(
+    directory: str | os.PathLike,
+    episode_cb: Callable[[Any, Any, Any], Any],
+    max_episodes: int | None = None,
+) -> None:
+    """gym-recording's entry point: ``episode_cb(observations, actions, rewards)`` per episode."""
+    with TraceReader(directory) as reader:
+        for n, ep in enumerate(reader):
+            if max_episodes is not None and n >= max_episodes:
+                return
+            episode_cb(ep.observations, ep.actions, ep.rewards)

@@ -1,0 +1,67 @@
+"""The records a trace stream sends through its ring, shared by both sides.
+
+Kinds and their parts, in order:
+
+* ``RESET`` (episode, step=0): one part per observation leaf, then the
+  pickled ``{"seed", "options"}`` of the reset, then the pickled info.
+* ``STEP`` (episode, step=1..N): one part per action leaf, one per
+  observation leaf, reward (f8), terminated (b1), truncated (b1), info.
+* ``CLOSE``: no parts; the recorder is closing, finalize and exit.
+
+Leaves are those of ``envrec.schema.leaves`` for the observation and action
+spaces, in that order. Status words (``ring.STATUS_WORDS``) the serializer
+keeps up to date for the env process are listed in ``Status``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from .schema import Leaf, leaves
+
+__all__ = ["Kind", "Status", "TraceLayout"]
+
+
+class Kind(IntEnum):
+    RESET = 1
+    STEP = 2
+    CLOSE = 3
+
+
+class Status(IntEnum):
+    """Indices of the serializer's status words."""
+
+    RECORDS = 0  # records handled
+    STEPS = 1  # step records handled
+    EPISODES = 2  # episodes finished (written into a batch)
+    BATCHES = 3  # batches committed
+    BYTES = 4  # bytes committed (batch files)
+    STEPS_COMMITTED = 5  # steps inside committed batches
+    BROKEN = 6  # 1 once the serializer has failed; records are then discarded
+    DISCARDED = 7  # records discarded because the stream is broken
+    READY = 8  # 1 once the worker has attached and opened its output
+
+
+@dataclass(frozen=True)
+class TraceLayout:
+    """Where each field sits among a record's parts."""
+
+    obs_leaves: tuple[Leaf, ...]
+    act_leaves: tuple[Leaf, ...]
+
+    @classmethod
+    def from_specs(cls, obs_spec: dict, act_spec: dict) -> "TraceLayout":
+        return cls(tuple(leaves(obs_spec)), tuple(leaves(act_spec)))
+
+    @property
+    def n_obs(self) -> int:
+        return len(self.obs_leaves)
+
+    @property
+    def n_act(self) -> int:
+        return len(self.act_leaves)
+
+    def fixed_step_bytes(self) -> int:
+        """Bytes of a step record's fixed-size parts (text and info excluded)."""
+        return sum(l.nbytes for l in self.obs_leaves + self.act_leaves) + 8 + 1 + 1

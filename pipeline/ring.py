@@ -1,0 +1,349 @@
+"""A single-producer, single-consumer ring of variable-length records in shared memory.
+
+The env process writes records (``RingWriter``); one worker process reads them
+(``RingReader``). The hot path of a write is one copy of each array into the
+segment, a few word writes and a semaphore post, which costs a system call
+only when the consumer is asleep and must be woken.
+
+Byte layout of a segment (all integers little-endian, words are u64)::
+
+    offset  what                                   written by
+    0       magic b"ENVRECR1"                      creator
+    8       capacity: bytes in the data area       creator
+    64      write_pos: bytes ever published        producer   (own cache line)
+    72      producer_waiting: 1 while blocked      producer
+    128     read_pos: bytes ever released          consumer   (own cache line)
+    136     records_released                       consumer
+    192     STATUS_WORDS words of stream status    consumer   (meaning set by the stream)
+    512     data area, ``capacity`` bytes
+
+``write_pos`` and ``read_pos`` only grow; a record starts at ``pos % capacity``.
+Every record is a multiple of 8 bytes long and never wraps around the end of
+the data area: when the tail is too short, the producer fills it with a PAD
+record and starts the real record at offset 0, publishing both at once.
+
+A record::
+
+    0   u32 length   total bytes, header and padding included (multiple of 8)
+    4   u16 kind     PAD (0) or a stream-defined kind
+    6   u16 nparts
+    8   u64 episode
+    16  u64 step
+    24  u32 size[nparts], then zero padding to a multiple of 8
+    ..  the parts, each starting on an 8-byte boundary
+
+Synchronisation: the semaphore ``items`` counts published records; the
+consumer takes one token per record it reads, and the post/wait pair is also
+the memory barrier that makes the record's bytes visible before its header is
+read. ``space`` wakes a producer that waits for room: the producer raises
+``producer_waiting`` and the consumer posts ``space`` after each release while
+the flag is up. A waiting side always sleeps on a semaphore with a timeout of
+``WAIT_SLICE_S``, so it also notices a dead peer and never spins.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from typing import Any, Callable
+
+from .errors import RecordTooLargeError
+from .shm import attach_segment, create_segment
+
+__all__ = [
+    "RingSpec",
+    "RingWriter",
+    "RingReader",
+    "RecordView",
+    "ConsumerGone",
+    "KIND_PAD",
+    "record_size",
+    "STATUS_WORDS",
+    "WAIT_SLICE_S",
+]
+
+MAGIC = b"ENVRECR1"
+HEADER_BYTES = 512
+STATUS_WORDS = 32
+_W_CAPACITY = 1
+_W_WRITE_POS = 8
+_W_WAITING = 9
+_W_READ_POS = 16
+_W_RELEASED = 17
+_W_STATUS = 24  # word index of the first status word (byte 192)
+
+KIND_PAD = 0
+_REC_HEAD = struct.Struct("<IHHQQ")
+REC_HEAD_BYTES = _REC_HEAD.size  # 24
+ALIGN = 8
+
+WAIT_SLICE_S = 0.05  # longest sleep between checks of a peer's liveness while waiting
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) & ~(ALIGN - 1)
+
+
+def record_size(part_sizes: list[int] | tuple[int, ...]) -> int:
+    """Bytes a record with parts of these sizes takes in a ring."""
+    n = _align(REC_HEAD_BYTES + 4 * len(part_sizes))
+    for s in part_sizes:
+        n += _align(s)
+    return n
+
+
+class ConsumerGone(Exception):
+    """Raised by a blocking write when the consumer is found dead (internal)."""
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """Everything a worker process needs to attach to a ring (picklable at spawn)."""
+
+    name: str
+    capacity: int
+    items: Any  # multiprocessing.Semaphore
+    space: Any  # multiprocessing.Semaphore
+
+
+class _Segment:
+    def __init__(self, shm) -> None:
+        self.shm = shm
+        self.buf = shm.buf
+        self.words = shm.buf[:HEADER_BYTES].cast("Q")
+
+    def release_views(self) -> None:
+        self.words.release()
+        self.buf = None
+
+
+class RingWriter:
+    """The producing side of a ring; lives in the env process, which owns the segment.
+
+    ``write(kind, episode, step, parts)`` copies ``parts`` (objects exposing the
+    buffer protocol, C-contiguous) into the ring. When the ring is full it
+    waits for room (``block``), or gives up after ``timeout_s`` / at once
+    (``drop``) and returns False. ``alive`` is polled while waiting; when it
+    returns False the write raises ``ConsumerGone`` instead of waiting forever.
+    """
+
+    def __init__(self, capacity: int, ctx: BaseContext) -> None:
+        capacity = _align(int(capacity))
+        if capacity < 4096:
+            raise ValueError(f"a ring needs at least 4096 bytes, not {capacity}")
+        self.capacity = capacity
+        self._shm = create_segment(HEADER_BYTES + capacity)
+        self._seg = _Segment(self._shm)
+        self._seg.buf[:8] = MAGIC
+        self._seg.words[_W_CAPACITY] = capacity
+        self._items = ctx.Semaphore(0)
+        self._space = ctx.Semaphore(0)
+        self._data = self._seg.buf[HEADER_BYTES:]
+        self._write_pos = 0
+        self._read_pos = 0  # last value seen; the consumer's copy only grows
+        self.high_water = 0
+        self.blocked_s = 0.0
+        self.records = 0
+        self.closed = False
+
+    @property
+    def spec(self) -> RingSpec:
+        return RingSpec(self._shm.name, self.capacity, self._items, self._space)
+
+    @property
+    def name(self) -> str:
+        return self._shm.name
+
+    def status(self, index: int) -> int:
+        """Read one of the consumer's status words."""
+        return self._seg.words[_W_STATUS + index]
+
+    @property
+    def released(self) -> int:
+        """Records the consumer has released."""
+        return self._seg.words[_W_RELEASED]
+
+    def in_use(self) -> int:
+        return self._write_pos - self._seg.words[_W_READ_POS]
+
+    def write(
+        self,
+        kind: int,
+        episode: int,
+        step: int,
+        parts: list | tuple,
+        *,
+        block: bool = True,
+        timeout_s: float | None = None,
+        alive: Callable[[], bool] | None = None,
+    ) -> bool:
+        sizes = [len(p) for p in parts]  # parts are bytes or 1-D byte views
+        n = record_size(sizes)
+        off = self._reserve(n, block, timeout_s, alive)
+        if off < 0:
+            return False
+        data = self._data
+        _REC_HEAD.pack_into(data, off, n, kind, len(parts), episode, step)
+        struct.pack_into(f"<{len(sizes)}I", data, off + REC_HEAD_BYTES, *sizes)
+        pos = off + _align(REC_HEAD_BYTES + 4 * len(sizes))
+        for p, s in zip(parts, sizes):
+            if s:
+                data[pos : pos + s] = p
+            pos += _align(s)
+        self._publish()
+        return True
+
+    def _reserve(self, n: int, block: bool, timeout_s: float | None, alive) -> int:
+        cap = self.capacity
+        if n > cap:
+            raise RecordTooLargeError(
+                f"a record of {n} bytes cannot fit in a ring of {cap} bytes; "
+                f"create the recorder with ring_bytes >= {2 * n}"
+            )
+        w = self._write_pos
+        off = w % cap
+        pad = cap - off if off + n > cap else 0
+        need = pad + n
+        if cap - (w - self._read_pos) < need:
+            self._read_pos = self._seg.words[_W_READ_POS]
+            if cap - (w - self._read_pos) < need and not self._wait_for_room(need, block, timeout_s, alive):
+                return -1
+        if pad:
+            _REC_HEAD.pack_into(self._data, off, pad, KIND_PAD, 0, 0, 0)
+            off = 0
+        self._pending = need
+        return off
+
+    def _publish(self) -> None:
+        self._write_pos += self._pending
+        self._seg.words[_W_WRITE_POS] = self._write_pos
+        used = self._write_pos - self._read_pos
+        if used > self.high_water:
+            self.high_water = used
+        self.records += 1
+        self._items.release()
+
+    def _wait_for_room(self, need: int, block: bool, timeout_s: float | None, alive) -> bool:
+        if not block:
+            return False
+        words, space, cap = self._seg.words, self._space, self.capacity
+        start = time.monotonic()
+        deadline = None if timeout_s is None else start + timeout_s
+        words[_W_WAITING] = 1
+        try:
+            while True:
+                while space.acquire(False):  # drop stale wake-ups
+                    pass
+                self._read_pos = words[_W_READ_POS]
+                if cap - (self._write_pos - self._read_pos) >= need:
+                    return True
+                if alive is not None and not alive():
+                    raise ConsumerGone()
+                slice_s = WAIT_SLICE_S
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    slice_s = min(slice_s, left)
+                space.acquire(True, slice_s)
+        finally:
+            words[_W_WAITING] = 0
+            self.blocked_s += time.monotonic() - start
+
+    def close(self) -> None:
+        """Detach and unlink the segment (the owner's job, done once)."""
+        if self.closed:
+            return
+        self.closed = True
+        self._data.release()
+        self._seg.release_views()
+        self._shm.close()
+        try:
+            self._shm.unlink()
+        except FileNotFoundError:
+            pass
+
+
+@dataclass
+class RecordView:
+    """One record as the consumer sees it; its parts are views into the ring."""
+
+    kind: int
+    episode: int
+    step: int
+    parts: list[memoryview]
+    end: int  # ring position just past this record
+
+
+class RingReader:
+    """The consuming side of a ring; lives in a worker process and never unlinks."""
+
+    def __init__(self, spec: RingSpec) -> None:
+        self._shm = attach_segment(spec.name)
+        self._seg = _Segment(self._shm)
+        if bytes(self._seg.buf[:8]) != MAGIC:
+            raise RuntimeError(f"shared-memory segment {spec.name} is not an envrec ring")
+        self.capacity = self._seg.words[_W_CAPACITY]
+        self._data = self._seg.buf[HEADER_BYTES:]
+        self._items = spec.items
+        self._space = spec.space
+        self._cursor = self._seg.words[_W_READ_POS]
+        self._views: list[memoryview] = []
+        self._unreleased = 0
+
+    def next(self, timeout_s: float = WAIT_SLICE_S) -> RecordView | None:
+        """The next unread record, or None if none arrived within ``timeout_s``."""
+        if not self._items.acquire(True, timeout_s):
+            return None
+        return self._parse()
+
+    def poll(self) -> RecordView | None:
+        """The next unread record if one is published, without waiting."""
+        if not self._items.acquire(False):
+            return None
+        return self._parse()
+
+    def _parse(self) -> RecordView:
+        data, cap = self._data, self.capacity
+        off = self._cursor % cap
+        length, kind, nparts, episode, step = _REC_HEAD.unpack_from(data, off)
+        if kind == KIND_PAD:
+            self._cursor += length
+            off = 0
+            length, kind, nparts, episode, step = _REC_HEAD.unpack_from(data, off)
+        sizes = struct.unpack_from(f"<{nparts}I", data, off + REC_HEAD_BYTES)
+        pos = off + _align(REC_HEAD_BYTES + 4 * nparts)
+        parts = []
+        for s in sizes:
+            v = data[pos : pos + s]
+            parts.append(v)
+            pos += _align(s)
+        self._views.extend(parts)
+        self._unreleased += 1
+        self._cursor += length
+        return RecordView(kind, episode, step, parts, self._cursor)
+
+    def release(self) -> None:
+        """Give back the room of every record read so far."""
+        for v in self._views:
+            v.release()
+        self._views.clear()
+        words = self._seg.words
+        words[_W_READ_POS] = self._cursor
+        words[_W_RELEASED] += self._unreleased
+        self._unreleased = 0
+        if words[_W_WAITING]:
+            self._space.release()
+
+    def set_status(self, index: int, value: int) -> None:
+        self._seg.words[_W_STATUS + index] = value
+
+    def close(self) -> None:
+        for v in self._views:
+            v.release()
+        self._views.clear()
+        self._data.release()
+        self._seg.release_views()
+        self._shm.close()

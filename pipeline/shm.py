@@ -1,0 +1,127 @@
+"""Shared-memory segments: create (env side), attach (worker side), sweep.
+
+Rules (DESIGN.md): the env process creates every segment and alone unlinks
+it. Workers attach by name and must never let ``multiprocessing``'s resource
+tracker adopt the segment, or the tracker unlinks it (or warns about a
+"leak") when the worker exits (python/cpython#82300). On 3.13+ that is
+``SharedMemory(track=False)``; on 3.11/3.12 the attach registers nothing.
+
+Names are ``envrec_<pid>_<hex>``: short (POSIX allows little on some
+systems), recognisable, and carrying the owner's pid so that ``sweep()`` can
+remove what a crashed run left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import sys
+from multiprocessing import resource_tracker, shared_memory
+
+import psutil
+
+from .errors import SharedMemoryError
+
+__all__ = ["SEGMENT_PREFIX", "create_segment", "attach_segment", "sweep_orphans", "list_segments"]
+
+logger = logging.getLogger(__name__)
+
+SEGMENT_PREFIX = "envrec_"
+SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared memory; used for free-space checks and sweeps
+
+
+def _new_name() -> str:
+    return f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+
+
+def _format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def shm_free_bytes() -> int | None:
+    """Bytes free in /dev/shm, or None where there is no such folder."""
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def create_segment(size: int) -> shared_memory.SharedMemory:
+    """Create a segment of ``size`` bytes whose pages are reserved up front.
+
+    Fails with ``SharedMemoryError`` naming the size asked and the size free,
+    rather than letting a later write fault with SIGBUS on a full tmpfs.
+    """
+    free = shm_free_bytes()
+    if free is not None and size > free:
+        raise SharedMemoryError(
+            f"cannot create a {_format_bytes(size)} shared-memory segment: {SHM_DIR} has "
+            f"{_format_bytes(free)} free. Ask for a smaller ring (ring_bytes=...) or give "
+            f"{SHM_DIR} more room (e.g. docker run --shm-size=1g)."
+        )
+    seg = shared_memory.SharedMemory(name=_new_name(), create=True, size=size)
+    try:
+        # Reserve the pages now: tmpfs allocates lazily, and a page it cannot
+        # allocate later kills the process with SIGBUS instead of raising.
+        os.posix_fallocate(seg._fd, 0, size)  # noqa: SLF001 - the fd is only exposed privately
+    except OSError as exc:
+        seg.close()
+        seg.unlink()
+        raise SharedMemoryError(
+            f"cannot reserve {_format_bytes(size)} in {SHM_DIR} ({exc.strerror}); "
+            f"{_format_bytes(shm_free_bytes() or 0)} free. Ask for a smaller ring (ring_bytes=...)."
+        ) from exc
+    return seg
+
+
+def attach_segment(name: str) -> shared_memory.SharedMemory:
+    """Attach to an existing segment without the resource tracker adopting it."""
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
+    register = resource_tracker.register
+    resource_tracker.register = lambda *args, **kwargs: None  # worker processes are single-threaded here
+    try:
+        return shared_memory.SharedMemory(name=name)
+    finally:
+        resource_tracker.register = register
+
+
+def list_segments() -> list[str]:
+    """Names of every envrec segment present on this machine."""
+    try:
+        return sorted(n for n in os.listdir(SHM_DIR) if n.startswith(SEGMENT_PREFIX))
+    except OSError:
+        return []
+
+
+def _owner_pid(name: str) -> int | None:
+    try:
+        return int(name[len(SEGMENT_PREFIX):].split("_", 1)[0])
+    except ValueError:
+        return None
+
+
+def sweep_orphans() -> list[str]:
+    """Unlink envrec segments whose owning process is gone; return their names."""
+    swept = []
+    for name in list_segments():
+        pid = _owner_pid(name)
+        if pid is None or psutil.pid_exists(pid):
+            continue
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            logger.warning("could not remove orphaned shared-memory segment %s: %s", name, exc)
+            continue
+        swept.append(name)
+    if swept:
+        logger.info("removed %d shared-memory segment(s) left by dead processes: %s", len(swept), swept)
+    return swept

@@ -1,0 +1,87 @@
+"""The trace format: file names, manifest and batch layout (see DESIGN.md).
+
+A superset of openai/gym-recording's, so that its playback module reads
+envrec traces unchanged when the default prefix is kept:
+
+* ``PREFIX.manifest.json``: ``{"batches": [{"first", "len", "fn"}, ...]}``
+  plus envrec's keys: ``format``, ``version``, ``env_id``, the spaces, the
+  recorder ``settings``, ``counters`` and ``complete``. Each batch entry also
+  names its ``bin`` file and both files' sizes, so a reader can tell a
+  complete batch from a damaged one.
+* ``PREFIX.epNNNNNNNNN.json``: ``{"episodes": [...]}`` where every array is
+  ``{"__type": "ndarray", "shape", "order", "dtype", "npyfile", "npyoff",
+  "size"}`` pointing into ``PREFIX.epNNNNNNNNN.bin`` (little-endian, offsets
+  aligned to 8 bytes).
+
+Per episode: ``observations`` (reset observation first, N+1 rows),
+``actions``, ``rewards``, ``terminations``, ``truncations`` (N rows),
+``infos`` (N+1, reset info first, see ``envrec.infos`` for the encoding),
+and ``episode_id``, ``seed``, ``options``, ``length``, ``return``,
+``ended_by`` ("terminated", "truncated", "reset" or "close": the recording
+stopped inside it) and ``complete``.
+
+Dict observations are JSON objects of their leaves, Tuple observations JSON
+lists; Text leaves are JSON lists of strings.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "default_prefix",
+    "check_prefix",
+    "manifest_name",
+    "batch_names",
+    "ndarray_descriptor",
+]
+
+FORMAT_NAME = "envrec.trace"
+FORMAT_VERSION = 1
+MANIFEST_SUFFIX = ".manifest.json"
+GYM_RECORDING_PREFIX = "openaigym.trace"
+
+_prefix_counter = 0
+_SAFE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def default_prefix() -> str:
+    """gym-recording's own naming, ``openaigym.trace.<n>.<pid>``: its playback globs for it."""
+    global _prefix_counter
+    prefix = f"{GYM_RECORDING_PREFIX}.{_prefix_counter}.{os.getpid()}"
+    _prefix_counter += 1
+    return prefix
+
+
+def check_prefix(prefix: str) -> str:
+    """Refuse prefixes that could name a file outside the output folder."""
+    if not isinstance(prefix, str) or not _SAFE_PREFIX.match(prefix) or ".." in prefix or len(prefix) > 200:
+        raise ValueError(
+            f"name prefix {prefix!r} is not allowed: use letters, digits, '.', '_' and '-' "
+            f"(no path separators, no '..', at most 200 characters)"
+        )
+    return prefix
+
+
+def manifest_name(prefix: str) -> str:
+    return prefix + MANIFEST_SUFFIX
+
+
+def batch_names(prefix: str, first_episode: int) -> tuple[str, str]:
+    stem = f"{prefix}.ep{first_episode:09d}"
+    return stem + ".json", stem + ".bin"
+
+
+def ndarray_descriptor(shape, dtype: str, npyfile: str, offset: int, size: int) -> dict:
+    return {
+        "__type": "ndarray",
+        "shape": list(shape),
+        "order": "C",
+        "dtype": dtype,
+        "npyfile": npyfile,
+        "npyoff": offset,
+        "size": size,
+    }

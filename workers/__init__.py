@@ -1,0 +1,9 @@
+"""The worker side of envrec: code that runs in the worker processes.
+
+Imports go one way: ``envrec.workers`` uses the shared parts of ``envrec``
+(ring, records, schema, atomic files), never the env-side recorder.
+"""
+
+from .entry import serializer_main
+
+__all__ = ["serializer_main"]

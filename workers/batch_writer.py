@@ -1,0 +1,229 @@
+"""Streams episodes into gym-recording-style trace batches, in bounded memory.
+
+An episode's arrays must each be contiguous in the batch's ``.bin``, but steps
+arrive interleaved. The largest array field (usually the observation) is
+written straight into the batch's temporary ``.bin`` as it arrives; every
+other field goes to a small spill file of its own, appended to the ``.bin``
+(a kernel-side copy) when the episode ends. JSON-valued fields (infos, Text
+leaves) are spilled as JSON text and spliced into the batch's ``.json`` the
+same way. Nothing held in memory grows with the length of an episode.
+
+A batch becomes visible only through ``commit()``: both files fsynced and
+moved into place, the folder fsynced; the manifest (written by the caller)
+is the last to name it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from envrec.atomic import TMP_SUFFIX, commit_file, fsync_dir
+from envrec.schema import Leaf
+from envrec.trace_format import batch_names, ndarray_descriptor
+
+__all__ = ["BatchWriter", "ArrayField", "JsonField"]
+
+FILE_BUFFER_BYTES = 1 << 20  # large enough that small per-step writes rarely reach the kernel
+ALIGN = 8
+
+
+def _tmp(folder: str, name: str) -> str:
+    return os.path.join(folder, f".{name}.{os.getpid()}{TMP_SUFFIX}")
+
+
+def append_file(src_fd: int, dst_fd: int, n: int) -> None:
+    """Append ``n`` bytes from the start of ``src_fd`` at ``dst_fd``'s offset."""
+    done = 0
+    try:
+        while done < n:
+            k = os.copy_file_range(src_fd, dst_fd, n - done, done)
+            if k == 0:
+                raise OSError(f"copy_file_range stopped after {done} of {n} bytes")
+            done += k
+        return
+    except OSError as exc:
+        if done or exc.errno not in (18, 22, 38, 95):  # EXDEV, EINVAL, ENOSYS, EOPNOTSUPP: fall back
+            raise
+    while done < n:
+        chunk = os.pread(src_fd, min(FILE_BUFFER_BYTES, n - done), done)
+        if not chunk:
+            raise OSError(f"spill file ended after {done} of {n} bytes")
+        os.write(dst_fd, chunk)
+        done += len(chunk)
+
+
+@dataclass
+class ArrayField:
+    """Rows of one fixed-shape array field of the current episode."""
+
+    key: tuple  # ("observations", *path) etc.
+    dtype: str
+    shape: tuple
+    row_bytes: int
+    direct: bool = False
+    rows: int = 0
+    offset: int = 0  # where its data starts in the .bin (direct fields: set at episode start)
+    spill: Any = None  # buffered spill file (not direct)
+    spill_path: str = ""
+
+    def write(self, mv, sink) -> None:
+        if self.direct:
+            sink.write_bin(mv)
+        else:
+            self.spill.write(mv)
+        self.rows += 1
+
+
+@dataclass
+class JsonField:
+    """Items of one JSON-valued field of the current episode, spilled as JSON text."""
+
+    key: tuple
+    items: int = 0
+    spill: Any = None
+    spill_path: str = ""
+
+    def write(self, obj: Any) -> None:
+        text = json.dumps(obj, allow_nan=False, separators=(",", ":"))
+        if self.items:
+            text = "," + text
+        self.spill.write(text.encode("utf-8"))
+        self.items += 1
+
+
+@dataclass
+class EpisodeFields:
+    arrays: list[ArrayField] = field(default_factory=list)
+    jsons: list[JsonField] = field(default_factory=list)
+
+
+class BatchWriter:
+    """One batch being written: temporary ``.bin`` and ``.json`` in the output folder."""
+
+    def __init__(self, folder: str, prefix: str, first_episode: int) -> None:
+        self.folder = folder
+        self.first = first_episode
+        self.json_name, self.bin_name = batch_names(prefix, first_episode)
+        self.bin_tmp = _tmp(folder, self.bin_name)
+        self.json_tmp = _tmp(folder, self.json_name)
+        self.bin = open(self.bin_tmp, "wb", buffering=FILE_BUFFER_BYTES)
+        self.json = open(self.json_tmp, "wb", buffering=FILE_BUFFER_BYTES)
+        self.bin_size = 0
+        self.json_size = 0
+        self.episodes = 0
+        self.steps = 0
+        self._write_json(b'{"episodes": [')
+
+    # -- writing ---------------------------------------------------------
+    def _write_json(self, b: bytes) -> None:
+        self.json.write(b)
+        self.json_size += len(b)
+
+    def write_bin(self, mv) -> None:
+        self.bin.write(mv)
+        self.bin_size += len(mv) if isinstance(mv, bytes) else mv.nbytes
+
+    def pad_bin(self) -> None:
+        pad = -self.bin_size % ALIGN
+        if pad:
+            self.write_bin(b"\0" * pad)
+
+    def append_spill(self, spill, n: int) -> None:
+        spill.flush()
+        self.bin.flush()
+        append_file(spill.fileno(), self.bin.fileno(), n)
+        self.bin.seek(0, os.SEEK_END)
+        self.bin_size += n
+
+    def write_episode(self, meta: dict, fields: EpisodeFields, structure: dict) -> None:
+        """Finish the arrays of an episode in the .bin, then write its JSON.
+
+        ``structure`` maps the episode's top-level keys to nested dict/list
+        shapes whose leaves are field keys; ``meta`` holds the scalar keys.
+        """
+        for f in fields.arrays:
+            if f.direct:
+                continue
+            self.pad_bin()
+            f.offset = self.bin_size
+            n = f.rows * f.row_bytes
+            if n:
+                self.append_spill(f.spill, n)
+        by_key: dict[tuple, Any] = {}
+        for f in fields.arrays:
+            by_key[f.key] = ndarray_descriptor(
+                (f.rows, *f.shape), f.dtype, self.bin_name, f.offset, f.rows * f.row_bytes
+            )
+        tokens = {}
+        for i, jf in enumerate(fields.jsons):
+            token = f"\0envrec-stream-{i}\0"
+            tokens[json.dumps(token)] = jf
+            by_key[jf.key] = token
+        episode = dict(meta)
+        for top, shape in structure.items():
+            episode[top] = _fill(shape, by_key)
+        text = json.dumps(episode, allow_nan=False)
+        if self.episodes:
+            self._write_json(b",\n")
+        self._splice(text, tokens)
+        self.episodes += 1
+
+    def _splice(self, text: str, tokens: dict) -> None:
+        """Write ``text`` with each token replaced by a JSON list streamed from its spill."""
+        for tok, jf in tokens.items():
+            before, after = text.split(tok, 1)
+            self._write_json(before.encode("utf-8") + b"[")
+            jf.spill.flush()
+            n = os.fstat(jf.spill.fileno()).st_size
+            if n:
+                self.json.flush()
+                append_file(jf.spill.fileno(), self.json.fileno(), n)
+                self.json.seek(0, os.SEEK_END)
+                self.json_size += n
+            self._write_json(b"]")
+            text = after
+        self._write_json(text.encode("utf-8"))
+
+    # -- ending ----------------------------------------------------------
+    @property
+    def size(self) -> int:
+        return self.bin_size + self.json_size
+
+    def commit(self) -> dict:
+        """Make the batch durable and visible; return its manifest entry."""
+        self._write_json(b"]}\n")
+        commit_file(self.bin, self.bin_tmp, os.path.join(self.folder, self.bin_name), sync_dir=False)
+        commit_file(self.json, self.json_tmp, os.path.join(self.folder, self.json_name), sync_dir=False)
+        fsync_dir(self.folder)
+        return {
+            "first": self.first,
+            "len": self.episodes,
+            "fn": self.json_name,
+            "bin": self.bin_name,
+            "steps": self.steps,
+            "json_bytes": self.json_size,
+            "bin_bytes": self.bin_size,
+        }
+
+    def abort(self) -> None:
+        """Drop the batch: close and remove its temporary files."""
+        for f, path in ((self.bin, self.bin_tmp), (self.json, self.json_tmp)):
+            try:
+                f.close()
+            except OSError:
+                pass
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def _fill(shape: Any, by_key: dict) -> Any:
+    if isinstance(shape, dict):
+        return {k: _fill(v, by_key) for k, v in shape.items()}
+    if isinstance(shape, list):
+        return [_fill(v, by_key) for v in shape]
+    return by_key[shape]

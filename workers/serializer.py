@@ -1,0 +1,311 @@
+"""The serializer: turns the records of a trace ring into trace batches.
+
+It keeps one episode open at a time (see ``batch_writer`` for how its fields
+stream to disk), closes a batch once it reaches the target size, and after
+each batch rewrites the manifest atomically so that a reader only ever sees
+complete batches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from envrec.atomic import TMP_SUFFIX, write_atomic
+from envrec.infos import encode_json, unpack_info
+from envrec.records import Kind, Status, TraceLayout
+from envrec.schema import Leaf, decode_reward
+from envrec.trace_format import FORMAT_NAME, FORMAT_VERSION, manifest_name
+
+from .batch_writer import FILE_BUFFER_BYTES, ArrayField, BatchWriter, EpisodeFields, JsonField
+
+__all__ = ["SerializerConfig", "Serializer"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SerializerConfig:
+    """What the serializer needs to know; built by the recorder, pickled at spawn."""
+
+    folder: str
+    prefix: str
+    observation_space: dict
+    action_space: dict
+    batch_bytes: int = 5_000_000
+    env_id: str | None = None
+    settings: dict = field(default_factory=dict)
+
+
+def _structure(spec: dict, key: tuple) -> Any:
+    t = spec["type"]
+    if t == "Dict":
+        return {k: _structure(sub, key + (k,)) for k, sub in spec["spaces"]}
+    if t == "Tuple":
+        return [_structure(sub, key + (i,)) for i, sub in enumerate(spec["spaces"])]
+    return key
+
+
+class Serializer:
+    """Consumes trace records (``handle``) and writes batches and the manifest."""
+
+    def __init__(self, cfg: SerializerConfig, status=None) -> None:
+        self.cfg = cfg
+        self.layout = TraceLayout.from_specs(cfg.observation_space, cfg.action_space)
+        self._status = status or (lambda i, v: None)
+        self.manifest_path = os.path.join(cfg.folder, manifest_name(cfg.prefix))
+        self.structure = {
+            "observations": _structure(cfg.observation_space, ("observations",)),
+            "actions": _structure(cfg.action_space, ("actions",)),
+            "rewards": ("rewards",),
+            "terminations": ("terminations",),
+            "truncations": ("truncations",),
+            "infos": ("infos",),
+        }
+        self.fields = EpisodeFields()
+        self._obs_sinks: list[Any] = []
+        self._act_sinks: list[Any] = []
+        self._spills: list[tuple[Any, str]] = []
+        try:
+            self._make_fields()
+        except BaseException:
+            self._close_spills()
+            raise
+        self.batch: BatchWriter | None = None
+        self.batches: list[dict] = []
+        self.episode_open = False
+        self.episodes_written = 0
+        self.steps_total = 0
+        self.records = 0
+        self.bytes_committed = 0
+        self.steps_committed = 0
+        self._ep: dict = {}
+        self.error: str | None = None
+        self.write_manifest(complete=False)
+
+    # -- fields ----------------------------------------------------------
+    def _spill(self) -> Any:
+        path = os.path.join(self.cfg.folder, f".{self.cfg.prefix}.spill{len(self._spills)}.{os.getpid()}{TMP_SUFFIX}")
+        f = open(path, "w+b", buffering=FILE_BUFFER_BYTES)
+        self._spills.append((f, path))
+        return f
+
+    def _array_field(self, key: tuple, leaf: Leaf) -> ArrayField:
+        f = ArrayField(key, leaf.dtype, leaf.shape, leaf.nbytes)
+        self.fields.arrays.append(f)
+        return f
+
+    def _json_field(self, key: tuple) -> JsonField:
+        f = JsonField(key, spill=self._spill())
+        self.fields.jsons.append(f)
+        return f
+
+    def _make_fields(self) -> None:
+        for root, lvs, sinks in (
+            ("observations", self.layout.obs_leaves, self._obs_sinks),
+            ("actions", self.layout.act_leaves, self._act_sinks),
+        ):
+            for leaf in lvs:
+                key = (root, *leaf.path)
+                sinks.append(self._array_field(key, leaf) if leaf.kind == "array" else self._json_field(key))
+        self._rewards = self._array_field(("rewards",), Leaf((), "array", "<f8", ()))
+        self._terms = self._array_field(("terminations",), Leaf((), "array", "|b1", ()))
+        self._truncs = self._array_field(("truncations",), Leaf((), "array", "|b1", ()))
+        self._infos = self._json_field(("infos",))
+        direct = max(self.fields.arrays, key=lambda f: f.row_bytes)
+        direct.direct = True
+        for f in self.fields.arrays:
+            if not f.direct:
+                f.spill = self._spill()
+
+    def _write_leaf(self, sink, mv) -> None:
+        if isinstance(sink, ArrayField):
+            sink.write(mv, self.batch)
+        else:
+            sink.write(bytes(mv).decode("utf-8", "surrogatepass"))
+
+    # -- records ---------------------------------------------------------
+    def handle(self, rec) -> bool:
+        """Consume one record; True once the recording is over (CLOSE)."""
+        self.records += 1
+        kind = rec.kind
+        if kind == Kind.STEP:
+            self._on_step(rec)
+        elif kind == Kind.RESET:
+            self._on_reset(rec)
+        elif kind == Kind.CLOSE:
+            self.finish(clean=True)
+            return True
+        else:
+            raise ValueError(f"unknown record kind {kind} in the trace ring")
+        self._status(Status.RECORDS, self.records)
+        return False
+
+    def _on_reset(self, rec) -> None:
+        if self.episode_open:
+            self._end_episode("reset")
+        if self.batch is None:
+            self.batch = BatchWriter(self.cfg.folder, self.cfg.prefix, self.episodes_written)
+        self.batch.pad_bin()
+        for f in self.fields.arrays:
+            f.rows = 0
+            f.offset = self.batch.bin_size if f.direct else 0
+        for jf in self.fields.jsons:
+            jf.items = 0
+        parts = rec.parts
+        n_obs = self.layout.n_obs
+        for sink, mv in zip(self._obs_sinks, parts[:n_obs]):
+            self._write_leaf(sink, mv)
+        meta = unpack_info(parts[n_obs])
+        self._write_info(parts[n_obs + 1])
+        self._ep = {
+            "episode_id": rec.episode,
+            "seed": meta.get("seed"),
+            "options": encode_json(meta.get("options")),
+            "return": 0.0,
+            "terminated": False,
+            "truncated": False,
+            "started": time.time(),
+        }
+        self.episode_open = True
+
+    def _write_info(self, mv) -> None:
+        try:
+            info = unpack_info(mv)
+        except Exception as exc:  # never let a strange info stop the recording
+            info = {"__envrec_error__": f"info could not be read: {exc!r}"}
+        self._infos.write(encode_json(info))
+
+    def _on_step(self, rec) -> None:
+        if not self.episode_open:
+            raise ValueError(f"step {rec.step} of episode {rec.episode} arrived before its reset")
+        parts = rec.parts
+        n_act, n_obs = self.layout.n_act, self.layout.n_obs
+        for sink, mv in zip(self._act_sinks, parts[:n_act]):
+            self._write_leaf(sink, mv)
+        for sink, mv in zip(self._obs_sinks, parts[n_act : n_act + n_obs]):
+            self._write_leaf(sink, mv)
+        i = n_act + n_obs
+        batch = self.batch
+        self._rewards.write(parts[i], batch)
+        self._terms.write(parts[i + 1], batch)
+        self._truncs.write(parts[i + 2], batch)
+        self._write_info(parts[i + 3])
+        ep = self._ep
+        ep["return"] += decode_reward(parts[i])
+        ep["terminated"] = parts[i + 1][0] != 0
+        ep["truncated"] = parts[i + 2][0] != 0
+        self.steps_total += 1
+        batch.steps += 1
+        self._status(Status.STEPS, self.steps_total)
+
+    def _end_episode(self, cause: str) -> None:
+        ep = self._ep
+        ended = "terminated" if ep["terminated"] else "truncated" if ep["truncated"] else cause
+        meta = {
+            "episode_id": ep["episode_id"],
+            "seed": ep["seed"],
+            "options": ep["options"],
+            "length": self._rewards.rows,
+            "return": ep["return"] if abs(ep["return"]) != float("inf") and ep["return"] == ep["return"] else None,
+            "ended_by": ended,
+            "complete": ended in ("terminated", "truncated"),
+        }
+        self.batch.write_episode(meta, self.fields, self.structure)
+        for f, _ in self._spills:
+            f.seek(0)
+            f.truncate()
+        self.episode_open = False
+        self.episodes_written += 1
+        self._status(Status.EPISODES, self.episodes_written)
+        if self.batch.size >= self.cfg.batch_bytes:
+            self._commit()
+
+    def _commit(self) -> None:
+        entry = self.batch.commit()
+        self.batches.append(entry)
+        self.bytes_committed += entry["json_bytes"] + entry["bin_bytes"]
+        self.steps_committed += entry["steps"]
+        self.batch = None
+        self.write_manifest(complete=False)
+        self._status(Status.BATCHES, len(self.batches))
+        self._status(Status.BYTES, self.bytes_committed)
+        self._status(Status.STEPS_COMMITTED, self.steps_committed)
+
+    # -- ending ----------------------------------------------------------
+    def finish(self, clean: bool) -> None:
+        """Write out the open episode and batch and the final manifest."""
+        if self.episode_open:
+            self._end_episode("close" if clean else "crash")
+        if self.batch is not None and self.batch.episodes:
+            self._commit()
+        elif self.batch is not None:
+            self.batch.abort()
+            self.batch = None
+        self.write_manifest(complete=True, clean=clean)
+        self._close_spills()
+
+    def abort(self, error: str) -> None:
+        """Give up after a failure: drop the open batch, keep what was committed."""
+        self.error = error
+        if self.batch is not None:
+            self.batch.abort()
+            self.batch = None
+        self.episode_open = False
+        self._close_spills()
+        try:
+            self.write_manifest(complete=False)
+        except OSError as exc:
+            logger.error("could not record the failure in %s: %s", self.manifest_path, exc)
+
+    def _close_spills(self) -> None:
+        for f, path in self._spills:
+            try:
+                f.close()
+            except OSError:
+                pass
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        self._spills.clear()
+
+    def summary(self) -> dict:
+        return {
+            "episodes": self.episodes_written,
+            "steps": self.steps_total,
+            "steps_committed": self.steps_committed,
+            "batches": len(self.batches),
+            "bytes": self.bytes_committed,
+            "records": self.records,
+            "error": self.error,
+        }
+
+    def write_manifest(self, complete: bool, clean: bool = True) -> None:
+        from envrec import __version__
+
+        cfg = self.cfg
+        manifest = {
+            "batches": self.batches,
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "prefix": cfg.prefix,
+            "env_id": cfg.env_id,
+            "observation_space": cfg.observation_space,
+            "action_space": cfg.action_space,
+            "settings": cfg.settings,
+            "counters": {
+                "episodes": sum(b["len"] for b in self.batches),
+                "steps": self.steps_committed,
+                "bytes": self.bytes_committed,
+            },
+            "complete": complete,
+            "closed_cleanly": complete and clean,
+            "error": self.error,
+            "writer": {"envrec": __version__, "pid": os.getpid()},
+        }
+        write_atomic(self.manifest_path, json.dumps(manifest, allow_nan=False, indent=1).encode("utf-8"))
