@@ -27,6 +27,7 @@ import io
 import math
 import pickle
 import struct
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,9 +53,22 @@ def _unrepresentable(type_name: str, text: str) -> Unrepresentable:
 _PLAIN = (dict, list, tuple, str, bytes, int, float, bool, type(None), np.ndarray, np.generic, Unrepresentable)
 
 
+# Modules whose objects (and classes and functions, pickled by reference) the worker can always load.
+_LOADABLE_MODULES = frozenset({"builtins", "numpy", "copyreg", "envrec", "collections", "datetime", "_codecs"})
+
+
+def _module_of(obj) -> str:
+    if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType)):
+        return getattr(obj, "__module__", None) or ""
+    return type(obj).__module__ or ""
+
+
 class _InfoPickler(pickle.Pickler):
     def reducer_override(self, obj):
-        if isinstance(obj, _PLAIN) and not (isinstance(obj, np.ndarray) and obj.dtype.hasobject):
+        if isinstance(obj, _PLAIN):
+            if not (isinstance(obj, np.ndarray) and obj.dtype.hasobject):
+                return NotImplemented
+        elif _module_of(obj).split(".", 1)[0] in _LOADABLE_MODULES:
             return NotImplemented
         t = type(obj)
         try:
@@ -86,7 +100,7 @@ def _float_json(x: float):
 
 
 def _numpy_json(a: np.ndarray, scalar: bool) -> dict:
-    a = np.ascontiguousarray(a)
+    a = a if a.flags.c_contiguous else a.copy(order="C")  # not ascontiguousarray: it makes 0-d arrays 1-d
     if a.dtype.hasobject:
         return {"__type": "repr", "type": "numpy.ndarray", "repr": repr(a)}
     dt = a.dtype.newbyteorder("<") if a.dtype.byteorder == ">" else a.dtype
@@ -140,7 +154,7 @@ def decode_json(obj: Any) -> Any:
     if tag == "float":
         return struct.unpack(">d", bytes.fromhex(obj["bits"]))[0]
     if tag == "numpy":
-        a = np.frombuffer(base64.b64decode(obj["b64"]), dtype=np.dtype(obj["dtype"])).reshape(obj["shape"]).copy()
+        a = np.frombuffer(base64.b64decode(obj["b64"]), dtype=np.dtype(obj["dtype"])).reshape(tuple(obj["shape"])).copy()
         return a[()] if obj.get("scalar") else a
     if tag == "tuple":
         return tuple(decode_json(v) for v in obj["items"])

@@ -245,9 +245,17 @@ class TraceRecorder:
         if tb is not None or self._ring.status(Status.BROKEN):
             self._mark_broken("the serializer failed", RemoteTraceback(tb) if tb else None)
         elif self._proc.exitcode is not None:
-            self._mark_broken(f"the serializer process died ({signal_name(self._proc.exitcode)})", None)
+            self._mark_broken(f"the serializer process died ({signal_name(self._proc.exitcode)}){self._start_hint()}", None)
         if self.strict and self._broken_cause is not None:
             raise WorkerError(f"the trace stream is broken: {self.broken}") from self._broken_cause
+
+    def _start_hint(self) -> str:
+        if self._ring.status(Status.READY) or self.settings["start_method"] == "fork":
+            return ""
+        return (
+            "; it never started: with the 'spawn' start method the worker re-imports your main script, "
+            "so guard the script's top-level code with `if __name__ == '__main__':`"
+        )
 
     def _read_messages(self) -> str | None:
         tb = None
@@ -338,7 +346,9 @@ class TraceRecorder:
         if self.broken is None and tb is not None:
             self._mark_broken("the serializer failed", RemoteTraceback(tb))
         elif self.broken is None and self.summary is None:
-            self._mark_broken(f"the serializer ended without finishing ({signal_name(self._proc.exitcode)})", None)
+            self._mark_broken(
+                f"the serializer ended without finishing ({signal_name(self._proc.exitcode)}){self._start_hint()}", None
+            )
 
     def _stop_process(self) -> None:
         proc = self._proc
@@ -349,7 +359,9 @@ class TraceRecorder:
         if proc.exitcode is None:
             proc.kill()
             proc.join(2.0)
+        self.worker_exitcode = proc.exitcode
         proc.close()
+        self._proc = None  # it holds the ring's semaphores, which are unlinked once unreferenced
 
     def __enter__(self) -> "TraceRecorder":
         return self

@@ -264,6 +264,7 @@ class RingWriter:
             self._shm.unlink()
         except FileNotFoundError:
             pass
+        self._items = self._space = None  # the semaphores are unlinked once nothing refers to them
 
 
 @dataclass
@@ -347,3 +348,4 @@ class RingReader:
         self._data.release()
         self._seg.release_views()
         self._shm.close()
+        self._items = self._space = None

@@ -1,0 +1,140 @@
+"""The ``envrec`` command: ``envrec record`` (the main job) and ``envrec inspect DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+__all__ = ["main"]
+
+DEFAULT_ENV = "CartPole-v1"
+DEFAULT_EPISODES = 5
+DEFAULT_OUT = "recordings"
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _record(args: argparse.Namespace) -> int:
+    import gymnasium as gym
+    from tqdm import tqdm
+
+    from .wrappers import RecordTrace
+
+    try:
+        env = gym.make(args.env, render_mode="rgb_array")
+    except Exception as exc:  # gymnasium raises several types for unknown ids and missing extras
+        print(f"envrec record: cannot make environment {args.env!r}: {exc}", file=sys.stderr)
+        return 2
+    env = RecordTrace(env, args.out, name_prefix=args.name_prefix)
+    episodes = steps = 0
+    total = args.steps if args.steps else args.episodes
+    bar = tqdm(total=total, unit="step" if args.steps else "episode", desc=f"recording {args.env}", disable=args.quiet)
+    try:
+        env.action_space.seed(args.seed)
+        seed = args.seed
+        while (steps < args.steps) if args.steps else (episodes < args.episodes):
+            env.reset(seed=seed)
+            seed = None  # seed the first episode only, as Gymnasium recommends
+            done = False
+            while not done and not (args.steps and steps >= args.steps):
+                _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+                done = terminated or truncated
+                steps += 1
+                if args.steps:
+                    bar.update(1)
+            episodes += 1
+            if not args.steps:
+                bar.update(1)
+    except KeyboardInterrupt:
+        print("\ninterrupted: finalizing what was recorded", file=sys.stderr)
+    finally:
+        bar.close()
+        env.close()
+        stats = env.stats()
+    manifest = env.recorder.manifest_path
+    files = [n for n in os.listdir(env.directory) if n.startswith(env.recorder.prefix)]
+    print(f"recorded {episodes} episode(s), {steps} step(s) of {args.env}")
+    print(f"  {stats['batches']} batch(es), {len(files)} file(s), {_human(stats['bytes_committed'])}")
+    print(f"  manifest: {manifest}")
+    if stats["broken"] or stats["records_dropped"]:
+        print(f"  problems: broken={stats['broken']}, records dropped={stats['records_dropped']}", file=sys.stderr)
+        return 1
+    print(f"  read it back: envrec inspect {env.directory}")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from .reader import TraceError
+    from .summary import summarize
+
+    try:
+        s = summarize(args.directory)
+    except TraceError as exc:
+        print(f"envrec inspect: {exc}", file=sys.stderr)
+        return 2
+    print(f"{s.directory}: {len(s.recordings)} recording(s), {s.batches} batch(es), {_human(s.bytes)}")
+    for r in s.recordings:
+        state = "complete" if r["complete"] else "in progress or interrupted"
+        if r["complete"] and not r["closed_cleanly"]:
+            state = "finalized after its env process died"
+        print(f"  {r['prefix']}: env {r['env_id']}, {r['episodes']} episode(s) in {r['batches']} batch(es), {state}")
+    if s.lengths:
+        import numpy as np
+
+        lengths, returns = np.array(s.lengths), np.array(s.returns)
+        print(f"episodes: {s.episodes}, steps: {s.steps}")
+        print(f"  length  min {lengths.min()}  mean {lengths.mean():.1f}  max {lengths.max()}")
+        print(f"  return  min {returns.min():.3g}  mean {returns.mean():.3g}  max {returns.max():.3g}")
+        for i, (n, r) in enumerate(zip(s.lengths[: args.list], s.returns[: args.list])):
+            print(f"  episode {i}: {n} steps, return {r:.6g}")
+    if s.problems:
+        print("problems:", file=sys.stderr)
+        for p in s.problems:
+            print(f"  {p}", file=sys.stderr)
+        return 1
+    print("every file the manifests name is present and complete")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="envrec", description="Record what Gymnasium environments do.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what envrec does")
+    sub = p.add_subparsers(dest="command")
+    r = sub.add_parser("record", help="record an environment stepped by a random policy (the default job)")
+    r.add_argument("--env", default=DEFAULT_ENV, help=f"Gymnasium env id (default {DEFAULT_ENV})")
+    g = r.add_mutually_exclusive_group()
+    g.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help=f"episodes to record (default {DEFAULT_EPISODES})")
+    g.add_argument("--steps", type=int, default=0, help="steps to record instead of whole episodes")
+    r.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
+    r.add_argument("--seed", type=int, default=0, help="seed of the first reset and of the random policy (default 0)")
+    r.add_argument("--name-prefix", default=None, help="file name prefix (default gym-recording's openaigym.trace.N.PID)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    r.set_defaults(func=_record)
+    i = sub.add_parser("inspect", help="summarize a folder of traces and check its files")
+    i.add_argument("directory")
+    i.add_argument("--list", type=int, default=10, metavar="N", help="list the first N episodes (default 10)")
+    i.set_defaults(func=_inspect)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["record", *(argv or [])])
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if getattr(args, "episodes", 1) < 1 or getattr(args, "steps", 0) < 0:
+        parser.error("--episodes must be at least 1 and --steps at least 0")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""What ``envrec inspect`` reports about a folder of traces."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .reader import TraceReader
+
+__all__ = ["TraceSummary", "summarize"]
+
+
+@dataclass
+class TraceSummary:
+    directory: str
+    recordings: list[dict] = field(default_factory=list)
+    episodes: int = 0
+    steps: int = 0
+    batches: int = 0
+    bytes: int = 0
+    lengths: list[int] = field(default_factory=list)
+    returns: list[float] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def summarize(directory: str) -> TraceSummary:
+    """Read every manifest in ``directory``, check each batch's files, gather episode figures."""
+    reader = TraceReader(directory)
+    s = TraceSummary(os.path.abspath(directory))
+    damaged = set()
+    for m in reader.manifests:
+        s.recordings.append(
+            {
+                "prefix": m.get("prefix"),
+                "env_id": m.get("env_id"),
+                "complete": m.get("complete"),
+                "closed_cleanly": m.get("closed_cleanly"),
+                "error": m.get("error"),
+                "batches": len(m["batches"]),
+                "episodes": sum(b["len"] for b in m["batches"]),
+            }
+        )
+        for entry in m["batches"]:
+            s.batches += 1
+            problems = reader.check_batch(entry)
+            s.problems.extend(problems)
+            if problems:
+                damaged.add(entry["fn"])
+            s.bytes += entry.get("json_bytes", 0) + entry.get("bin_bytes", 0)
+        if m.get("error"):
+            s.problems.append(f"{m.get('prefix')}: the recorder reported an error: {m['error']}")
+    if not damaged:
+        for ep in reader:
+            s.episodes += 1
+            s.steps += ep.length
+            s.lengths.append(ep.length)
+            s.returns.append(float(np.sum(ep.rewards, dtype=np.float64)))
+    return s

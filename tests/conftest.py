@@ -1,0 +1,67 @@
+"""Shared fixtures: every test must leave no child process, segment, semaphore or temp file."""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+
+import psutil
+import pytest
+
+from envrec.shm import list_segments
+
+LEAK_GRACE_S = 5.0  # how long a test's children get to exit after it ends
+
+
+def _children() -> set[int]:
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "resource_tracker" in " ".join(p.cmdline()):
+                continue  # multiprocessing's own, started once per interpreter
+        except psutil.Error:
+            continue
+        out.add(p.pid)
+    return out
+
+
+def _semaphores() -> set[str]:
+    try:
+        return {n for n in os.listdir("/dev/shm") if n.startswith("sem.mp-")}
+    except OSError:
+        return set()
+
+
+def _tmp_files(root) -> list[str]:
+    found = []
+    for folder, _, names in os.walk(root):
+        found += [os.path.join(folder, n) for n in names if n.endswith(".tmp")]
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request, tmp_path):
+    """Fail a test that leaves a child process, an envrec segment, a semaphore or a temp file."""
+    children, segments, sems = _children(), set(list_segments()), _semaphores()
+    yield
+    gc.collect()
+    deadline = time.monotonic() + LEAK_GRACE_S
+    while time.monotonic() < deadline and (_children() - children or set(list_segments()) - segments):
+        time.sleep(0.05)
+        gc.collect()
+    leaked_children = _children() - children
+    for pid in leaked_children:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+    leaked_segments = set(list_segments()) - segments
+    for name in leaked_segments:
+        os.unlink(os.path.join("/dev/shm", name))
+    leaked_sems = _semaphores() - sems
+    leaked_tmp = _tmp_files(tmp_path)
+    assert not leaked_children, f"child processes left running: {leaked_children}"
+    assert not leaked_segments, f"shared-memory segments left: {leaked_segments}"
+    assert not leaked_sems, f"semaphores left in /dev/shm: {leaked_sems}"
+    assert not leaked_tmp, f"temporary files left: {leaked_tmp}"

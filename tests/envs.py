@@ -1,0 +1,91 @@
+"""Small real Gymnasium environments for tests, one per space shape we must record."""
+
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces as S
+
+SPACES = {
+    "box_f32_nan": S.Box(-1.0, 1.0, (4,), np.float32),
+    "box_u8_image": S.Box(0, 255, (7, 5, 3), np.uint8),
+    "box_f64_2d": S.Box(-10.0, 10.0, (2, 3), np.float64),
+    "box_i16": S.Box(-100, 100, (3,), np.int16),
+    "discrete": S.Discrete(5, start=-2),
+    "multidiscrete": S.MultiDiscrete([3, 4, 5]),
+    "multibinary": S.MultiBinary([2, 3]),
+    "text": S.Text(max_length=12, min_length=0),
+    "dict": S.Dict({"pos": S.Box(-1, 1, (2,), np.float32), "id": S.Discrete(4), "name": S.Text(6)}),
+    "tuple": S.Tuple((S.Discrete(3), S.Box(0, 1, (2,), np.float32), S.Tuple((S.MultiBinary(3),)))),
+}
+
+
+class SpaceEnv(gym.Env):
+    """Samples its observations from ``observation_space``; rewards include NaN and ±inf; infos are varied."""
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, observation_space, action_space=None, episode_len=7, nan=True):
+        self.observation_space = observation_space
+        self.action_space = action_space if action_space is not None else S.Discrete(3)
+        self.episode_len = episode_len
+        self.nan = nan
+        self._t = 0
+
+    def _obs(self):
+        obs = self.observation_space.sample()
+        if self.nan and isinstance(self.observation_space, S.Box) and self.observation_space.dtype.kind == "f":
+            obs = obs.copy()
+            obs.flat[0] = [np.nan, np.inf, -np.inf, -0.0][self._t % 4]
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        self._t = 0
+        return self._obs(), {"start": True, "seed_given": seed}
+
+    def step(self, action):
+        self._t += 1
+        rewards = [1.5, float("nan"), float("inf"), -float("inf"), np.float32(0.25), 3]
+        reward = rewards[self._t % len(rewards)] if self.nan else float(self._t)
+        info = {}
+        if self._t % 2:
+            info = {
+                "t": self._t,
+                "np_f32": np.float32(self._t / 3),
+                "arr": np.arange(3, dtype=np.int16) * self._t,
+                "tuple": (1, "two"),
+                "nan": float("nan"),
+                7: "int key",
+                "obj": object,
+            }
+        terminated = self._t >= self.episode_len
+        return self._obs(), reward, terminated, False, info
+
+
+class Capture(gym.Wrapper):
+    """Keeps deep copies of everything the env returned, to compare with what was recorded."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.episodes = []
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.episodes.append({"obs": [copy.deepcopy(obs)], "act": [], "rew": [], "term": [], "trunc": [], "info": [info]})
+        return obs, info
+
+    def step(self, action):
+        obs, r, term, trunc, info = self.env.step(action)
+        ep = self.episodes[-1]
+        ep["obs"].append(copy.deepcopy(obs))
+        ep["act"].append(copy.deepcopy(action))
+        ep["rew"].append(r)
+        ep["term"].append(term)
+        ep["trunc"].append(trunc)
+        ep["info"].append(info)
+        return obs, r, term, trunc, info
