@@ -329,6 +329,10 @@ class TraceRecorder:
             self._final_counters = self._worker_counters()
             self._ring.close()
             self._conn.close()
+            if self.worker_exitcode != 0:
+                removed = remove_stale_tmp(self.directory, self.prefix)  # what the dead worker was writing
+                if removed:
+                    logger.info("envrec: removed %d unfinished file(s) of the dead serializer", len(removed))
         logger.info(
             "envrec: trace of %d episode(s) in %s (%s)%s",
             self._episode + 1,

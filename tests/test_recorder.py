@@ -1,0 +1,291 @@
+"""The recorder and wrapper: lifecycle, bad input, live reading, worker and env-process deaths."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import psutil
+import pytest
+from gymnasium import spaces as S
+
+import envrec
+from envrec.shm import list_segments, sweep_orphans
+
+from .envs import SPACES, SpaceEnv
+
+CHILD = os.path.join(os.path.dirname(__file__), "child_recorder.py")
+
+
+def wait_for(cond, timeout_s=10.0, every_s=0.02):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(every_s)
+    return cond()
+
+
+def test_close_twice_context_manager_and_stats(tmp_path):
+    with envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path) as env:
+        env.reset(seed=0)
+        for _ in range(10):
+            env.step(0)
+        pid = env.stats()["worker_pid"]
+    env.close()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    stats = env.stats()
+    assert stats["steps_committed"] == 10 and stats["records_dropped"] == 0 and stats["broken"] is None
+    assert stats["batches"] == 1 and stats["bytes_committed"] > 0
+    with pytest.raises(envrec.RecordError, match="closed"):
+        env.recorder.add_reset(np.zeros(4, np.float32))
+
+
+def test_recorder_supplied_by_the_caller_is_not_closed_by_the_wrapper(tmp_path):
+    env = gym.make("CartPole-v1")
+    with envrec.TraceRecorder(tmp_path, env.observation_space, env.action_space) as rec:
+        wrapped = envrec.RecordTrace(env, recorder=rec)
+        wrapped.reset(seed=1)
+        wrapped.step(1)
+        wrapped.close()
+        assert not rec.closed
+        rec.add_reset(np.zeros(4, np.float32))
+    assert rec.closed and len(envrec.TraceReader(tmp_path)) == 2
+
+
+def test_folder_that_cannot_be_created_is_a_clear_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(envrec.ConfigError, match="cannot create the output folder"):
+        envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path / "file" / "sub")
+
+
+@pytest.mark.parametrize("prefix", ["../escape", "a/b", "/abs", "nul\0x", ""])
+def test_prefixes_that_could_escape_the_folder_are_refused(tmp_path, prefix):
+    with pytest.raises(ValueError, match="not allowed"):
+        envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, name_prefix=prefix)
+
+
+def test_an_existing_recording_is_never_overwritten(tmp_path):
+    with envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, name_prefix="run") as env:
+        env.reset(seed=0)
+    with pytest.raises(envrec.ConfigError, match="exists"):
+        envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, name_prefix="run")
+
+
+def test_unsupported_space_is_refused_at_construction(tmp_path):
+    env = SpaceEnv(S.Sequence(S.Discrete(2)))
+    with pytest.raises(envrec.ConfigError, match="Sequence"):
+        envrec.RecordTrace(env, tmp_path)
+
+
+def test_ring_too_small_for_one_step_is_refused_at_construction(tmp_path):
+    env = SpaceEnv(S.Box(0, 255, (100, 100, 3), np.uint8))
+    with pytest.raises(envrec.ConfigError, match="ring_bytes >= "):
+        envrec.RecordTrace(env, tmp_path, ring_bytes=16384)
+
+
+@pytest.mark.parametrize(
+    "bad_obs, message",
+    [
+        (np.zeros((5,), np.float32), r"observation: expected a float32 array of shape \(4,\).*got float32 of shape \(5,\)"),
+        (np.zeros((4,), np.float64), r"got float64 of shape \(4,\)"),
+        ("text", r"observation: expected a float32 array"),
+    ],
+)
+def test_bad_observation_raises_clearly_and_loses_nothing_recorded(tmp_path, bad_obs, message):
+    env = envrec.RecordTrace(SpaceEnv(SPACES["box_f32_nan"], episode_len=3, nan=False), tmp_path)
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(0)
+    env.reset(seed=1)
+    with pytest.raises(envrec.RecordError, match=message):
+        env.recorder.add_step(0, bad_obs, 0.0, False, False, {})
+    env.step(1)  # recording goes on
+    env.close()
+    eps = list(envrec.TraceReader(tmp_path))
+    assert [e.length for e in eps] == [3, 1]
+
+
+def test_safe_casts_are_accepted_and_unsafe_ones_refused(tmp_path):
+    env = SpaceEnv(S.Box(-1e9, 1e9, (3,), np.float64), nan=False)
+    with envrec.TraceRecorder(tmp_path, env.observation_space, env.action_space) as rec:
+        rec.add_reset(np.array([1, 2, 3], np.int32))  # int32 -> float64 is exact
+        with pytest.raises(envrec.RecordError):
+            rec.add_step(0, np.array([1, 2, 3], np.complex64), 0.0, False, False)
+        with pytest.raises(envrec.RecordError, match="reward"):
+            rec.add_step(0, np.zeros(3), "one", False, False)
+        with pytest.raises(envrec.RecordError, match="integer"):
+            rec.add_step(1.5, np.zeros(3), 0.0, False, False)
+    assert envrec.TraceReader(tmp_path)[0].observations.tolist() == [[1.0, 2.0, 3.0]]
+
+
+def test_step_before_reset_and_text_larger_than_the_ring(tmp_path):
+    with envrec.TraceRecorder(tmp_path, S.Text(100_000), S.Discrete(2), ring_bytes=8192) as rec:
+        with pytest.raises(envrec.RecordError, match="before any add_reset"):
+            rec.add_step(0, "x", 0.0, False, False)
+        rec.add_reset("hello")
+        with pytest.raises(envrec.RecordTooLargeError, match="ring_bytes"):
+            rec.add_step(0, "x" * 20_000, 0.0, False, False)
+        rec.add_step(1, "ok", 1.0, True, False)
+    ep = envrec.TraceReader(tmp_path)[0]
+    assert ep.observations == ["hello", "ok"] and ep.actions.tolist() == [1]
+
+
+def test_committed_batches_are_readable_while_recording_runs(tmp_path):
+    env = envrec.RecordTrace(SpaceEnv(SPACES["box_f32_nan"], episode_len=5, nan=False), tmp_path, batch_bytes=1)
+    for ep in range(3):
+        env.reset(seed=ep)
+        for _ in range(5):
+            env.step(0)
+    env.reset(seed=3)  # ends episode 2, which commits its batch
+    manifest = env.recorder.manifest_path
+    assert wait_for(lambda: os.path.exists(manifest) and len(json.load(open(manifest))["batches"]) == 3)
+    reader = envrec.TraceReader(tmp_path)
+    assert len(reader) == 3 and reader[2].length == 5
+    env.step(0)
+    env.close()
+    reader.refresh()
+    assert len(reader) == 4 and reader[3].length == 1 and not reader[3].complete
+
+
+def test_worker_killed_mid_recording_env_goes_on_and_committed_data_survives(tmp_path, caplog):
+    env = envrec.RecordTrace(SpaceEnv(SPACES["box_u8_image"], episode_len=10), tmp_path, batch_bytes=1)
+    for ep in range(3):
+        env.reset(seed=ep)
+        for _ in range(10):
+            env.step(0)
+    env.reset(seed=3)
+    assert wait_for(lambda: env.stats()["batches"] == 3)
+    pid = env.stats()["worker_pid"]
+    os.kill(pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.ERROR, logger="envrec"):
+        while env.stats()["broken"] is None and time.monotonic() - t0 < 5:
+            env.step(0)  # the env keeps stepping; no exception
+    detected = time.monotonic() - t0
+    assert env.stats()["broken"] is not None and "SIGKILL(-9)" in env.stats()["broken"]
+    assert detected < 1.5
+    assert sum("broken" in r.message for r in caplog.records) == 1  # logged once
+    for _ in range(20):
+        env.step(0)
+    t0 = time.monotonic()
+    env.close()
+    assert time.monotonic() - t0 < 5
+    assert env.stats()["records_dropped"] > 0
+    reader = envrec.TraceReader(tmp_path)
+    assert len(reader) == 3 and all(e.length == 10 and e.complete for e in reader)
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def test_strict_mode_raises_with_the_cause(tmp_path):
+    env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, strict=True)
+    env.reset(seed=0)
+    os.kill(env.stats()["worker_pid"], signal.SIGKILL)
+    t0 = time.monotonic()
+    with pytest.raises(envrec.WorkerError, match="SIGKILL"):
+        while time.monotonic() - t0 < 5:
+            env.step(0)
+            if env.unwrapped.steps_beyond_terminated is not None:
+                env.reset()
+    assert time.monotonic() - t0 < 1.5
+    env.close()
+
+
+def _run_child(tmp_path, steps, mode):
+    return subprocess.Popen(
+        [sys.executable, CHILD, str(tmp_path), str(steps), mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+
+def _assert_gone(worker_pid, child_pid, timeout_s=5.0):
+    assert wait_for(lambda: not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE, timeout_s)
+    wait_for(lambda: not [s for s in list_segments() if s.startswith(f"envrec_{child_pid}_")], 3.0)
+    sweep_orphans()  # what the next start of a recorder does
+    assert not [s for s in list_segments() if s.startswith(f"envrec_{child_pid}_")]
+
+
+def test_env_process_killed_workers_drain_the_ring_and_finalize(tmp_path):
+    child = _run_child(tmp_path, 500, "kill-self")
+    worker_pid = int(child.stdout.readline())
+    assert child.wait(30) == -signal.SIGKILL
+    t0 = time.monotonic()
+    _assert_gone(worker_pid, child.pid)
+    assert time.monotonic() - t0 < 5
+    child.stdout.close()
+    manifest = json.load(open(next(tmp_path.glob("*.manifest.json"))))
+    assert manifest["complete"] and not manifest["closed_cleanly"]
+    reader = envrec.TraceReader(tmp_path)
+    assert len(reader) == 10 and sum(e.length for e in reader) == 500  # every step handed over survived
+    assert [e.observations[-1, 0, 0, 0] for e in reader] == [(50 * k + 49) % 256 for k in range(10)]
+
+
+def test_env_process_killed_while_idle(tmp_path):
+    child = _run_child(tmp_path, 120, "wait")
+    worker_pid = int(child.stdout.readline())
+    assert child.stdout.readline().strip() == "ready"
+    child.kill()
+    child.wait(10)
+    child.stdout.close()
+    _assert_gone(worker_pid, child.pid)
+    reader = envrec.TraceReader(tmp_path)
+    assert [e.length for e in reader] == [50, 50, 20]
+    assert not reader[2].complete and reader[2].ended_by == "crash"
+
+
+def test_keyboard_interrupt_in_the_users_loop_finalizes_everything(tmp_path):
+    child = _run_child(tmp_path, 75, "interrupt")
+    worker_pid = int(child.stdout.readline())
+    out, _ = child.communicate(timeout=30)
+    assert out.strip() == "interrupted" and child.returncode == 0
+    _assert_gone(worker_pid, child.pid)
+    manifest = json.load(open(next(tmp_path.glob("*.manifest.json"))))
+    assert manifest["complete"] and manifest["closed_cleanly"]
+    assert [e.length for e in envrec.TraceReader(tmp_path)] == [50, 25]
+
+
+class _FastFrames(gym.Env):
+    """210x160x3 observations that cost nothing to produce, and one endless episode."""
+
+    observation_space = S.Box(0, 255, (210, 160, 3), np.uint8)
+    action_space = S.Discrete(4)
+
+    def __init__(self):
+        self.obs = np.zeros((210, 160, 3), np.uint8)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        return self.obs, {}
+
+    def step(self, action):
+        self.t += 1
+        self.obs[0, 0, 0] = self.t % 256
+        return self.obs, 0.0, False, False, {}
+
+
+def test_memory_is_flat_in_episode_length(tmp_path):
+    """A long episode of Atari-sized frames must not grow any process (buffering it would: 100 KB a step)."""
+    env = envrec.RecordTrace(_FastFrames(), tmp_path)
+    env.reset()
+    procs = [psutil.Process(), psutil.Process(env.stats()["worker_pid"])]
+    rss = []
+    for checkpoint in (1500, 3000, 6000):
+        while env.recorder._step < checkpoint:
+            env.step(0)
+        wait_for(lambda: env.stats()["steps_written"] >= checkpoint, 30)
+        rss.append([p.memory_info().rss for p in procs])
+    env.close()
+    growth = [(rss[2][i] - rss[0][i]) / 2**20 for i in range(2)]
+    assert max(growth) < 24, f"RSS grew by {growth} MiB over 4500 steps (buffering would be ~430 MiB)"
+    ep = envrec.TraceReader(tmp_path)[0]
+    assert ep.length == 6000 and ep.observations.shape == (6001, 210, 160, 3)
+    assert ep.observations[6000, 0, 0, 0] == 6000 % 256
