@@ -30,9 +30,10 @@ from typing import Any
 from .atomic import remove_stale_tmp
 from .errors import ConfigError, RecordError, RemoteTraceback, WorkerError
 from .infos import pack_info
-from .records import Kind, Status, TraceLayout
-from .ring import ConsumerGone, RingWriter, record_size
-from .schema import compile_encoder, describe_space, encode_reward
+from .records import Kind, Status
+from .packer import TracePacker
+from .ring import ConsumerGone, RingWriter
+from .schema import describe_space
 from .shm import sweep_orphans
 from .trace_format import check_prefix, default_prefix, manifest_name
 
@@ -43,7 +44,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_RING_BYTES = 64 << 20  # ~650 Atari-sized steps of slack: a slow disk second does not block the env
 STATUS_CHECK_INTERVAL_S = 0.5  # how late a dead or failed worker may be noticed by a running recorder
 BACKPRESSURE_POLICIES = ("block", "drop")
-_TRUE, _FALSE = b"\x01", b"\x00"
 
 
 def signal_name(exitcode: int | None) -> str:
@@ -103,17 +103,13 @@ class TraceRecorder:
         self.directory = _check_folder(directory)
         self.prefix = self._choose_prefix(name_prefix)
         obs_spec, act_spec = describe_space(observation_space), describe_space(action_space)
-        self._enc_obs = compile_encoder(obs_spec, "observation")
-        self._enc_act = compile_encoder(act_spec, "action")
-        layout = TraceLayout.from_specs(obs_spec, act_spec)
-        n_parts = layout.n_act + layout.n_obs + 4
-        smallest = record_size([l.nbytes for l in layout.act_leaves + layout.obs_leaves] + [8, 1, 1, 0])
+        self._packer = TracePacker(obs_spec, act_spec)
+        smallest = self._packer.min_step_bytes()
         if smallest > ring_bytes:
             raise ConfigError(
                 f"one step needs {smallest} bytes of ring but ring_bytes={ring_bytes}; "
                 f"use ring_bytes >= {4 * smallest}"
             )
-        self._n_parts = n_parts
         self.backpressure = backpressure
         self.block_timeout_s = block_timeout_s
         self.strict = strict
@@ -150,6 +146,11 @@ class TraceRecorder:
         except BaseException:
             self._ring.close()
             raise
+        self._wait = {
+            "block": backpressure == "block",
+            "timeout_s": block_timeout_s,
+            "alive": self._worker_usable,
+        }
         self._episode = -1
         self._step = 0
         self.records_dropped = 0
@@ -180,30 +181,35 @@ class TraceRecorder:
         return os.path.join(self.directory, manifest_name(self.prefix))
 
     def add_reset(self, observation, info: dict | None = None, *, seed: int | None = None, options: dict | None = None) -> None:
-        """Start a new episode with its reset observation (ends the previous one)."""
+        """Start a new episode with its reset observation (ends the previous one).
+
+        If the observation is refused (``RecordError``), the episode still
+        begins: its steps are counted by the serializer as orphans, not
+        attached to the previous episode.
+        """
         self._check_open()
-        parts: list = []
-        self._enc_obs(observation, parts)
-        parts.append(pack_info({"seed": seed, "options": options}))
-        parts.append(pack_info(info or {}))
         self._episode += 1
         self._step = 0
-        self._write(Kind.RESET, parts)
+        meta = pack_info({"seed": seed, "options": options})
+        self._send(self._packer.write_reset, self._episode, observation, meta, pack_info(info) if info else b"")
 
     def add_step(self, action, observation, reward, terminated, truncated, info: dict | None = None) -> None:
         """Record one step of the current episode."""
         self._check_open()
         if self._episode < 0:
             raise RecordError("add_step() before any add_reset(): a trace episode starts with its reset observation")
-        parts: list = []
-        self._enc_act(action, parts)
-        self._enc_obs(observation, parts)
-        parts.append(encode_reward(reward))
-        parts.append(_TRUE if terminated else _FALSE)
-        parts.append(_TRUE if truncated else _FALSE)
-        parts.append(pack_info(info) if info else b"")
         self._step += 1
-        self._write(Kind.STEP, parts)
+        self._send(
+            self._packer.write_step,
+            self._episode,
+            self._step,
+            action,
+            observation,
+            reward,
+            terminated,
+            truncated,
+            pack_info(info) if info else b"",
+        )
 
     def _check_open(self) -> None:
         if self.closed:
@@ -211,18 +217,11 @@ class TraceRecorder:
         if self.strict and self._broken_cause is not None:
             raise WorkerError(f"the trace stream is broken: {self.broken}") from self._broken_cause
 
-    def _write(self, kind: int, parts: list) -> None:
+    def _send(self, write, *args) -> None:
+        """Write one record through ``write`` under the backpressure policy; count it if dropped."""
         if self.broken is None:
             try:
-                ok = self._ring.write(
-                    kind,
-                    self._episode,
-                    self._step,
-                    parts,
-                    block=self.backpressure == "block",
-                    timeout_s=self.block_timeout_s,
-                    alive=self._worker_usable,
-                )
+                ok = write(self._ring, *args, **self._wait)
             except ConsumerGone:
                 self._check_worker()
                 ok = False

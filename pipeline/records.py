@@ -1,11 +1,14 @@
 """The records a trace stream sends through its ring, shared by both sides.
 
-Kinds and their parts, in order:
+Kinds and their parts, in order (fixed-size parts first, so the env side
+can write them at offsets computed once; then the variable-size ones):
 
-* ``RESET`` (episode, step=0): one part per observation leaf, then the
-  pickled ``{"seed", "options"}`` of the reset, then the pickled info.
-* ``STEP`` (episode, step=1..N): one part per action leaf, one per
-  observation leaf, reward (f8), terminated (b1), truncated (b1), info.
+* ``RESET`` (episode, step=0): the fixed observation leaves, the Text
+  observation leaves, the pickled ``{"seed", "options"}`` of the reset, the
+  pickled info.
+* ``STEP`` (episode, step=1..N): the fixed action leaves, the fixed
+  observation leaves, reward (f8), terminated (b1), truncated (b1), the Text
+  action leaves, the Text observation leaves, the info.
 * ``CLOSE``: no parts; the recorder is closing, finalize and exit.
 
 Leaves are those of ``envrec.schema.leaves`` for the observation and action
@@ -62,6 +65,24 @@ class TraceLayout:
     def n_act(self) -> int:
         return len(self.act_leaves)
 
-    def fixed_step_bytes(self) -> int:
-        """Bytes of a step record's fixed-size parts (text and info excluded)."""
-        return sum(l.nbytes for l in self.obs_leaves + self.act_leaves) + 8 + 1 + 1
+    def _keyed(self, root: str, lvs: tuple[Leaf, ...], kind: str) -> list[tuple]:
+        return [(root, *leaf.path) for leaf in lvs if leaf.kind == kind]
+
+    def step_parts(self) -> list[tuple]:
+        """The field each part of a STEP record belongs to, in record order."""
+        return (
+            self._keyed("actions", self.act_leaves, "array")
+            + self._keyed("observations", self.obs_leaves, "array")
+            + [("rewards",), ("terminations",), ("truncations",)]
+            + self._keyed("actions", self.act_leaves, "text")
+            + self._keyed("observations", self.obs_leaves, "text")
+            + [("infos",)]
+        )
+
+    def reset_parts(self) -> list[tuple]:
+        """The field each part of a RESET record belongs to, in record order."""
+        return (
+            self._keyed("observations", self.obs_leaves, "array")
+            + self._keyed("observations", self.obs_leaves, "text")
+            + [("meta",), ("infos",)]
+        )

@@ -20,7 +20,9 @@ Byte layout of a segment (all integers little-endian, words are u64)::
 ``write_pos`` and ``read_pos`` only grow; a record starts at ``pos % capacity``.
 Every record is a multiple of 8 bytes long and never wraps around the end of
 the data area: when the tail is too short, the producer fills it with a PAD
-record and starts the real record at offset 0, publishing both at once.
+record and starts the real record at offset 0, publishing both at once. A
+tail shorter than a record header (8 or 16 bytes) is skipped without a PAD
+record: both sides know no record can start there.
 
 A record::
 
@@ -53,6 +55,7 @@ from .errors import RecordTooLargeError
 from .shm import attach_segment, create_segment
 
 __all__ = [
+    "align",
     "RingSpec",
     "RingWriter",
     "RingReader",
@@ -82,15 +85,16 @@ ALIGN = 8
 WAIT_SLICE_S = 0.05  # longest sleep between checks of a peer's liveness while waiting
 
 
-def _align(n: int) -> int:
+def align(n: int) -> int:
+    """``n`` rounded up to the ring's alignment (8 bytes)."""
     return (n + ALIGN - 1) & ~(ALIGN - 1)
 
 
 def record_size(part_sizes: list[int] | tuple[int, ...]) -> int:
     """Bytes a record with parts of these sizes takes in a ring."""
-    n = _align(REC_HEAD_BYTES + 4 * len(part_sizes))
+    n = align(REC_HEAD_BYTES + 4 * len(part_sizes))
     for s in part_sizes:
-        n += _align(s)
+        n += align(s)
     return n
 
 
@@ -130,7 +134,7 @@ class RingWriter:
     """
 
     def __init__(self, capacity: int, ctx: BaseContext) -> None:
-        capacity = _align(int(capacity))
+        capacity = align(int(capacity))
         if capacity < 4096:
             raise ValueError(f"a ring needs at least 4096 bytes, not {capacity}")
         self.capacity = capacity
@@ -181,21 +185,31 @@ class RingWriter:
     ) -> bool:
         sizes = [len(p) for p in parts]  # parts are bytes or 1-D byte views
         n = record_size(sizes)
-        off = self._reserve(n, block, timeout_s, alive)
+        off = self.reserve(n, block, timeout_s, alive)
         if off < 0:
             return False
         data = self._data
         _REC_HEAD.pack_into(data, off, n, kind, len(parts), episode, step)
         struct.pack_into(f"<{len(sizes)}I", data, off + REC_HEAD_BYTES, *sizes)
-        pos = off + _align(REC_HEAD_BYTES + 4 * len(sizes))
+        pos = off + align(REC_HEAD_BYTES + 4 * len(sizes))
         for p, s in zip(parts, sizes):
             if s:
                 data[pos : pos + s] = p
-            pos += _align(s)
-        self._publish()
+            pos += align(s)
+        self.publish()
         return True
 
-    def _reserve(self, n: int, block: bool, timeout_s: float | None, alive) -> int:
+    @property
+    def data(self) -> memoryview:
+        """The data area, for callers that write a reserved record in place."""
+        return self._data
+
+    def reserve(self, n: int, block: bool = True, timeout_s: float | None = None, alive=None) -> int:
+        """Room for a record of ``n`` bytes (a multiple of 8): its offset in ``data``, or -1 if dropped.
+
+        Nothing is visible to the consumer until ``publish()``; a reservation
+        that is not published is simply forgotten by the next one.
+        """
         cap = self.capacity
         if n > cap:
             raise RecordTooLargeError(
@@ -211,12 +225,14 @@ class RingWriter:
             if cap - (w - self._read_pos) < need and not self._wait_for_room(need, block, timeout_s, alive):
                 return -1
         if pad:
-            _REC_HEAD.pack_into(self._data, off, pad, KIND_PAD, 0, 0, 0)
+            if pad >= REC_HEAD_BYTES:  # a shorter tail is skipped by the consumer without a PAD record
+                _REC_HEAD.pack_into(self._data, off, pad, KIND_PAD, 0, 0, 0)
             off = 0
         self._pending = need
         return off
 
-    def _publish(self) -> None:
+    def publish(self) -> None:
+        """Make the record written at the last reservation visible, and wake the consumer."""
         self._write_pos += self._pending
         self._seg.words[_W_WRITE_POS] = self._write_pos
         used = self._write_pos - self._read_pos
@@ -309,18 +325,21 @@ class RingReader:
     def _parse(self) -> RecordView:
         data, cap = self._data, self.capacity
         off = self._cursor % cap
+        if cap - off < REC_HEAD_BYTES:  # tail too short for any record: the producer skipped it
+            self._cursor += cap - off
+            off = 0
         length, kind, nparts, episode, step = _REC_HEAD.unpack_from(data, off)
         if kind == KIND_PAD:
             self._cursor += length
             off = 0
             length, kind, nparts, episode, step = _REC_HEAD.unpack_from(data, off)
         sizes = struct.unpack_from(f"<{nparts}I", data, off + REC_HEAD_BYTES)
-        pos = off + _align(REC_HEAD_BYTES + 4 * nparts)
+        pos = off + align(REC_HEAD_BYTES + 4 * nparts)
         parts = []
         for s in sizes:
             v = data[pos : pos + s]
             parts.append(v)
-            pos += _align(s)
+            pos += align(s)
         self._views.extend(parts)
         self._unreleased += 1
         self._cursor += length

@@ -5,9 +5,10 @@ manifest, so a reader needs neither Gymnasium nor the environment) and
 flattened into *leaves*: fixed-shape arrays (Box, Discrete, MultiDiscrete,
 MultiBinary) or variable-length text (Text). Dict and Tuple only nest.
 
-The env side compiles an *encoder* per space that checks a value against the
-space's shape and dtype and appends one buffer per leaf, without copying when
-the value already has the declared dtype and is C-contiguous. Values of
+The env side compiles, per space, a *flattener* (value -> leaf values) and a
+*codec* per leaf that checks a value against the leaf's shape and dtype and
+writes it in place into the ring: one copy, none when converting is not
+needed. Values of
 another dtype are accepted only when numpy casts them safely (no value can
 change); anything else raises ``RecordError`` naming the field.
 """
@@ -23,12 +24,9 @@ import numpy as np
 
 from .errors import ConfigError, RecordError
 
-__all__ = ["Leaf", "describe_space", "leaves", "compile_encoder", "SUPPORTED_SPACES"]
+__all__ = ["Leaf", "LeafCodec", "describe_space", "leaves", "leaf_codecs", "compile_flattener", "reward_value", "SUPPORTED_SPACES"]
 
 SUPPORTED_SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "Dict", "Tuple")
-
-Encoder = Callable[[Any, list], None]
-
 
 @dataclass(frozen=True)
 class Leaf:
@@ -99,11 +97,28 @@ def _where(root: str, path: tuple) -> str:
     return root + "".join(f"[{p!r}]" for p in path)
 
 
-def _array_encoder(leaf: Leaf, where: str) -> Encoder:
+@dataclass(frozen=True)
+class LeafCodec:
+    """How one leaf's values are checked and written.
+
+    A fixed-size leaf has ``put(value, buf, offset)``, which writes the value
+    in place (one copy, into the ring). A Text leaf has ``encode(value)``,
+    which returns its bytes, so the record's size is known before it is reserved.
+    """
+
+    leaf: Leaf
+    where: str
+    size: int | None
+    put: Callable[[Any, Any, int], None] | None = None
+    encode: Callable[[Any], bytes] | None = None
+
+
+def _array_put(leaf: Leaf, where: str) -> Callable[[Any, Any, int], None]:
     dtype = np.dtype(leaf.dtype)
     shape = leaf.shape
+    n = leaf.nbytes
 
-    def encode(x, out: list) -> None:
+    def put(x, buf, off: int) -> None:
         a = x if type(x) is np.ndarray else np.asarray(x)
         if a.dtype != dtype:
             if a.shape != shape or not np.can_cast(a.dtype, dtype, "safe"):
@@ -113,9 +128,9 @@ def _array_encoder(leaf: Leaf, where: str) -> Encoder:
             raise RecordError(_mismatch(where, dtype, shape, a))
         if not a.flags.c_contiguous:
             a = np.ascontiguousarray(a)
-        out.append(memoryview(a).cast("B"))
+        buf[off : off + n] = memoryview(a).cast("B")
 
-    return encode
+    return put
 
 
 def _mismatch(where: str, dtype, shape, a: np.ndarray) -> str:
@@ -129,64 +144,96 @@ _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
 
 
-def _int_encoder(where: str) -> Encoder:
-    def encode(x, out: list) -> None:
+def _int_put(where: str) -> Callable[[Any, Any, int], None]:
+    pack_into = _I64.pack_into
+
+    def put(x, buf, off: int) -> None:
         if isinstance(x, (int, np.integer)):
             v = int(x)
         elif isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "iub":
             v = int(x)
         else:
-            raise RecordError(f"{where}: expected an integer (Discrete), got {type(x).__name__} {x!r}")
+            raise RecordError(f"{where}: expected an integer (Discrete), got {type(x).__name__} {_short(x)}")
         try:
-            out.append(_I64.pack(v))
+            pack_into(buf, off, v)
         except struct.error:
             raise RecordError(f"{where}: {v} does not fit in a signed 64-bit integer") from None
 
-    return encode
+    return put
 
 
-def _text_encoder(where: str) -> Encoder:
-    def encode(x, out: list) -> None:
+def _text_encode(where: str) -> Callable[[Any], bytes]:
+    def encode(x) -> bytes:
         if not isinstance(x, str):
             raise RecordError(f"{where}: expected a str (Text space), got {type(x).__name__}")
-        out.append(x.encode("utf-8", "surrogatepass"))
+        return x.encode("utf-8", "surrogatepass")
 
     return encode
 
 
-def compile_encoder(spec: dict, root: str, path: tuple = ()) -> Encoder:
-    """A function ``encode(value, out)`` appending one buffer per leaf of ``spec`` to ``out``."""
+def leaf_codecs(spec: dict, root: str) -> list[LeafCodec]:
+    """One codec per leaf of ``spec``, in leaf order."""
+    out = []
+    for leaf, sub in zip(leaves(spec), _leaf_specs(spec)):
+        where = _where(root, leaf.path)
+        if leaf.kind == "text":
+            out.append(LeafCodec(leaf, where, None, encode=_text_encode(where)))
+        elif sub["type"] == "Discrete":
+            out.append(LeafCodec(leaf, where, 8, put=_int_put(where)))
+        else:
+            out.append(LeafCodec(leaf, where, leaf.nbytes, put=_array_put(leaf, where)))
+    return out
+
+
+def _leaf_specs(spec: dict) -> list[dict]:
+    t = spec["type"]
+    if t == "Dict":
+        return [s for _, sub in spec["spaces"] for s in _leaf_specs(sub)]
+    if t == "Tuple":
+        return [s for sub in spec["spaces"] for s in _leaf_specs(sub)]
+    return [spec]
+
+
+def compile_flattener(spec: dict, root: str, path: tuple = ()) -> Callable[[Any], list]:
+    """A function mapping a value of the space to the list of its leaf values, in leaf order.
+
+    Checks Dict keys and Tuple lengths; the leaves check themselves.
+    """
     t = spec["type"]
     where = _where(root, path)
     if t == "Dict":
         keys = [k for k, _ in spec["spaces"]]
-        subs = [(k, compile_encoder(sub, root, path + (k,))) for k, sub in spec["spaces"]]
+        subs = [(k, compile_flattener(sub, root, path + (k,))) for k, sub in spec["spaces"]]
 
-        def encode_dict(x, out: list) -> None:
+        def flatten_dict(x) -> list:
+            out = []
             try:
-                for k, enc in subs:
-                    enc(x[k], out)
-            except (KeyError, TypeError) as exc:
+                for k, sub in subs:
+                    out += sub(x[k])
+            except (KeyError, TypeError, IndexError) as exc:
                 raise RecordError(f"{where}: expected a dict with keys {keys}, got {_short(x)} ({exc!r})") from None
             if len(x) != len(keys):
-                raise RecordError(f"{where}: unexpected keys {sorted(set(x) - set(keys))} (space declares {keys})")
+                raise RecordError(f"{where}: unexpected keys {sorted(map(str, set(x) - set(keys)))} (space declares {keys})")
+            return out
 
-        return encode_dict
+        return flatten_dict
     if t == "Tuple":
-        subs_t = [compile_encoder(sub, root, path + (i,)) for i, sub in enumerate(spec["spaces"])]
+        subs_t = [compile_flattener(sub, root, path + (i,)) for i, sub in enumerate(spec["spaces"])]
 
-        def encode_tuple(x, out: list) -> None:
+        def flatten_tuple(x) -> list:
             if not isinstance(x, (tuple, list)) or len(x) != len(subs_t):
                 raise RecordError(f"{where}: expected a tuple of {len(subs_t)} items, got {_short(x)}")
-            for item, enc in zip(x, subs_t):
-                enc(item, out)
+            out = []
+            for item, sub in zip(x, subs_t):
+                out += sub(item)
+            return out
 
-        return encode_tuple
-    if t == "Text":
-        return _text_encoder(where)
-    if t == "Discrete":
-        return _int_encoder(where)
-    return _array_encoder(leaves(spec, path)[0], where)
+        return flatten_tuple
+    return _single
+
+
+def _single(x) -> list:
+    return [x]
 
 
 def _short(x: Any) -> str:
@@ -194,12 +241,12 @@ def _short(x: Any) -> str:
     return r if len(r) <= 80 else r[:77] + "..."
 
 
-def encode_reward(x) -> bytes:
-    """A reward as 8 little-endian bytes of float64 (RecordError for non-numbers)."""
+def reward_value(x) -> float:
+    """A reward as a float (RecordError for anything that is not a real number)."""
     if isinstance(x, (numbers.Real, np.number)) and not isinstance(x, (complex, np.complexfloating)):
-        return _F64.pack(float(x))
+        return float(x)
     if isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "iufb":
-        return _F64.pack(float(x))
+        return float(x)
     raise RecordError(f"reward: expected a real number, got {type(x).__name__} {_short(x)}")
 
 

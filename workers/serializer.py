@@ -67,8 +67,6 @@ class Serializer:
             "infos": ("infos",),
         }
         self.fields = EpisodeFields()
-        self._obs_sinks: list[Any] = []
-        self._act_sinks: list[Any] = []
         self._spills: list[tuple[Any, str]] = []
         try:
             self._make_fields()
@@ -81,6 +79,7 @@ class Serializer:
         self.episodes_written = 0
         self.steps_total = 0
         self.records = 0
+        self.orphan_steps = 0
         self.bytes_committed = 0
         self.steps_committed = 0
         self._ep: dict = {}
@@ -105,13 +104,11 @@ class Serializer:
         return f
 
     def _make_fields(self) -> None:
-        for root, lvs, sinks in (
-            ("observations", self.layout.obs_leaves, self._obs_sinks),
-            ("actions", self.layout.act_leaves, self._act_sinks),
-        ):
+        sinks: dict[tuple, Any] = {}
+        for root, lvs in (("observations", self.layout.obs_leaves), ("actions", self.layout.act_leaves)):
             for leaf in lvs:
                 key = (root, *leaf.path)
-                sinks.append(self._array_field(key, leaf) if leaf.kind == "array" else self._json_field(key))
+                sinks[key] = self._array_field(key, leaf) if leaf.kind == "array" else self._json_field(key)
         self._rewards = self._array_field(("rewards",), Leaf((), "array", "<f8", ()))
         self._terms = self._array_field(("terminations",), Leaf((), "array", "|b1", ()))
         self._truncs = self._array_field(("truncations",), Leaf((), "array", "|b1", ()))
@@ -121,12 +118,21 @@ class Serializer:
         for f in self.fields.arrays:
             if not f.direct:
                 f.spill = self._spill()
+        special = {
+            ("rewards",): self._on_reward,
+            ("terminations",): self._on_terminated,
+            ("truncations",): self._on_truncated,
+            ("infos",): self._on_info,
+            ("meta",): self._on_meta,
+        }
+        handler = lambda key: special.get(key) or self._leaf_handler(sinks[key])  # noqa: E731
+        self._step_handlers = [handler(k) for k in self.layout.step_parts()]
+        self._reset_handlers = [handler(k) for k in self.layout.reset_parts()]
 
-    def _write_leaf(self, sink, mv) -> None:
+    def _leaf_handler(self, sink):
         if isinstance(sink, ArrayField):
-            sink.write(mv, self.batch)
-        else:
-            sink.write(bytes(mv).decode("utf-8", "surrogatepass"))
+            return lambda mv: sink.write(mv, self.batch)
+        return lambda mv: sink.write(bytes(mv).decode("utf-8", "surrogatepass"))
 
     # -- records ---------------------------------------------------------
     def handle(self, rec) -> bool:
@@ -156,51 +162,43 @@ class Serializer:
             f.offset = self.batch.bin_size if f.direct else 0
         for jf in self.fields.jsons:
             jf.items = 0
-        parts = rec.parts
-        n_obs = self.layout.n_obs
-        for sink, mv in zip(self._obs_sinks, parts[:n_obs]):
-            self._write_leaf(sink, mv)
-        meta = unpack_info(parts[n_obs])
-        self._write_info(parts[n_obs + 1])
-        self._ep = {
-            "episode_id": rec.episode,
-            "seed": meta.get("seed"),
-            "options": encode_json(meta.get("options")),
-            "return": 0.0,
-            "terminated": False,
-            "truncated": False,
-            "started": time.time(),
-        }
+        self._ep = {"episode_id": rec.episode, "return": 0.0, "terminated": False, "truncated": False}
+        for h, mv in zip(self._reset_handlers, rec.parts):
+            h(mv)
         self.episode_open = True
 
-    def _write_info(self, mv) -> None:
+    def _on_meta(self, mv) -> None:
+        meta = unpack_info(mv)
+        self._ep["seed"] = meta.get("seed")
+        self._ep["options"] = encode_json(meta.get("options"))
+
+    def _on_info(self, mv) -> None:
         try:
             info = unpack_info(mv)
         except Exception as exc:  # never let a strange info stop the recording
             info = {"__envrec_error__": f"info could not be read: {exc!r}"}
         self._infos.write(encode_json(info))
 
+    def _on_reward(self, mv) -> None:
+        self._rewards.write(mv, self.batch)
+        self._ep["return"] += decode_reward(mv)
+
+    def _on_terminated(self, mv) -> None:
+        self._terms.write(mv, self.batch)
+        self._ep["terminated"] = mv[0] != 0
+
+    def _on_truncated(self, mv) -> None:
+        self._truncs.write(mv, self.batch)
+        self._ep["truncated"] = mv[0] != 0
+
     def _on_step(self, rec) -> None:
-        if not self.episode_open:
-            raise ValueError(f"step {rec.step} of episode {rec.episode} arrived before its reset")
-        parts = rec.parts
-        n_act, n_obs = self.layout.n_act, self.layout.n_obs
-        for sink, mv in zip(self._act_sinks, parts[:n_act]):
-            self._write_leaf(sink, mv)
-        for sink, mv in zip(self._obs_sinks, parts[n_act : n_act + n_obs]):
-            self._write_leaf(sink, mv)
-        i = n_act + n_obs
-        batch = self.batch
-        self._rewards.write(parts[i], batch)
-        self._terms.write(parts[i + 1], batch)
-        self._truncs.write(parts[i + 2], batch)
-        self._write_info(parts[i + 3])
-        ep = self._ep
-        ep["return"] += decode_reward(parts[i])
-        ep["terminated"] = parts[i + 1][0] != 0
-        ep["truncated"] = parts[i + 2][0] != 0
+        if not self.episode_open or rec.episode != self._ep["episode_id"]:
+            self.orphan_steps += 1  # its episode's reset was refused or dropped: nothing to attach it to
+            return
+        for h, mv in zip(self._step_handlers, rec.parts):
+            h(mv)
         self.steps_total += 1
-        batch.steps += 1
+        self.batch.steps += 1
         self._status(Status.STEPS, self.steps_total)
 
     def _end_episode(self, cause: str) -> None:
@@ -208,8 +206,8 @@ class Serializer:
         ended = "terminated" if ep["terminated"] else "truncated" if ep["truncated"] else cause
         meta = {
             "episode_id": ep["episode_id"],
-            "seed": ep["seed"],
-            "options": ep["options"],
+            "seed": ep.get("seed"),
+            "options": ep.get("options"),
             "length": self._rewards.rows,
             "return": ep["return"] if abs(ep["return"]) != float("inf") and ep["return"] == ep["return"] else None,
             "ended_by": ended,
@@ -282,6 +280,7 @@ class Serializer:
             "batches": len(self.batches),
             "bytes": self.bytes_committed,
             "records": self.records,
+            "orphan_steps": self.orphan_steps,
             "error": self.error,
         }
 
@@ -302,6 +301,7 @@ class Serializer:
                 "episodes": sum(b["len"] for b in self.batches),
                 "steps": self.steps_committed,
                 "bytes": self.bytes_committed,
+                "orphan_steps": self.orphan_steps,
             },
             "complete": complete,
             "closed_cleanly": complete and clean,

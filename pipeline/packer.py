@@ -1,0 +1,111 @@
+"""Env side: write trace records straight into the ring, one copy per array.
+
+A ``RecordPacker`` knows, once and for all, where each fixed-size part of its
+kind of record lies (see ``records``); per call it reserves the record,
+lets each leaf codec check and copy its value in place, appends the few
+variable-size parts (infos, Text), writes the header and publishes. A value
+that fails its check raises ``RecordError`` before anything is published:
+the reservation is simply not used.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable
+
+from .records import Kind
+from .ring import REC_HEAD_BYTES, RingWriter, align
+from .schema import LeafCodec, compile_flattener, leaf_codecs, reward_value
+
+__all__ = ["RecordPacker", "TracePacker"]
+
+_F64 = struct.Struct("<d")
+
+
+def _put_reward(x, buf, off: int) -> None:
+    _F64.pack_into(buf, off, reward_value(x))
+
+
+def _put_flag(x, buf, off: int) -> None:
+    buf[off] = 1 if x else 0
+
+
+class RecordPacker:
+    """Writes one kind of record: fixed parts at precomputed offsets, then variable parts."""
+
+    def __init__(self, kind: int, fixed: list[tuple[int, Callable]], n_variable: int) -> None:
+        self.kind = kind
+        self.nparts = len(fixed) + n_variable
+        self._head = struct.Struct(f"<IHHQQ{self.nparts}I")
+        pos = align(REC_HEAD_BYTES + 4 * self.nparts)
+        self._puts = []
+        for size, put in fixed:
+            self._puts.append((put, pos))
+            pos += align(size)
+        self.fixed_bytes = pos
+        self._fixed_sizes = tuple(size for size, _ in fixed)
+
+    def write(self, ring: RingWriter, episode: int, step: int, values: list, variable: list, **wait) -> bool:
+        n = self.fixed_bytes
+        for v in variable:
+            n += align(len(v))
+        off = ring.reserve(n, **wait)
+        if off < 0:
+            return False
+        data = ring.data
+        for (put, o), x in zip(self._puts, values):
+            put(x, data, off + o)
+        pos = off + self.fixed_bytes
+        for v in variable:
+            k = len(v)
+            if k:
+                data[pos : pos + k] = v
+            pos += align(k)
+        self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, *map(len, variable))
+        ring.publish()
+        return True
+
+
+class TracePacker:
+    """RESET and STEP records of one (observation space, action space) pair."""
+
+    def __init__(self, obs_spec: dict, act_spec: dict) -> None:
+        obs = leaf_codecs(obs_spec, "observation")
+        act = leaf_codecs(act_spec, "action")
+        self._flat_obs = compile_flattener(obs_spec, "observation")
+        self._flat_act = compile_flattener(act_spec, "action")
+        self._obs_text = [c.size is None for c in obs]
+        self._act_text = [c.size is None for c in act]
+        self._has_text = any(self._obs_text) or any(self._act_text)
+        self._obs_enc = [c.encode for c in obs if c.size is None]
+        self._act_enc = [c.encode for c in act if c.size is None]
+        fixed_obs = [(c.size, c.put) for c in obs if c.size is not None]
+        fixed_act = [(c.size, c.put) for c in act if c.size is not None]
+        n_text = len(self._obs_enc) + len(self._act_enc)
+        self.step = RecordPacker(Kind.STEP, fixed_act + fixed_obs + [(8, _put_reward), (1, _put_flag), (1, _put_flag)], n_text + 1)
+        self.reset = RecordPacker(Kind.RESET, fixed_obs, len(self._obs_enc) + 2)
+
+    def min_step_bytes(self) -> int:
+        """The size of the smallest possible STEP record (empty texts and info)."""
+        return self.step.fixed_bytes
+
+    def _split(self, values: list, is_text: list[bool], encoders: list) -> tuple[list, list]:
+        fixed = [v for v, t in zip(values, is_text) if not t]
+        texts = [enc(v) for enc, v in zip(encoders, (v for v, t in zip(values, is_text) if t))]
+        return fixed, texts
+
+    def write_step(self, ring, episode, step, action, observation, reward, terminated, truncated, info: bytes, **wait) -> bool:
+        acts = self._flat_act(action)
+        obs = self._flat_obs(observation)
+        if not self._has_text:
+            return self.step.write(ring, episode, step, [*acts, *obs, reward, terminated, truncated], [info], **wait)
+        a_fixed, a_text = self._split(acts, self._act_text, self._act_enc)
+        o_fixed, o_text = self._split(obs, self._obs_text, self._obs_enc)
+        return self.step.write(
+            ring, episode, step, [*a_fixed, *o_fixed, reward, terminated, truncated], [*a_text, *o_text, info], **wait
+        )
+
+    def write_reset(self, ring, episode, observation, meta: bytes, info: bytes, **wait) -> bool:
+        obs = self._flat_obs(observation)
+        o_fixed, o_text = self._split(obs, self._obs_text, self._obs_enc)
+        return self.reset.write(ring, episode, 0, o_fixed, [*o_text, meta, info], **wait)

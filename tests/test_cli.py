@@ -1,0 +1,51 @@
+"""The ``envrec`` command as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+TIMEOUT_S = 90
+
+
+def run(*args, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "envrec", *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+
+def test_record_with_no_arguments_records_cartpole_into_recordings(tmp_path):
+    out = run("record", "-q", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "recorded 5 episode(s)" in out.stdout and "CartPole-v1" in out.stdout
+    assert (tmp_path / "recordings").is_dir()
+    out = run("inspect", str(tmp_path / "recordings"))
+    assert out.returncode == 0, out.stderr
+    assert "episodes: 5" in out.stdout and "present and complete" in out.stdout
+
+
+def test_record_options_and_inspect_finds_a_damaged_batch(tmp_path):
+    folder = tmp_path / "out"
+    out = run("record", "-q", "--steps", "120", "--seed", "3", "--out", str(folder), "--name-prefix", "mine")
+    assert out.returncode == 0, out.stderr
+    assert "120 step(s)" in out.stdout
+    bins = sorted(folder.glob("mine.ep*.bin"))
+    assert bins and all(p.name.startswith("mine.") for p in folder.iterdir())
+    with open(bins[0], "r+b") as f:
+        f.truncate(10)
+    out = run("inspect", str(folder))
+    assert out.returncode == 1
+    assert "10 bytes, the manifest says" in out.stderr
+
+
+def test_unknown_env_and_missing_folder_are_clear_errors(tmp_path):
+    out = run("record", "--env", "NoSuchEnv-v9", "--out", str(tmp_path))
+    assert out.returncode == 2 and "NoSuchEnv-v9" in out.stderr
+    out = run("inspect", str(tmp_path / "nothing"))
+    assert out.returncode == 2 and "no trace manifest" in out.stderr
