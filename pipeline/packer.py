@@ -13,21 +13,18 @@ from __future__ import annotations
 import struct
 from typing import Any, Callable
 
-from .records import Kind
+from .records import RST, Kind
 from .ring import REC_HEAD_BYTES, RingWriter, align
-from .schema import LeafCodec, compile_flattener, leaf_codecs, reward_value
+from .schema import compile_flattener, leaf_codecs, reward_value
 
 __all__ = ["RecordPacker", "TracePacker"]
 
-_F64 = struct.Struct("<d")
+_pack_rst = RST.pack_into
 
 
-def _put_reward(x, buf, off: int) -> None:
-    _F64.pack_into(buf, off, reward_value(x))
-
-
-def _put_flag(x, buf, off: int) -> None:
-    buf[off] = 1 if x else 0
+def _put_rst(rst: tuple, buf, off: int) -> None:
+    reward, terminated, truncated = rst
+    _pack_rst(buf, off, reward_value(reward), terminated, truncated)
 
 
 class RecordPacker:
@@ -38,30 +35,36 @@ class RecordPacker:
         self.nparts = len(fixed) + n_variable
         self._head = struct.Struct(f"<IHHQQ{self.nparts}I")
         pos = align(REC_HEAD_BYTES + 4 * self.nparts)
-        self._puts = []
-        for size, put in fixed:
-            self._puts.append((put, pos))
+        offsets = []
+        for size, _ in fixed:
+            offsets.append(pos)
             pos += align(size)
         self.fixed_bytes = pos
+        self._fns = tuple(put for _, put in fixed)
+        self._offs = tuple(offsets)
         self._fixed_sizes = tuple(size for size, _ in fixed)
 
-    def write(self, ring: RingWriter, episode: int, step: int, values: list, variable: list, **wait) -> bool:
-        n = self.fixed_bytes
+    def write(self, ring: RingWriter, episode: int, step: int, values: list, variable: list) -> bool:
+        """Write one record; False if the ring's policy dropped it. RecordError leaves nothing published."""
+        fixed = self.fixed_bytes
+        n = fixed
         for v in variable:
-            n += align(len(v))
-        off = ring.reserve(n, **wait)
+            n += (len(v) + 7) & -8
+        off = ring.reserve(n)
         if off < 0:
             return False
         data = ring.data
-        for (put, o), x in zip(self._puts, values):
+        for put, o, x in zip(self._fns, self._offs, values):
             put(x, data, off + o)
-        pos = off + self.fixed_bytes
+        pos = off + fixed
+        sizes = []
         for v in variable:
             k = len(v)
+            sizes.append(k)
             if k:
                 data[pos : pos + k] = v
-            pos += align(k)
-        self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, *map(len, variable))
+                pos += (k + 7) & -8
+        self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, *sizes)
         ring.publish()
         return True
 
@@ -82,7 +85,7 @@ class TracePacker:
         fixed_obs = [(c.size, c.put) for c in obs if c.size is not None]
         fixed_act = [(c.size, c.put) for c in act if c.size is not None]
         n_text = len(self._obs_enc) + len(self._act_enc)
-        self.step = RecordPacker(Kind.STEP, fixed_act + fixed_obs + [(8, _put_reward), (1, _put_flag), (1, _put_flag)], n_text + 1)
+        self.step = RecordPacker(Kind.STEP, fixed_act + fixed_obs + [(RST.size, _put_rst)], n_text + 1)
         self.reset = RecordPacker(Kind.RESET, fixed_obs, len(self._obs_enc) + 2)
 
     def min_step_bytes(self) -> int:
@@ -94,18 +97,18 @@ class TracePacker:
         texts = [enc(v) for enc, v in zip(encoders, (v for v, t in zip(values, is_text) if t))]
         return fixed, texts
 
-    def write_step(self, ring, episode, step, action, observation, reward, terminated, truncated, info: bytes, **wait) -> bool:
+    def write_step(self, ring, episode, step, action, observation, reward, terminated, truncated, info: bytes) -> bool:
         acts = self._flat_act(action)
         obs = self._flat_obs(observation)
         if not self._has_text:
-            return self.step.write(ring, episode, step, [*acts, *obs, reward, terminated, truncated], [info], **wait)
+            return self.step.write(ring, episode, step, [*acts, *obs, (reward, terminated, truncated)], [info])
         a_fixed, a_text = self._split(acts, self._act_text, self._act_enc)
         o_fixed, o_text = self._split(obs, self._obs_text, self._obs_enc)
         return self.step.write(
-            ring, episode, step, [*a_fixed, *o_fixed, reward, terminated, truncated], [*a_text, *o_text, info], **wait
+            ring, episode, step, [*a_fixed, *o_fixed, (reward, terminated, truncated)], [*a_text, *o_text, info]
         )
 
-    def write_reset(self, ring, episode, observation, meta: bytes, info: bytes, **wait) -> bool:
+    def write_reset(self, ring, episode, observation, meta: bytes, info: bytes) -> bool:
         obs = self._flat_obs(observation)
         o_fixed, o_text = self._split(obs, self._obs_text, self._obs_enc)
-        return self.reset.write(ring, episode, 0, o_fixed, [*o_text, meta, info], **wait)
+        return self.reset.write(ring, episode, 0, o_fixed, [*o_text, meta, info])

@@ -132,6 +132,7 @@ class TraceRecorder:
         )
         ctx = mp.get_context(start_method)
         self._ring = RingWriter(ring_bytes, ctx)
+        self._ring.set_policy(backpressure == "block", block_timeout_s, self._worker_usable)
         try:
             self._conn, child_conn = ctx.Pipe(duplex=False)
             self._proc = ctx.Process(
@@ -146,11 +147,6 @@ class TraceRecorder:
         except BaseException:
             self._ring.close()
             raise
-        self._wait = {
-            "block": backpressure == "block",
-            "timeout_s": block_timeout_s,
-            "alive": self._worker_usable,
-        }
         self._episode = -1
         self._step = 0
         self.records_dropped = 0
@@ -221,7 +217,7 @@ class TraceRecorder:
         """Write one record through ``write`` under the backpressure policy; count it if dropped."""
         if self.broken is None:
             try:
-                ok = write(self._ring, *args, **self._wait)
+                ok = write(self._ring, *args)
             except ConsumerGone:
                 self._check_worker()
                 ok = False
@@ -318,7 +314,8 @@ class TraceRecorder:
         try:
             if self._proc.exitcode is None:
                 try:
-                    self._ring.write(Kind.CLOSE, max(self._episode, 0), self._step, (), alive=self._proc_alive)
+                    self._ring.set_policy(True, None, self._proc_alive)  # CLOSE is never dropped
+                    self._ring.write(Kind.CLOSE, max(self._episode, 0), self._step, ())
                 except ConsumerGone:
                     pass
                 self._proc.join(self.close_timeout_s)

@@ -7,8 +7,9 @@ can write them at offsets computed once; then the variable-size ones):
   observation leaves, the pickled ``{"seed", "options"}`` of the reset, the
   pickled info.
 * ``STEP`` (episode, step=1..N): the fixed action leaves, the fixed
-  observation leaves, reward (f8), terminated (b1), truncated (b1), the Text
-  action leaves, the Text observation leaves, the info.
+  observation leaves, one 10-byte part of reward (f8), terminated (b1) and
+  truncated (b1) packed together (``RST``), the Text action leaves, the Text
+  observation leaves, the info.
 * ``CLOSE``: no parts; the recorder is closing, finalize and exit.
 
 Leaves are those of ``envrec.schema.leaves`` for the observation and action
@@ -18,12 +19,15 @@ keeps up to date for the env process are listed in ``Status``.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
 from .schema import Leaf, leaves
 
-__all__ = ["Kind", "Status", "TraceLayout"]
+__all__ = ["Kind", "Status", "TraceLayout", "RST"]
+
+RST = struct.Struct("<d??")  # reward, terminated, truncated: one part, written by one call
 
 
 class Kind(IntEnum):
@@ -73,7 +77,7 @@ class TraceLayout:
         return (
             self._keyed("actions", self.act_leaves, "array")
             + self._keyed("observations", self.obs_leaves, "array")
-            + [("rewards",), ("terminations",), ("truncations",)]
+            + [("rst",)]
             + self._keyed("actions", self.act_leaves, "text")
             + self._keyed("observations", self.obs_leaves, "text")
             + [("infos",)]

@@ -82,6 +82,7 @@ _REC_HEAD = struct.Struct("<IHHQQ")
 REC_HEAD_BYTES = _REC_HEAD.size  # 24
 ALIGN = 8
 
+PREFAULT_CHUNK_BYTES = 1 << 20
 WAIT_SLICE_S = 0.05  # longest sleep between checks of a peer's liveness while waiting
 
 
@@ -126,11 +127,13 @@ class _Segment:
 class RingWriter:
     """The producing side of a ring; lives in the env process, which owns the segment.
 
-    ``write(kind, episode, step, parts)`` copies ``parts`` (objects exposing the
-    buffer protocol, C-contiguous) into the ring. When the ring is full it
-    waits for room (``block``), or gives up after ``timeout_s`` / at once
-    (``drop``) and returns False. ``alive`` is polled while waiting; when it
-    returns False the write raises ``ConsumerGone`` instead of waiting forever.
+    ``write(kind, episode, step, parts)`` copies ``parts`` into the ring;
+    ``reserve``/``publish`` let a caller write a record in place. When the
+    ring is full, the policy set by ``set_policy`` applies: wait for room
+    (``block``, bounded by ``timeout_s`` if given) or give up at once; a
+    record given up on is not written and the call returns False / -1.
+    ``alive`` is polled while waiting; when it returns False the wait raises
+    ``ConsumerGone`` instead of waiting forever.
     """
 
     def __init__(self, capacity: int, ctx: BaseContext) -> None:
@@ -145,12 +148,26 @@ class RingWriter:
         self._items = ctx.Semaphore(0)
         self._space = ctx.Semaphore(0)
         self._data = self._seg.buf[HEADER_BYTES:]
+        self._prefault()
         self._write_pos = 0
         self._read_pos = 0  # last value seen; the consumer's copy only grows
+        self.block, self.timeout_s, self.alive = True, None, None
+        self._pending = 0
         self.high_water = 0
         self.blocked_s = 0.0
         self.records = 0
         self.closed = False
+
+    def _prefault(self) -> None:
+        """Touch every page once now, so the first lap of the ring costs no page faults in ``step()``."""
+        chunk = bytes(PREFAULT_CHUNK_BYTES)
+        for o in range(0, self.capacity, len(chunk)):
+            k = min(len(chunk), self.capacity - o)
+            self._data[o : o + k] = chunk[:k]
+
+    def set_policy(self, block: bool = True, timeout_s: float | None = None, alive: Callable[[], bool] | None = None) -> None:
+        """What ``reserve`` does when the ring is full (see the class docstring)."""
+        self.block, self.timeout_s, self.alive = block, timeout_s, alive
 
     @property
     def spec(self) -> RingSpec:
@@ -172,20 +189,11 @@ class RingWriter:
     def in_use(self) -> int:
         return self._write_pos - self._seg.words[_W_READ_POS]
 
-    def write(
-        self,
-        kind: int,
-        episode: int,
-        step: int,
-        parts: list | tuple,
-        *,
-        block: bool = True,
-        timeout_s: float | None = None,
-        alive: Callable[[], bool] | None = None,
-    ) -> bool:
-        sizes = [len(p) for p in parts]  # parts are bytes or 1-D byte views
+    def write(self, kind: int, episode: int, step: int, parts: list | tuple) -> bool:
+        """Copy a record of ``parts`` (bytes or 1-D byte views) into the ring; False if dropped."""
+        sizes = [len(p) for p in parts]
         n = record_size(sizes)
-        off = self.reserve(n, block, timeout_s, alive)
+        off = self.reserve(n)
         if off < 0:
             return False
         data = self._data
@@ -204,7 +212,7 @@ class RingWriter:
         """The data area, for callers that write a reserved record in place."""
         return self._data
 
-    def reserve(self, n: int, block: bool = True, timeout_s: float | None = None, alive=None) -> int:
+    def reserve(self, n: int) -> int:
         """Room for a record of ``n`` bytes (a multiple of 8): its offset in ``data``, or -1 if dropped.
 
         Nothing is visible to the consumer until ``publish()``; a reservation
@@ -222,7 +230,7 @@ class RingWriter:
         need = pad + n
         if cap - (w - self._read_pos) < need:
             self._read_pos = self._seg.words[_W_READ_POS]
-            if cap - (w - self._read_pos) < need and not self._wait_for_room(need, block, timeout_s, alive):
+            if cap - (w - self._read_pos) < need and not self._wait_for_room(need):
                 return -1
         if pad:
             if pad >= REC_HEAD_BYTES:  # a shorter tail is skipped by the consumer without a PAD record
@@ -241,9 +249,10 @@ class RingWriter:
         self.records += 1
         self._items.release()
 
-    def _wait_for_room(self, need: int, block: bool, timeout_s: float | None, alive) -> bool:
-        if not block:
+    def _wait_for_room(self, need: int) -> bool:
+        if not self.block:
             return False
+        timeout_s, alive = self.timeout_s, self.alive
         words, space, cap = self._seg.words, self._space, self.capacity
         start = time.monotonic()
         deadline = None if timeout_s is None else start + timeout_s

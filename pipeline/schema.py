@@ -117,6 +117,7 @@ def _array_put(leaf: Leaf, where: str) -> Callable[[Any, Any, int], None]:
     dtype = np.dtype(leaf.dtype)
     shape = leaf.shape
     n = leaf.nbytes
+    small = n <= SMALL_ARRAY_BYTES
 
     def put(x, buf, off: int) -> None:
         a = x if type(x) is np.ndarray else np.asarray(x)
@@ -126,9 +127,12 @@ def _array_put(leaf: Leaf, where: str) -> Callable[[Any, Any, int], None]:
             a = a.astype(dtype)
         elif a.shape != shape:
             raise RecordError(_mismatch(where, dtype, shape, a))
-        if not a.flags.c_contiguous:
-            a = np.ascontiguousarray(a)
-        buf[off : off + n] = memoryview(a).cast("B")
+        if small:
+            buf[off : off + n] = a.tobytes()  # C order whatever the layout; cheapest for a few bytes
+        else:
+            if not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)
+            buf[off : off + n] = memoryview(a).cast("B")
 
     return put
 
@@ -140,6 +144,7 @@ def _mismatch(where: str, dtype, shape, a: np.ndarray) -> str:
     )
 
 
+SMALL_ARRAY_BYTES = 512  # below this, bytes() plus a copy beats building a memoryview
 _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
 
@@ -148,7 +153,10 @@ def _int_put(where: str) -> Callable[[Any, Any, int], None]:
     pack_into = _I64.pack_into
 
     def put(x, buf, off: int) -> None:
-        if isinstance(x, (int, np.integer)):
+        t = type(x)
+        if t is int or t is np.int64:
+            v = int(x)
+        elif isinstance(x, (int, np.integer)):
             v = int(x)
         elif isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "iub":
             v = int(x)
@@ -243,6 +251,9 @@ def _short(x: Any) -> str:
 
 def reward_value(x) -> float:
     """A reward as a float (RecordError for anything that is not a real number)."""
+    t = type(x)
+    if t is float or t is int or t is np.float64 or t is np.float32:
+        return float(x)
     if isinstance(x, (numbers.Real, np.number)) and not isinstance(x, (complex, np.complexfloating)):
         return float(x)
     if isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "iufb":

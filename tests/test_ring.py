@@ -85,24 +85,31 @@ def test_record_larger_than_ring_is_rejected_and_ring_still_works(ring):
 def test_drop_policy_returns_false_when_full_and_loses_nothing_already_in(ring):
     w, r = ring
     n_fit = 0
-    while w.write(1, 0, n_fit, [_payload(1000, n_fit)], block=False):
+    w.set_policy(block=False)
+    while w.write(1, 0, n_fit, [_payload(1000, n_fit)]):
         n_fit += 1
     assert n_fit == 8192 // record_size([1000])
     for i in range(n_fit):
         rec = r.next(1.0)
         assert bytes(rec.parts[0]) == _payload(1000, i)
     r.release()
-    assert w.write(1, 0, 99, [b"again"], block=False)
+    assert w.write(1, 0, 99, [b"again"])
     assert bytes(r.next(1.0).parts[0]) == b"again"
     r.release()
 
 
+def fill(w):
+    w.set_policy(block=False)
+    while w.write(1, 0, 0, [b"x" * 1000]):
+        pass
+
+
 def test_block_with_timeout_gives_up_after_the_timeout(ring):
     w, _ = ring
-    while w.write(1, 0, 0, [b"x" * 1000], block=False):
-        pass
+    fill(w)
+    w.set_policy(block=True, timeout_s=0.2)
     t0 = time.monotonic()
-    assert not w.write(1, 0, 0, [b"x" * 1000], timeout_s=0.2)
+    assert not w.write(1, 0, 0, [b"x" * 1000])
     waited = time.monotonic() - t0
     assert 0.18 <= waited < 2.0
     assert w.blocked_s >= 0.18
@@ -110,8 +117,7 @@ def test_block_with_timeout_gives_up_after_the_timeout(ring):
 
 def test_blocked_writer_wakes_when_the_consumer_releases(ring):
     w, r = ring
-    while w.write(1, 0, 0, [b"x" * 1000], block=False):
-        pass
+    fill(w)
 
     def consume_later():
         time.sleep(0.2)
@@ -120,19 +126,20 @@ def test_blocked_writer_wakes_when_the_consumer_releases(ring):
 
     t = threading.Thread(target=consume_later)
     t.start()
+    w.set_policy(block=True, timeout_s=5.0)
     t0 = time.monotonic()
-    assert w.write(1, 0, 1, [b"y" * 1000], timeout_s=5.0)
+    assert w.write(1, 0, 1, [b"y" * 1000])
     t.join(5)
     assert time.monotonic() - t0 < 2.0
 
 
 def test_blocked_writer_raises_when_consumer_is_gone(ring):
     w, _ = ring
-    while w.write(1, 0, 0, [b"x" * 1000], block=False):
-        pass
+    fill(w)
+    w.set_policy(block=True, alive=lambda: False)
     t0 = time.monotonic()
     with pytest.raises(ConsumerGone):
-        w.write(1, 0, 0, [b"x" * 1000], alive=lambda: False)
+        w.write(1, 0, 0, [b"x" * 1000])
     assert time.monotonic() - t0 < 1.0
 
 
@@ -166,11 +173,12 @@ def test_sweep_removes_segments_of_dead_owners_only(ring):
 def test_property_random_sizes_wrap_many_times_without_corruption(ring, batches):
     """Produce records of random sizes and consume them in random-sized bursts: all arrive intact, in order."""
     w, r = ring
+    w.set_policy(block=False)
     sent, received = [], []
     seq = 0
     for part_sizes, burst in batches:
         parts = [_payload(n, seq * 7 + k) for k, n in enumerate(part_sizes)]
-        while not w.write(2, seq, seq, parts, block=False):
+        while not w.write(2, seq, seq, parts):
             rec = r.next(1.0)
             assert rec is not None
             received.append((rec.step, [bytes(p) for p in rec.parts]))

@@ -24,6 +24,7 @@ import faulthandler
 import logging
 import os
 import signal
+import time
 import traceback
 
 from envrec.records import Status
@@ -36,6 +37,10 @@ __all__ = ["serializer_main"]
 logger = logging.getLogger("envrec.workers")
 
 PARENT_CHECK_S = 0.5  # how long a worker may go without noticing its env process is gone
+# When the ring runs dry the worker naps this long before it sleeps on the ring's
+# semaphore: records posted meanwhile wake no one, so the env process pays no
+# system call per step, and the worker handles them in one burst.
+COALESCE_S = 0.002
 
 
 def _parent_gone(parent_pid: int) -> bool:
@@ -76,7 +81,10 @@ def _loop(reader: RingReader, ser: Serializer | None, conn, parent_pid: int) -> 
     broken = ser is None
     discarded = 0
     while True:
-        rec = reader.next(PARENT_CHECK_S)
+        rec = reader.poll()
+        if rec is None:
+            time.sleep(COALESCE_S)
+            rec = reader.poll() or reader.next(PARENT_CHECK_S)
         if rec is None:
             if _parent_gone(parent_pid):
                 break

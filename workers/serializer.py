@@ -119,9 +119,7 @@ class Serializer:
             if not f.direct:
                 f.spill = self._spill()
         special = {
-            ("rewards",): self._on_reward,
-            ("terminations",): self._on_terminated,
-            ("truncations",): self._on_truncated,
+            ("rst",): self._on_rst,
             ("infos",): self._on_info,
             ("meta",): self._on_meta,
         }
@@ -179,17 +177,14 @@ class Serializer:
             info = {"__envrec_error__": f"info could not be read: {exc!r}"}
         self._infos.write(encode_json(info))
 
-    def _on_reward(self, mv) -> None:
-        self._rewards.write(mv, self.batch)
-        self._ep["return"] += decode_reward(mv)
-
-    def _on_terminated(self, mv) -> None:
-        self._terms.write(mv, self.batch)
-        self._ep["terminated"] = mv[0] != 0
-
-    def _on_truncated(self, mv) -> None:
-        self._truncs.write(mv, self.batch)
-        self._ep["truncated"] = mv[0] != 0
+    def _on_rst(self, mv) -> None:
+        batch, ep = self.batch, self._ep
+        self._rewards.write(mv[0:8], batch)
+        self._terms.write(mv[8:9], batch)
+        self._truncs.write(mv[9:10], batch)
+        ep["return"] += decode_reward(mv[0:8])
+        ep["terminated"] = mv[8] != 0
+        ep["truncated"] = mv[9] != 0
 
     def _on_step(self, rec) -> None:
         if not self.episode_open or rec.episode != self._ep["episode_id"]:
