@@ -143,11 +143,14 @@ def bench(make_env, label: str, rounds: int, steps: int, folder: str) -> list[di
         "envrec": envrec.RecordTrace(make_env(), os.path.join(folder, label, "envrec")),
         "inprocess": InProcessTrace(make_env(), _mkdir(os.path.join(folder, label, "inprocess"))),
     }
+    inside: list[float] = []  # seconds spent inside envrec's add_step/add_reset, per call
+    _time_calls(variants["envrec"].recorder, inside)
     states = {k: {"done": True} for k in variants}
     per_step = {k: [] for k in variants}
     longest = {k: 0.0 for k in variants}
     for k, env in variants.items():  # warm up: first episode, worker start
         run_steps(env, min(steps, 500), states[k])
+    inside.clear()
     for r in range(rounds):
         for k, env in variants.items():
             secs, worst = run_steps(env, steps, states[k])
@@ -171,8 +174,32 @@ def bench(make_env, label: str, rounds: int, steps: int, folder: str) -> list[di
                 "longest_call_ms": longest[k] * 1e3,
             }
         )
+    inside_us = np.array(inside) * 1e6
+    rows.append(
+        {
+            "env": label,
+            "variant": "envrec inside",
+            "p50_us": float(np.percentile(inside_us, 50)),
+            "p99_us": float(np.percentile(inside_us, 99)),
+            "max_us": float(inside_us.max()),
+        }
+    )
     rows.append({"env": label, "variant": "envrec stats", **{k: stats[k] for k in ("records_dropped", "blocked_s", "ring_high_water_bytes")}})
     return rows
+
+
+def _time_calls(recorder, out: list) -> None:
+    """Record how long each add_step/add_reset call takes (one perf_counter pair per call)."""
+    pc = time.perf_counter
+    for name in ("add_step", "add_reset"):
+        inner = getattr(recorder, name)
+
+        def timed(*args, _inner=inner, **kwargs):
+            t0 = pc()
+            _inner(*args, **kwargs)
+            out.append(pc() - t0)
+
+        setattr(recorder, name, timed)
 
 
 def _mkdir(path: str) -> str:
@@ -187,9 +214,9 @@ def main() -> None:
     p.add_argument(
         "--frame-step-us",
         type=float,
-        default=300.0,
-        help="CPU each synthetic frame step burns (default 300: ~3300 steps/s, 330 MB/s of frames, "
-        "within what this disk absorbs; at 0 every recorder is bound by the disk, not by the env side)",
+        default=600.0,
+        help="CPU each synthetic frame step burns (default 600: ~1600 steps/s, 165 MB/s of frames, "
+        "well within what this disk absorbs; near 0 every recorder is bound by the disk, not by the env side)",
     )
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = p.parse_args()
@@ -202,8 +229,12 @@ def main() -> None:
         return
     print(f"{'env':<18} {'variant':<10} {'µs/step':>9} {'+µs/step':>9} {'speed':>7} {'longest call':>13}")
     for r in rows:
+        if "p50_us" in r:
+            print(f"{r['env']:<18} {'':<10} time inside envrec per call: p50 {r['p50_us']:.1f} µs, "
+                  f"p99 {r['p99_us']:.1f} µs, max {r['max_us'] / 1e3:.2f} ms")
+            continue
         if "us_per_step" not in r:
-            print(f"{r['env']:<18} {r['variant']:<10} dropped={r['records_dropped']} blocked={r['blocked_s']:.3f}s "
+            print(f"{r['env']:<18} {'':<10} dropped={r['records_dropped']} blocked={r['blocked_s']:.3f}s "
                   f"ring high water={r['ring_high_water_bytes'] / 2**20:.1f} MiB")
             continue
         print(
