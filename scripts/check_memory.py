@@ -1,0 +1,76 @@
+"""Is memory flat in episode length? One long episode of Atari-sized frames, RSS sampled as it runs.
+
+Records a single episode of ``--steps`` steps (default 100,000) of 210x160x3
+uint8 observations with ``envrec.RecordTrace`` and prints the RSS of the env
+process and of the serializer at checkpoints, then the growth between the
+first checkpoint and the end. Buffering the episode would need ~10 GB.
+Usage: ``python scripts/check_memory.py [--steps 100000] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+
+import gymnasium as gym
+import numpy as np
+import psutil
+from gymnasium import spaces
+
+import envrec
+
+
+class EndlessFrames(gym.Env):
+    observation_space = spaces.Box(0, 255, (210, 160, 3), np.uint8)
+    action_space = spaces.Discrete(4)
+
+    def __init__(self) -> None:
+        self.frame = np.zeros((210, 160, 3), np.uint8)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        return self.frame.copy(), {}
+
+    def step(self, action):
+        self.t += 1
+        self.frame[0, 0, 0] = self.t % 256
+        return self.frame.copy(), 0.0, False, False, {}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=100_000)
+    p.add_argument("--out", default=None, help="folder for the trace (default: a temporary one, removed after)")
+    args = p.parse_args()
+    folder = args.out or tempfile.mkdtemp(prefix="envrec-memory-")
+    try:
+        env = envrec.RecordTrace(EndlessFrames(), folder)
+        env.reset()
+        procs = {"env": psutil.Process(), "serializer": psutil.Process(env.stats()["worker_pid"])}
+        samples = []
+        checkpoints = sorted({args.steps // 10 * k for k in range(1, 11)})
+        t0 = time.monotonic()
+        step = 0
+        for cp in checkpoints:
+            while step < cp:
+                env.step(0)
+                step += 1
+            rss = {k: pr.memory_info().rss / 2**20 for k, pr in procs.items()}
+            samples.append(rss)
+            print(f"step {step:>7}: " + ", ".join(f"{k} RSS {v:7.1f} MiB" for k, v in rss.items()), flush=True)
+        env.close()
+        elapsed = time.monotonic() - t0
+        ep = envrec.TraceReader(folder)[0]
+        assert ep.length == args.steps and ep.observations.shape[0] == args.steps + 1
+        growth = {k: samples[-1][k] - samples[0][k] for k in procs}
+        print(f"{args.steps} steps in {elapsed:.0f} s, {ep.observations.nbytes / 2**30:.1f} GiB of observations read back")
+        print("RSS growth from the first checkpoint to the last: " + ", ".join(f"{k} {v:+.1f} MiB" for k, v in growth.items()))
+    finally:
+        if args.out is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
