@@ -37,17 +37,27 @@ class Kind(IntEnum):
 
 
 class Status(IntEnum):
-    """Indices of the serializer's status words."""
+    """Indices of the status words a worker keeps up to date for the env process.
 
-    RECORDS = 0  # records handled
-    STEPS = 1  # step records handled
-    EPISODES = 2  # episodes finished (written into a batch)
-    BATCHES = 3  # batches committed
-    BYTES = 4  # bytes committed (batch files)
-    STEPS_COMMITTED = 5  # steps inside committed batches
-    BROKEN = 6  # 1 once the serializer has failed; records are then discarded
-    DISCARDED = 7  # records discarded because the stream is broken
-    READY = 8  # 1 once the worker has attached and opened its output
+    The first four mean the same for every stream; the rest belong to one stream.
+    """
+
+    READY = 0  # 1 once the worker has attached and opened its output
+    BROKEN = 1  # 1 once the worker has failed; records are then discarded
+    DISCARDED = 2  # records discarded because the stream is broken
+    RECORDS = 3  # records handled
+    # trace stream
+    STEPS = 4  # step records handled
+    EPISODES = 5  # episodes finished (written into a batch)
+    BATCHES = 6  # batches committed
+    BYTES = 7  # bytes committed (batch files)
+    STEPS_COMMITTED = 8  # steps inside committed batches
+    # video stream
+    CLIPS = 9  # clips finished
+    FRAMES_WRITTEN = 10  # frames handed to an encoder
+    FRAMES_DROPPED = 11  # frames the worker could not encode (broken clip, bad frame)
+    ENCODER_PID = 12  # pid of the running ffmpeg, 0 when none
+    CLIPS_BROKEN = 13  # clips that ended broken
 
 
 @dataclass(frozen=True)

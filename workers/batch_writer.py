@@ -26,7 +26,8 @@ from envrec.trace_format import batch_names, ndarray_descriptor
 
 __all__ = ["BatchWriter", "ArrayField", "JsonField"]
 
-FILE_BUFFER_BYTES = 1 << 20  # large enough that small per-step writes rarely reach the kernel
+FILE_BUFFER_BYTES = 1 << 20  # batch files: large sequential writes
+SPILL_BUFFER_BYTES = 64 << 10  # spill files: coalesces tiny per-step writes; each buffer is memory every episode reuses
 ALIGN = 8
 
 

@@ -21,7 +21,7 @@ from envrec.records import Kind, Status, TraceLayout
 from envrec.schema import Leaf, decode_reward
 from envrec.trace_format import FORMAT_NAME, FORMAT_VERSION, manifest_name
 
-from .batch_writer import FILE_BUFFER_BYTES, ArrayField, BatchWriter, EpisodeFields, JsonField
+from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, BatchWriter, EpisodeFields, JsonField
 
 __all__ = ["SerializerConfig", "Serializer"]
 
@@ -89,7 +89,7 @@ class Serializer:
     # -- fields ----------------------------------------------------------
     def _spill(self) -> Any:
         path = os.path.join(self.cfg.folder, f".{self.cfg.prefix}.spill{len(self._spills)}.{os.getpid()}{TMP_SUFFIX}")
-        f = open(path, "w+b", buffering=FILE_BUFFER_BYTES)
+        f = open(path, "w+b", buffering=SPILL_BUFFER_BYTES)
         self._spills.append((f, path))
         return f
 

@@ -1,0 +1,199 @@
+"""Env side: one stream of records (a ring and the worker that drains it) under a policy.
+
+A recorder (trace or video) owns one ``Stream``. ``send`` writes a record
+under the backpressure policy and counts what is dropped; every
+``STATUS_CHECK_INTERVAL_S`` (and at once when a write finds the worker dead)
+the stream checks its worker. A failed worker is logged once with its cause
+and the stream is marked broken: later records are dropped and counted, the
+env goes on. With ``strict=True`` the next call raises ``WorkerError``
+instead, the worker's traceback as its cause. ``restart()`` replaces a broken
+worker (and its ring) with a fresh one, a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing as mp
+import time
+import weakref
+from typing import Any, Callable
+
+from .errors import ConfigError, RecordError, WorkerError
+from .records import Kind, Status
+from .ring import ConsumerGone, RingWriter
+from .shm import sweep_orphans
+from .supervisor import Worker
+
+__all__ = ["Stream", "STATUS_CHECK_INTERVAL_S", "BACKPRESSURE_POLICIES", "register_closer"]
+
+logger = logging.getLogger(__name__)
+
+STATUS_CHECK_INTERVAL_S = 0.5  # how late a dead or failed worker may be noticed while recording
+BACKPRESSURE_POLICIES = ("block", "drop")
+
+
+class Stream:
+    """A ring plus its worker process, with the backpressure and failure policy."""
+
+    def __init__(
+        self,
+        role: str,
+        target: Callable,
+        config: Any,
+        *,
+        ring_bytes: int,
+        backpressure: str = "block",
+        block_timeout_s: float | None = None,
+        strict: bool = False,
+        start_method: str = "spawn",
+        close_timeout_s: float = 60.0,
+    ) -> None:
+        if backpressure not in BACKPRESSURE_POLICIES:
+            raise ConfigError(f"backpressure must be one of {BACKPRESSURE_POLICIES}, not {backpressure!r}")
+        self.role = role
+        self._target, self._config = target, config
+        self.ring_bytes = ring_bytes
+        self.backpressure = backpressure
+        self.block_timeout_s = block_timeout_s
+        self.strict = strict
+        self.start_method = start_method
+        self.close_timeout_s = close_timeout_s
+        self._ctx = mp.get_context(start_method)
+        self.records_dropped = 0
+        self.broken: str | None = None
+        self.broken_cause: BaseException | None = None
+        self.restarts = 0
+        self.closed = False
+        self._final: dict[int, int] = {}
+        self._totals: dict[int, int] = {}  # counters of workers already replaced
+        sweep_orphans()
+        self._start()
+
+    def _start(self) -> None:
+        self.ring = RingWriter(self.ring_bytes, self._ctx)
+        try:
+            self.worker = Worker(self.role, self._target, self._config, self.ring, self._ctx, self.start_method)
+        except BaseException:
+            self.ring.close()
+            raise
+        self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self.worker.usable)
+        self._next_check = time.monotonic() + STATUS_CHECK_INTERVAL_S
+
+    # -- sending -------------------------------------------------------------
+    def check_open(self) -> None:
+        if self.closed:
+            raise RecordError(f"this {self.role} stream is closed")
+        if self.strict and self.broken is not None:
+            raise WorkerError(f"the {self.role} stream is broken: {self.broken}") from self.broken_cause
+
+    def send(self, write: Callable[..., bool], *args) -> bool:
+        """Write one record through ``write(ring, *args)``; False (and counted) if it was dropped."""
+        ok = False
+        if self.broken is None:
+            try:
+                ok = write(self.ring, *args)
+            except ConsumerGone:
+                self.check()
+        if not ok:
+            self.records_dropped += 1
+        if time.monotonic() >= self._next_check:
+            self.check()
+        return ok
+
+    def check(self) -> None:
+        """Look at the worker now; mark the stream broken (once) if it failed."""
+        self._next_check = time.monotonic() + STATUS_CHECK_INTERVAL_S
+        if self.broken is None:
+            failure = self.worker.failure()
+            if failure is not None:
+                self._mark_broken(*failure)
+        if self.strict and self.broken is not None:
+            raise WorkerError(f"the {self.role} stream is broken: {self.broken}") from self.broken_cause
+
+    def _mark_broken(self, why: str, cause: BaseException | None) -> None:
+        last = ""
+        if cause is not None:
+            lines = [ln for ln in str(cause).strip().strip('"').strip().splitlines() if ln.strip()]
+            last = f": {lines[-1].strip()}" if lines else ""
+        self.broken = why + last
+        self.broken_cause = cause or WorkerError(why)
+        logger.error(
+            "envrec: the %s stream is broken (%s); the environment goes on, later records are dropped "
+            "and counted. What was committed before is intact.%s",
+            self.role,
+            self.broken,
+            f"\nWorker traceback:{cause}" if cause is not None else "",
+        )
+
+    def restart(self) -> bool:
+        """Replace a broken worker and its ring with fresh ones; False when not possible."""
+        if self.closed:
+            return False
+        for i in range(len(Status)):
+            self._totals[i] = self._totals.get(i, 0) + self.ring.status(i)
+        self._shutdown()
+        self._start()
+        self.restarts += 1
+        self.broken = self.broken_cause = None
+        logger.warning("envrec: started a fresh %s (restart %d)", self.role, self.restarts)
+        return True
+
+    # -- counters and ending ---------------------------------------------------
+    def status(self, index: int) -> int:
+        """A status word of the worker, summed over restarts (its last value after close)."""
+        now = self._final.get(index, 0) if self.ring.closed else self.ring.status(index)
+        return self._totals.get(index, 0) + now
+
+    @property
+    def worker_pid(self) -> int:
+        return self.worker.pid
+
+    def _close_record(self) -> None:
+        self.ring.set_policy(True, None, self.worker.alive)  # CLOSE is never dropped while the worker lives
+        try:
+            self.ring.write(Kind.CLOSE, 0, 0, ())
+        except ConsumerGone:
+            pass
+
+    def _shutdown(self) -> None:
+        try:
+            self.worker.close(self.close_timeout_s, self._close_record)
+        finally:
+            self._final = {i: self.ring.status(i) for i in range(len(Status))}
+            self.ring.close()
+
+    def close(self) -> dict | None:
+        """Shut the worker down cleanly (see ``supervisor``); harmless when repeated."""
+        if self.closed:
+            return self.worker.summary
+        self.closed = True
+        try:
+            self._shutdown()
+        finally:
+            if self.broken is None:
+                failure = self.worker.failure_after_close()
+                if failure is not None:
+                    self._mark_broken(*failure)
+        return self.worker.summary
+
+
+_live: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def register_closer(obj: Any) -> None:
+    """Close ``obj`` at interpreter exit if the program forgot to (before multiprocessing reaps workers)."""
+    _live.add(obj)
+
+
+def unregister_closer(obj: Any) -> None:
+    _live.discard(obj)
+
+
+@atexit.register
+def _close_forgotten() -> None:
+    for obj in list(_live):
+        try:
+            obj.close()
+        except Exception:  # at exit, one failing recorder must not keep the others from closing
+            logger.exception("envrec: closing a recorder at exit failed")
