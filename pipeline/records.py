@@ -12,6 +12,14 @@ can write them at offsets computed once; then the variable-size ones):
   observation leaves, the info.
 * ``CLOSE``: no parts; the recorder is closing, finalize and exit.
 
+The video stream's kinds:
+
+* ``CLIP_START``: one part, the clip's JSON description (name, fps, episode, kind).
+* ``FRAME`` (episode, step): ``FRAME_SHAPE`` (height, width, channels), then the pixels (uint8, C order).
+* ``TEXT_FRAME`` (episode, step): the frame's text, UTF-8.
+* ``CLIP_BROKEN``: one part, why the env side stopped the clip (a bad frame).
+* ``CLIP_END``: one part, JSON of what the env side knows (frames it dropped).
+
 Leaves are those of ``envrec.schema.leaves`` for the observation and action
 spaces, in that order. Status words (``ring.STATUS_WORDS``) the serializer
 keeps up to date for the env process are listed in ``Status``.
@@ -25,15 +33,21 @@ from enum import IntEnum
 
 from .schema import Leaf, leaves
 
-__all__ = ["Kind", "Status", "TraceLayout", "RST"]
+__all__ = ["Kind", "Status", "TraceLayout", "RST", "FRAME_SHAPE"]
 
 RST = struct.Struct("<d??")  # reward, terminated, truncated: one part, written by one call
+FRAME_SHAPE = struct.Struct("<III")  # height, width, channels of a video frame
 
 
 class Kind(IntEnum):
     RESET = 1
     STEP = 2
     CLOSE = 3
+    CLIP_START = 10
+    FRAME = 11
+    TEXT_FRAME = 12
+    CLIP_BROKEN = 13
+    CLIP_END = 14
 
 
 class Status(IntEnum):

@@ -4,6 +4,6 @@ Imports go one way: ``envrec.workers`` uses the shared parts of ``envrec``
 (ring, records, schema, atomic files), never the env-side recorder.
 """
 
-from .entry import serializer_main
+from .entry import encoder_main, serializer_main
 
-__all__ = ["serializer_main"]
+__all__ = ["serializer_main", "encoder_main"]

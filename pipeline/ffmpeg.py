@@ -1,0 +1,109 @@
+"""Finding ffmpeg and building its command lines (pure functions, unit-tested).
+
+Discovery order (DESIGN.md): an explicit path, the ``ENVREC_FFMPEG``
+environment variable, ``ffmpeg`` on PATH, ``avconv`` on PATH, then the binary
+that ``imageio-ffmpeg`` ships, so a plain ``pip install`` records video.
+
+Encoding: raw frames arrive on stdin (``rgb24`` for 3 channels, ``rgba`` for
+4 — byte order R, G, B, A in memory, so colours stay exact; ``gray`` for 2-D
+frames). libx264 with ``yuv420p`` needs even sizes: odd sizes are padded by
+one row/column, never refused. While a clip records it is a *fragmented*
+MP4 (a fragment per keyframe, one keyframe a second by default), so a clip cut
+short by a kill decodes up to its last complete fragment; a clip closed
+cleanly is then remuxed (no re-encode) into a standard MP4 with its index at
+the front, which every browser plays.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from .errors import ConfigError
+
+__all__ = ["FFMPEG_ENV_VAR", "VideoSettings", "find_ffmpeg", "encode_command", "remux_command", "encoded_size"]
+
+FFMPEG_ENV_VAR = "ENVREC_FFMPEG"
+PIX_FMT_IN = {1: "gray", 3: "rgb24", 4: "rgba"}
+
+
+@dataclass(frozen=True)
+class VideoSettings:
+    """How clips are encoded. Defaults measured on RL-sized frames (see README, "Video")."""
+
+    codec: str = "libx264"
+    preset: str | None = "ultrafast"  # lowest CPU per frame; larger files
+    crf: int | None = 23
+    pix_fmt: str = "yuv420p"  # what browsers play
+    threads: int = 1  # as fast as more threads on small frames, and kinder to the env's core
+    keyframe_interval_s: float = 1.0  # fragment length: what a kill can cost at most
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+
+def find_ffmpeg(explicit: str | None = None) -> tuple[str, str]:
+    """``(path, backend)`` of the encoder to use; ConfigError naming how to fix it when none is found."""
+    if explicit:
+        path = shutil.which(explicit) or (explicit if os.access(explicit, os.X_OK) else None)
+        if path is None:
+            raise ConfigError(f"ffmpeg={explicit!r} is not an executable file")
+        return path, _backend(path)
+    from_env = os.environ.get(FFMPEG_ENV_VAR)
+    if from_env:
+        path = shutil.which(from_env) or (from_env if os.access(from_env, os.X_OK) else None)
+        if path is None:
+            raise ConfigError(f"{FFMPEG_ENV_VAR}={from_env!r} is not an executable file")
+        return path, _backend(path)
+    for name in ("ffmpeg", "avconv"):
+        path = shutil.which(name)
+        if path:
+            return path, name
+    try:
+        import imageio_ffmpeg
+
+        return imageio_ffmpeg.get_ffmpeg_exe(), "ffmpeg"
+    except (ImportError, RuntimeError) as exc:
+        raise ConfigError(
+            "found no ffmpeg to encode video: install the imageio-ffmpeg package (pip install imageio-ffmpeg, "
+            f"a dependency of envrec), put ffmpeg on PATH, or set {FFMPEG_ENV_VAR} to its path ({exc})"
+        ) from exc
+
+
+def _backend(path: str) -> str:
+    return "avconv" if os.path.basename(path).startswith("avconv") else "ffmpeg"
+
+
+def encoded_size(width: int, height: int, pix_fmt: str) -> tuple[int, int]:
+    """The size ffmpeg will encode: even in both directions for chroma-subsampled formats."""
+    if pix_fmt in ("yuv420p", "yuvj420p", "nv12", "yuv422p"):
+        return width + width % 2, height + height % 2
+    return width, height
+
+
+def encode_command(
+    exe: str, width: int, height: int, channels: int, fps: float, out_path: str, settings: VideoSettings
+) -> list[str]:
+    """The command that encodes raw frames from stdin into a fragmented MP4 at ``out_path``."""
+    if channels not in PIX_FMT_IN:
+        raise ValueError(f"frames must have 1, 3 or 4 channels, not {channels}")
+    cmd = [exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
+    cmd += ["-f", "rawvideo", "-pix_fmt", PIX_FMT_IN[channels], "-s", f"{width}x{height}", "-framerate", f"{fps:g}"]
+    cmd += ["-i", "pipe:0"]
+    if encoded_size(width, height, settings.pix_fmt) != (width, height):
+        cmd += ["-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2"]
+    cmd += ["-c:v", settings.codec]
+    if settings.preset:
+        cmd += ["-preset", settings.preset]
+    if settings.crf is not None:
+        cmd += ["-crf", str(settings.crf)]
+    cmd += ["-pix_fmt", settings.pix_fmt, "-threads", str(settings.threads)]
+    cmd += ["-g", str(max(1, round(fps * settings.keyframe_interval_s)))]
+    cmd += ["-movflags", "+frag_keyframe+empty_moov+default_base_moof"]
+    cmd += [*settings.extra_args, "-f", "mp4", out_path]
+    return cmd
+
+
+def remux_command(exe: str, src: str, dst: str) -> list[str]:
+    """The command that turns a finished fragmented MP4 into a standard one (no re-encode)."""
+    return [exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-y", "-i", src, "-c", "copy",
+            "-movflags", "+faststart", "-f", "mp4", dst]

@@ -1,0 +1,329 @@
+"""The encoder: turns the records of a frame ring into video clips (or asciicasts) with metadata.
+
+Per clip: ffmpeg starts at the clip's first frame (its size is known then);
+each frame is written to ffmpeg's stdin straight from the ring; at the clip's
+end ffmpeg finishes, the fragmented MP4 is remuxed into a standard one, and
+``NAME.meta.json`` is written beside it. A clip whose ffmpeg dies, hangs or
+refuses its input, or whose frames change shape, is *broken*: what ffmpeg
+wrote is kept (a fragmented MP4 decodes up to its last complete fragment),
+later frames of that clip are dropped and counted, and the metadata says why.
+The next clip starts a fresh ffmpeg. A clip with no frame leaves no video
+file, only metadata marked ``empty`` (as old gym's recorder did).
+
+Text frames (``render_mode="ansi"``) are written as asciicast v2 (``.cast``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from envrec.atomic import TMP_SUFFIX, commit_file, write_atomic
+from envrec.ffmpeg import VideoSettings, encode_command, encoded_size, remux_command
+from envrec.records import FRAME_SHAPE, Kind, Status
+from envrec.supervisor import signal_name
+
+from .ffmpeg_process import FfmpegError, FfmpegProcess
+
+__all__ = ["EncoderConfig", "Encoder"]
+
+logger = logging.getLogger(__name__)
+
+ANSI_CLEAR = "\x1b[2J\x1b[1;1H"
+REMUX_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    folder: str
+    ffmpeg: str
+    backend: str
+    settings: VideoSettings = field(default_factory=VideoSettings)
+    env_id: str | None = None
+
+
+@dataclass
+class _Clip:
+    name: str
+    kind: str  # "video" or "ansi"
+    fps: float
+    episode_id: int | None
+    first_step: int | None = None
+    last_step: int | None = None
+    frames: int = 0
+    dropped: int = 0
+    shape: tuple | None = None
+    proc: FfmpegProcess | None = None
+    cmdline: list | None = None
+    broken: str | None = None
+    exit_status: str | None = None
+    stderr_tail: list = field(default_factory=list)
+    cast_events: Any = None
+    cast_size: tuple = (0, 0)
+    extra: dict = field(default_factory=dict)
+
+
+class Encoder:
+    """Consumes video records (``handle``); one clip open at a time."""
+
+    def __init__(self, cfg: EncoderConfig, status=None) -> None:
+        self.cfg = cfg
+        self._status = status or (lambda i, v: None)
+        self.clip: _Clip | None = None
+        self.clips = 0
+        self.clips_broken = 0
+        self.frames_written = 0
+        self.frames_dropped = 0
+        self.records = 0
+        self.error: str | None = None
+        self._version: str | None = None
+
+    # -- paths ---------------------------------------------------------------
+    def _path(self, name: str, ext: str) -> str:
+        return os.path.join(self.cfg.folder, name + ext)
+
+    def _video_path(self, clip: _Clip) -> str:
+        return self._path(clip.name, ".cast" if clip.kind == "ansi" else ".mp4")
+
+    def version(self) -> str:
+        if self._version is None:
+            try:
+                out = subprocess.run([self.cfg.ffmpeg, "-version"], capture_output=True, timeout=10, text=True)
+                self._version = (out.stdout.splitlines() or ["unknown"])[0]
+            except (OSError, subprocess.SubprocessError) as exc:
+                self._version = f"unknown ({exc})"
+        return self._version
+
+    # -- records -------------------------------------------------------------
+    def handle(self, rec) -> bool:
+        self.records += 1
+        kind = rec.kind
+        if kind == Kind.FRAME:
+            self._on_frame(rec)
+        elif kind == Kind.TEXT_FRAME:
+            self._on_text(rec)
+        elif kind == Kind.CLIP_START:
+            if self.clip is not None:
+                self._end_clip({})
+            self._on_start(json.loads(bytes(rec.parts[0])))
+        elif kind == Kind.CLIP_END:
+            if self.clip is not None:
+                self._end_clip(json.loads(bytes(rec.parts[0])))
+        elif kind == Kind.CLIP_BROKEN:
+            if self.clip is not None:
+                self._break(bytes(rec.parts[0]).decode("utf-8", "replace"))
+        elif kind == Kind.CLOSE:
+            self.finish(clean=True)
+            return True
+        else:
+            raise ValueError(f"unknown record kind {kind} in the frame ring")
+        self._status(Status.RECORDS, self.records)
+        return False
+
+    def _on_start(self, desc: dict) -> None:
+        self.clip = _Clip(desc["name"], desc.get("kind", "video"), float(desc["fps"]), desc.get("episode_id"))
+        self.clip.extra = {k: v for k, v in desc.items() if k not in ("name", "kind", "fps", "episode_id")}
+        if self.clip.kind == "ansi":
+            path = self._path(self.clip.name, ".cast.events" + f".{os.getpid()}{TMP_SUFFIX}")
+            self.clip.cast_events = open(path, "w+", encoding="utf-8")
+
+    def _count_frame(self, clip: _Clip, step: int) -> None:
+        clip.frames += 1
+        clip.first_step = step if clip.first_step is None else clip.first_step
+        clip.last_step = step
+        self.frames_written += 1
+        self._status(Status.FRAMES_WRITTEN, self.frames_written)
+
+    def _drop(self, clip: _Clip) -> None:
+        clip.dropped += 1
+        self.frames_dropped += 1
+        self._status(Status.FRAMES_DROPPED, self.frames_dropped)
+
+    def _on_frame(self, rec) -> None:
+        clip = self.clip
+        if clip is None or clip.broken is not None or clip.kind != "video":
+            if clip is not None:
+                self._drop(clip)
+            return
+        shape = FRAME_SHAPE.unpack(rec.parts[0])
+        if clip.proc is None:
+            self._start_ffmpeg(clip, shape)
+            if clip.broken is not None:
+                self._drop(clip)
+                return
+        elif shape != clip.shape:
+            self._break(f"frame {clip.frames} has shape {shape}, the clip started with {clip.shape}")
+            self._drop(clip)
+            return
+        try:
+            clip.proc.write(rec.parts[1])
+        except FfmpegError as exc:
+            self._break(str(exc))
+            self._drop(clip)
+            return
+        self._count_frame(clip, rec.step)
+
+    def _start_ffmpeg(self, clip: _Clip, shape: tuple) -> None:
+        h, w, c = shape
+        clip.shape = shape
+        clip.cmdline = encode_command(self.cfg.ffmpeg, w, h, c, clip.fps, self._video_path(clip), self.cfg.settings)
+        try:
+            clip.proc = FfmpegProcess(clip.cmdline)
+        except OSError as exc:
+            self._break(f"could not start {self.cfg.ffmpeg}: {exc}")
+            return
+        self._status(Status.ENCODER_PID, clip.proc.pid)
+
+    def _on_text(self, rec) -> None:
+        clip = self.clip
+        if clip is None or clip.broken is not None or clip.kind != "ansi":
+            if clip is not None:
+                self._drop(clip)
+            return
+        text = bytes(rec.parts[0]).decode("utf-8", "replace")
+        lines = text.split("\n")
+        clip.cast_size = (max(clip.cast_size[0], max(len(line) for line in lines) + 2), max(clip.cast_size[1], len(lines)))
+        event = [round(clip.frames / clip.fps, 6), "o", ANSI_CLEAR + text.replace("\n", "\r\n")]
+        clip.cast_events.write(json.dumps(event) + "\n")
+        self._count_frame(clip, rec.step)
+
+    def _break(self, reason: str) -> None:
+        clip = self.clip
+        if clip.broken is None:
+            clip.broken = reason
+            logger.warning("envrec: clip %s is broken: %s", clip.name, reason)
+        if clip.proc is not None:
+            proc, clip.proc = clip.proc, None
+            if proc.proc.poll() is None:
+                proc.finish(5.0)  # keep what it encoded so far, playable up to its last fragment
+            clip.exit_status = signal_name(proc.proc.returncode)
+            clip.stderr_tail = list(proc.tail)
+            self._status(Status.ENCODER_PID, 0)
+
+    # -- clip end ------------------------------------------------------------
+    def _end_clip(self, env_side: dict) -> None:
+        clip = self.clip  # stays current until the end: _break works on it
+        dropped_env = int(env_side.get("frames_dropped", 0))
+        path = self._video_path(clip)
+        if clip.kind == "ansi":
+            self._finish_cast(clip, path)
+        elif clip.proc is not None:
+            proc, clip.proc = clip.proc, None
+            rc = proc.finish()
+            self._status(Status.ENCODER_PID, 0)
+            clip.exit_status = signal_name(rc)
+            clip.stderr_tail = list(proc.tail)
+            if rc != 0:
+                clip.broken = clip.broken or proc.describe(proc.killed_reason or "ffmpeg failed")
+            else:
+                self._remux(clip, path)
+        self.clip = None
+        empty = clip.frames == 0
+        if empty and os.path.exists(path):
+            os.unlink(path)
+        if clip.broken is not None:
+            self.clips_broken += 1
+            self._status(Status.CLIPS_BROKEN, self.clips_broken)
+        self._write_meta(clip, path, empty, dropped_env)
+        self.clips += 1
+        self._status(Status.CLIPS, self.clips)
+
+    def _remux(self, clip: _Clip, path: str) -> None:
+        tmp = os.path.join(self.cfg.folder, f".{clip.name}.mp4.{os.getpid()}{TMP_SUFFIX}")
+        try:
+            out = subprocess.run(
+                remux_command(self.cfg.ffmpeg, path, tmp), capture_output=True, timeout=REMUX_TIMEOUT_S, process_group=0
+            )
+            if out.returncode == 0:
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+                return
+            clip.extra["remux_error"] = out.stderr.decode("utf-8", "replace").strip()[-500:]
+        except (OSError, subprocess.SubprocessError) as exc:
+            clip.extra["remux_error"] = str(exc)
+        if os.path.exists(tmp):
+            os.unlink(tmp)  # the fragmented file stays: it plays in most players
+
+    def _finish_cast(self, clip: _Clip, path: str) -> None:
+        events = clip.cast_events
+        events.flush()
+        if clip.frames:
+            header = {
+                "version": 2,
+                "width": clip.cast_size[0],
+                "height": clip.cast_size[1],
+                "timestamp": int(time.time()),
+                "title": clip.name,
+                "env": {"TERM": "xterm-256color"},
+            }
+            tmp = self._path(clip.name, f".cast.{os.getpid()}{TMP_SUFFIX}")
+            with open(tmp, "w", encoding="utf-8") as out:
+                out.write(json.dumps(header) + "\n")
+                events.seek(0)
+                while chunk := events.read(1 << 20):
+                    out.write(chunk)
+                commit_file(out, tmp, path)
+        events.close()
+        os.unlink(events.name)
+
+    def _write_meta(self, clip: _Clip, path: str, empty: bool, dropped_env: int) -> None:
+        meta: dict[str, Any] = {
+            "content_type": "application/x-asciicast" if clip.kind == "ansi" else "video/mp4",
+            "name": clip.name,
+            "path": None if empty or not os.path.exists(path) else os.path.basename(path),
+            "env_id": self.cfg.env_id,
+            "episode_id": clip.episode_id,
+            "step_range": [clip.first_step, clip.last_step],
+            "frames_written": clip.frames,
+            "frames_dropped": clip.dropped + dropped_env,
+            "fps": clip.fps,
+            "empty": empty,
+            "broken": clip.broken is not None,
+            "reason": clip.broken,
+        }
+        if clip.kind == "video":
+            meta["encoder_version"] = {"backend": self.cfg.backend, "version": self.version(), "cmdline": clip.cmdline}
+            if clip.shape is not None:
+                h, w, c = clip.shape
+                ew, eh = encoded_size(w, h, self.cfg.settings.pix_fmt)
+                meta["frame_size"] = {"width": w, "height": h, "channels": c}
+                meta["encoded_size"] = {"width": ew, "height": eh}
+            meta["exit_status"] = clip.exit_status
+            if clip.broken is not None:
+                meta["stderr_tail"] = clip.stderr_tail
+        else:
+            meta["encoder_version"] = {"backend": "asciicast", "version": 2}
+        meta.update(clip.extra)
+        write_atomic(self._path(clip.name, ".meta.json"), json.dumps(meta, indent=1).encode("utf-8"))
+
+    # -- ending --------------------------------------------------------------
+    def finish(self, clean: bool) -> None:
+        if self.clip is not None:
+            if not clean:
+                self.clip.extra["ended_by"] = "env process died"
+            self._end_clip({})
+
+    def abort(self, error: str) -> None:
+        self.error = error
+        if self.clip is not None:
+            self._break(f"the encoder failed: {error}")
+            try:
+                self._end_clip({})
+            except Exception:  # already failing: keep the first error
+                logger.exception("envrec: could not finalize clip after a failure")
+
+    def summary(self) -> dict:
+        return {
+            "clips": self.clips,
+            "clips_broken": self.clips_broken,
+            "frames_written": self.frames_written,
+            "frames_dropped": self.frames_dropped,
+            "records": self.records,
+            "error": self.error,
+        }
