@@ -13,6 +13,9 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "RecordTrace": ".wrappers",
+    "RecordVideo": ".wrappers",
+    "VideoRecorder": ".video",
+    "VideoSettings": ".ffmpeg",
     "TraceRecorder": ".recorder",
     "TraceReader": ".reader",
     "Episode": ".reader",
@@ -34,7 +37,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .infos import Unrepresentable
     from .reader import Episode, TraceError, TraceReader, scan_recorded_traces
     from .recorder import TraceRecorder
-    from .wrappers import RecordTrace
+    from .ffmpeg import VideoSettings
+    from .video import VideoRecorder
+    from .wrappers import RecordTrace, RecordVideo
 
 
 def __getattr__(name: str):

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
-from typing import Any, SupportsFloat
+from typing import Any, Callable, SupportsFloat
 
 import gymnasium as gym
 
+from .ffmpeg import VideoSettings
 from .recorder import DEFAULT_RING_BYTES, TraceRecorder
+from .trace_format import check_prefix
+from .video import DEFAULT_FRAME_RING_BYTES, VideoRecorder
 
-__all__ = ["RecordTrace"]
+__all__ = ["RecordTrace", "RecordVideo"]
+
+logger = logging.getLogger(__name__)
 
 
 class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -103,6 +110,185 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             super().close()
 
     def __enter__(self) -> "RecordTrace":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Records clips of ``env``'s rendered frames, as ``gymnasium.wrappers.RecordVideo`` does.
+
+    The same constructor, defaults, triggers and file names as Gymnasium 1.x
+    (``video_folder/NAME_PREFIX-episode-N.mp4``, ``...-step-N.mp4``; the
+    capped-cubic episode schedule by default; ``video_length`` frames per clip
+    when positive), so switching is a one-line import change. The differences:
+    frames are encoded by a worker process instead of being held in memory and
+    encoded inside ``reset()``; each clip gets a ``.meta.json``; ``ansi``
+    environments are recorded as asciicast (``.cast``); ``gc_trigger``
+    defaults to ``None`` because no frames are held (a full collection per
+    clip would only stall the step). Options after ``gc_trigger`` are envrec's.
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        video_folder: str,
+        episode_trigger: Callable[[int], bool] | None = None,
+        step_trigger: Callable[[int], bool] | None = None,
+        video_length: int = 0,
+        name_prefix: str = "rl-video",
+        fps: int | None = None,
+        disable_logger: bool = True,
+        gc_trigger: Callable[[int], bool] | None = None,
+        *,
+        settings: VideoSettings | None = None,
+        ffmpeg: str | None = None,
+        ring_bytes: int = DEFAULT_FRAME_RING_BYTES,
+        backpressure: str = "block",
+        block_timeout_s: float | None = None,
+        strict: bool = False,
+        start_method: str = "spawn",
+    ) -> None:
+        gym.utils.RecordConstructorArgs.__init__(
+            self,
+            video_folder=video_folder,
+            episode_trigger=episode_trigger,
+            step_trigger=step_trigger,
+            video_length=video_length,
+            name_prefix=name_prefix,
+            fps=fps,
+            disable_logger=disable_logger,
+            gc_trigger=gc_trigger,
+        )
+        gym.Wrapper.__init__(self, env)
+        if env.render_mode in {None, "human"}:
+            raise ValueError(
+                f"Render mode is {env.render_mode}, which is incompatible with RecordVideo. "
+                "Initialize your environment with a render_mode that returns an image, such as rgb_array "
+                "(or text: ansi)."
+            )
+        if episode_trigger is None and step_trigger is None:
+            from gymnasium.utils.save_video import capped_cubic_video_schedule
+
+            episode_trigger = capped_cubic_video_schedule
+        self.episode_trigger = episode_trigger
+        self.step_trigger = step_trigger
+        self.disable_logger = disable_logger
+        self.gc_trigger = gc_trigger
+        self.video_folder = os.path.abspath(video_folder)
+        if os.path.isdir(self.video_folder):
+            logger.warning(
+                "Overwriting existing videos at %s folder (try specifying a different `video_folder` "
+                "for the `RecordVideo` wrapper if this is not desired)",
+                self.video_folder,
+            )
+        if fps is None:
+            fps = self.metadata.get("render_fps", 30)
+        self.frames_per_sec: int = fps
+        self.name_prefix: str = check_prefix(name_prefix)
+        self._video_name: str | None = None
+        self.video_length: int | float = video_length if video_length != 0 else float("inf")
+        self.recording: bool = False
+        self.recorded_frames = 0  # a count: the frames themselves go to the encoder
+        self.render_history: list = []
+        self.step_id = -1
+        self.episode_id = -1
+        self.recorder = VideoRecorder(
+            self.video_folder,
+            fps=fps,
+            settings=settings,
+            ffmpeg=ffmpeg,
+            env_id=env.spec.id if env.spec is not None else None,
+            ring_bytes=ring_bytes,
+            backpressure=backpressure,
+            block_timeout_s=block_timeout_s,
+            strict=strict,
+            start_method=start_method,
+        )
+        self._text = env.render_mode == "ansi"
+
+    def _capture_frame(self) -> None:
+        assert self.recording, "Cannot capture a frame, recording wasn't started."
+        frame = self.env.render()
+        if isinstance(frame, list):
+            if len(frame) == 0:
+                logger.warning("Trying to capture render frame but 'env.render()' has just been called. The frame cannot be captured.")
+                return
+            self.render_history += frame
+            frame = frame[-1]
+        self.recorder.add_frame(frame, max(self.step_id, 0))
+        self.recorded_frames += 1
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        self.episode_id += 1
+        if self.recording and self.video_length == float("inf"):
+            self.stop_recording()
+        if self.episode_trigger and self.episode_trigger(self.episode_id):
+            self.start_recording(f"{self.name_prefix}-episode-{self.episode_id}")
+        if self.recording:
+            self._capture_frame()
+            if self.recorded_frames > self.video_length:
+                self.stop_recording()
+        return obs, info
+
+    def step(self, action):
+        obs, rew, terminated, truncated, info = self.env.step(action)
+        self.step_id += 1
+        if self.step_trigger and self.step_trigger(self.step_id):
+            self.start_recording(f"{self.name_prefix}-step-{self.step_id}")
+        if self.recording:
+            self._capture_frame()
+            if self.recorded_frames > self.video_length:
+                self.stop_recording()
+        return obs, rew, terminated, truncated, info
+
+    def render(self):
+        render_out = super().render()
+        if self.recording and isinstance(render_out, list):
+            for frame in render_out:
+                self.recorder.add_frame(frame, max(self.step_id, 0))
+            self.recorded_frames += len(render_out)
+        if len(self.render_history) > 0:
+            tmp_history = self.render_history
+            self.render_history = []
+            return tmp_history + render_out
+        return render_out
+
+    def start_recording(self, video_name: str) -> None:
+        """Start a new recording. If it is already recording, stops the current recording before starting the new one."""
+        if self.recording:
+            self.stop_recording()
+        self.recording = True
+        self._video_name = video_name
+        self.recorder.start_clip(video_name, episode_id=self.episode_id, text=self._text, step_id=self.step_id + 1)
+
+    def stop_recording(self) -> None:
+        """Stop the current recording; the encoder finishes the file in the background."""
+        assert self.recording, "stop_recording was called, but no recording was started"
+        if self.recorded_frames == 0:
+            logger.warning("Ignored saving a video as there were zero frames to save.")
+        self.recorder.end_clip()
+        self.recorded_frames = 0
+        self.recording = False
+        self._video_name = None
+        if self.gc_trigger and self.gc_trigger(self.episode_id):
+            gc.collect()
+
+    def stats(self) -> dict[str, Any]:
+        return self.recorder.stats()
+
+    def close(self) -> None:
+        """Stops the recording, waits for the encoder to finish, then closes the env."""
+        try:
+            if self.recording:
+                self.stop_recording()
+            self.recorder.close()
+        finally:
+            super().close()
+
+    def __enter__(self) -> "RecordVideo":
         return self
 
     def __exit__(self, *exc) -> None:

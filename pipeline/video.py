@@ -1,0 +1,288 @@
+"""The env-side video recorder: copies rendered frames into a ring drained by an encoder worker.
+
+The env process only checks each frame and copies it once into shared
+memory; encoding happens in the encoder worker (see ``envrec.workers.encoder``).
+A frame the env side cannot accept — not a uint8 array of HxW, HxWx3 or
+HxWx4, a shape that changes mid-clip, a text frame that breaks old gym's
+rules — ends its clip *broken* (logged once, the reason in the clip's
+``.meta.json``); later frames of that clip are dropped and counted. With
+``strict=True`` such a frame raises ``RecordError`` instead.
+
+If the encoder worker dies, the env goes on; the clip it was writing gets a
+``.meta.json`` marked broken with the exit status, and the next clip starts a
+fresh worker (at most ``max_restarts`` times).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .atomic import write_atomic
+from .errors import ConfigError, RecordError, RecordTooLargeError
+from .ffmpeg import VideoSettings, find_ffmpeg
+from .records import FRAME_SHAPE, Kind, Status
+from .stream import Stream, register_closer, unregister_closer
+from .trace_format import check_prefix
+
+__all__ = ["VideoRecorder", "DEFAULT_FRAME_RING_BYTES", "check_text_frame"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_FRAME_RING_BYTES = 128 << 20  # ~170 frames of 720p: slack while ffmpeg catches up
+MAX_RESTARTS = 3
+
+
+def check_text_frame(frame: Any) -> str:
+    """Old gym's rules for text frames; the reason it is refused, or '' when it is fine."""
+    if not isinstance(frame, str):
+        return f"a text frame must be a str, not {type(frame).__name__}"
+    if not frame.endswith("\n"):
+        return f"a text frame must end with a newline: {frame[-40:]!r}"
+    if "\r" in frame:
+        return "a text frame must not contain carriage returns (only newlines)"
+    return ""
+
+
+def check_image_frame(frame: Any) -> str:
+    """Why an image frame cannot be encoded, or '' when it can."""
+    if not isinstance(frame, np.ndarray):
+        return f"a frame must be a numpy array, not {type(frame).__name__}"
+    if frame.dtype != np.uint8:
+        return f"a frame must have dtype uint8 (RGB values 0-255), not {frame.dtype}"
+    if frame.ndim == 2 or (frame.ndim == 3 and frame.shape[2] in (1, 3, 4)):
+        if frame.shape[0] and frame.shape[1]:
+            return ""
+    return f"a frame must have shape (height, width), (height, width, 3) or (height, width, 4), not {frame.shape}"
+
+
+@dataclass
+class _ClipState:
+    name: str
+    kind: str
+    episode_id: int | None
+    fps: float
+    shape: tuple | None = None
+    frames: int = 0
+    dropped: int = 0
+    broken: str | None = None
+
+
+class VideoRecorder:
+    """Encodes clips of rendered frames in a worker process; one clip at a time.
+
+    ``start_clip(name)`` / ``add_frame(frame, step)`` / ``end_clip()``; a clip
+    named NAME becomes ``NAME.mp4`` (``NAME.cast`` for text) and
+    ``NAME.meta.json`` in ``folder``.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        *,
+        fps: float = 30,
+        settings: VideoSettings | None = None,
+        ffmpeg: str | None = None,
+        env_id: str | None = None,
+        ring_bytes: int = DEFAULT_FRAME_RING_BYTES,
+        backpressure: str = "block",
+        block_timeout_s: float | None = None,
+        strict: bool = False,
+        start_method: str = "spawn",
+        close_timeout_s: float = 60.0,
+        max_restarts: int = MAX_RESTARTS,
+    ) -> None:
+        from .recorder import check_folder
+        from envrec.workers.encoder import EncoderConfig
+        from envrec.workers.entry import encoder_main
+
+        if fps <= 0:
+            raise ConfigError(f"fps must be positive, not {fps}")
+        self.folder = check_folder(folder)
+        self.fps = fps
+        self.settings = settings or VideoSettings()
+        self.ffmpeg, self.backend = find_ffmpeg(ffmpeg)
+        self.strict = strict
+        self.max_restarts = max_restarts
+        cfg = EncoderConfig(self.folder, self.ffmpeg, self.backend, self.settings, env_id)
+        self._stream = Stream(
+            "encoder",
+            encoder_main,
+            cfg,
+            ring_bytes=ring_bytes,
+            backpressure=backpressure,
+            block_timeout_s=block_timeout_s,
+            strict=strict,
+            start_method=start_method,
+            close_timeout_s=close_timeout_s,
+        )
+        self.clip: _ClipState | None = None
+        self.clips_started = 0
+        self.frames_sent = 0
+        self.frames_dropped = 0
+        self._warned_broken = False
+        register_closer(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._stream.closed
+
+    @property
+    def recording(self) -> bool:
+        return self.clip is not None
+
+    # -- clips -----------------------------------------------------------------
+    def start_clip(self, name: str, *, episode_id: int | None = None, text: bool = False, **extra: Any) -> None:
+        """Begin clip ``name`` (ends the current one). ``text=True`` for ansi frames."""
+        self._stream.check_open()
+        check_prefix(name)
+        if self.clip is not None:
+            self.end_clip()
+        self._recover()
+        self.clip = _ClipState(name, "ansi" if text else "video", episode_id, self.fps)
+        self.clips_started += 1
+        desc = {"name": name, "kind": self.clip.kind, "fps": self.fps, "episode_id": episode_id, **extra}
+        self._send(Kind.CLIP_START, 0, 0, (json.dumps(desc).encode("utf-8"),))
+
+    def add_frame(self, frame: Any, step: int = 0) -> None:
+        """Add one rendered frame to the current clip (ignored when no clip is recording)."""
+        clip = self.clip
+        if clip is None:
+            return
+        self._stream.check_open()
+        if clip.broken is not None:
+            self._drop()
+            return
+        if clip.kind == "ansi":
+            problem = check_text_frame(frame)
+            if problem:
+                return self._refuse(problem)
+            parts: tuple = (frame.encode("utf-8"),)
+            kind = Kind.TEXT_FRAME
+        else:
+            problem = check_image_frame(frame)
+            if problem:
+                return self._refuse(problem)
+            shape = frame.shape if frame.ndim == 3 else (*frame.shape, 1)
+            if clip.shape is None:
+                clip.shape = shape
+            elif shape != clip.shape:
+                return self._refuse(f"frame {clip.frames} has shape {shape}, the clip started with {clip.shape}")
+            a = frame if frame.flags.c_contiguous else np.ascontiguousarray(frame)
+            parts = (FRAME_SHAPE.pack(*shape), memoryview(a).cast("B"))
+            kind = Kind.FRAME
+        try:
+            ok = self._send(kind, clip.episode_id or 0, step, parts)
+        except RecordTooLargeError as exc:
+            return self._refuse(str(exc))
+        if ok:
+            clip.frames += 1
+            self.frames_sent += 1
+        else:
+            clip.dropped += 1
+            self.frames_dropped += 1
+
+    def end_clip(self) -> None:
+        """Finish the current clip: the worker closes its file and writes its metadata."""
+        clip, self.clip = self.clip, None
+        if clip is None:
+            return
+        self._send(Kind.CLIP_END, 0, 0, (json.dumps({"frames_dropped": clip.dropped}).encode("utf-8"),))
+        self._stream.check()
+        if self._stream.broken is not None:
+            self._write_broken_meta(clip)
+
+    def _refuse(self, problem: str) -> None:
+        clip = self.clip
+        if self.strict:
+            raise RecordError(f"clip {clip.name}: {problem}")
+        clip.broken = problem
+        logger.warning("envrec: clip %s is broken: %s", clip.name, problem)
+        self._send(Kind.CLIP_BROKEN, 0, 0, (problem.encode("utf-8"),))
+        self._drop()
+
+    def _drop(self) -> None:
+        self.clip.dropped += 1
+        self.frames_dropped += 1
+
+    def _send(self, kind: int, episode: int, step: int, parts: tuple) -> bool:
+        return self._stream.send(lambda ring: ring.write(kind, episode, step, parts))
+
+    def _recover(self) -> None:
+        """Before a new clip: a broken encoder worker is replaced by a fresh one, while restarts remain."""
+        self._stream.check()
+        if self._stream.broken is None:
+            return
+        if self._stream.restarts < self.max_restarts:
+            self._stream.restart()
+        elif not self._warned_broken:
+            self._warned_broken = True
+            logger.error("envrec: the encoder failed %d times; no more clips will be recorded", self.max_restarts + 1)
+
+    def _write_broken_meta(self, clip: _ClipState) -> None:
+        """The metadata of a clip whose worker died before writing it."""
+        if self._stream.status(Status.CLIPS) >= self.clips_started:
+            return  # the worker finished this clip before it failed
+        path = os.path.join(self.folder, clip.name + ".meta.json")
+        ext = ".cast" if clip.kind == "ansi" else ".mp4"
+        video = os.path.join(self.folder, clip.name + ext)
+        meta = {
+            "content_type": "application/x-asciicast" if clip.kind == "ansi" else "video/mp4",
+            "name": clip.name,
+            "path": os.path.basename(video) if os.path.exists(video) and os.path.getsize(video) else None,
+            "episode_id": clip.episode_id,
+            "frames_sent": clip.frames,
+            "frames_dropped": clip.dropped,
+            "fps": clip.fps,
+            "empty": clip.frames == 0,
+            "broken": True,
+            "reason": self._stream.broken,
+            "written_by": "env process (the encoder died before finishing this clip)",
+        }
+        if meta["path"] is None and os.path.exists(video):
+            os.unlink(video)
+        write_atomic(path, json.dumps(meta, indent=1).encode("utf-8"))
+
+    # -- counters and ending -----------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        s, ring = self._stream, self._stream.ring
+        return {
+            "clips_started": self.clips_started,
+            "clips_finished": s.status(Status.CLIPS),
+            "clips_broken": s.status(Status.CLIPS_BROKEN),
+            "frames_sent": self.frames_sent,
+            "frames_written": s.status(Status.FRAMES_WRITTEN),
+            "frames_dropped": self.frames_dropped + s.status(Status.FRAMES_DROPPED),
+            "blocked_s": ring.blocked_s,
+            "ring_high_water_bytes": ring.high_water,
+            "ring_bytes": ring.capacity,
+            "broken": s.broken,
+            "restarts": s.restarts,
+            "worker_pid": s.worker_pid,
+            "ffmpeg": self.ffmpeg,
+        }
+
+    def close(self) -> dict | None:
+        """End the current clip, stop the worker, free the ring. Harmless when repeated."""
+        if self._stream.closed:
+            return self._stream.worker.summary
+        unregister_closer(self)
+        clip, self.clip = self.clip, None
+        if clip is not None:
+            self._send(Kind.CLIP_END, 0, 0, (json.dumps({"frames_dropped": clip.dropped}).encode("utf-8"),))
+        summary = self._stream.close()
+        if clip is not None and self._stream.broken is not None:
+            self._write_broken_meta(clip)
+        logger.info("envrec: %d clip(s) in %s (%s)", self.clips_started, self.folder, summary)
+        return summary
+
+    def __enter__(self) -> "VideoRecorder":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
