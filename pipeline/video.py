@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,6 +127,8 @@ class VideoRecorder:
         self.frames_sent = 0
         self.frames_dropped = 0
         self._warned_broken = False
+        self._unreported: deque[_ClipState] = deque()  # clips sent, not yet known finished
+        self._clips_seen = 0
         register_closer(self)
 
     @property
@@ -144,8 +147,10 @@ class VideoRecorder:
         if self.clip is not None:
             self.end_clip()
         self._recover()
+        self._report_finished()
         self.clip = _ClipState(name, "ansi" if text else "video", episode_id, self.fps)
         self.clips_started += 1
+        self._unreported.append(self.clip)
         desc = {"name": name, "kind": self.clip.kind, "fps": self.fps, "episode_id": episode_id, **extra}
         self._send(Kind.CLIP_START, 0, 0, (json.dumps(desc).encode("utf-8"),))
 
@@ -196,6 +201,22 @@ class VideoRecorder:
         self._stream.check()
         if self._stream.broken is not None:
             self._write_broken_meta(clip)
+
+    def _report_finished(self) -> None:
+        """Log (once each) the clips the worker finished broken since the last look."""
+        finished = self._stream.status(Status.CLIPS)
+        while self._clips_seen < finished and self._unreported:
+            clip = self._unreported.popleft()
+            self._clips_seen += 1
+            if clip.broken is not None:
+                continue  # the env side broke it, and said so then
+            try:
+                with open(os.path.join(self.folder, clip.name + ".meta.json"), "rb") as f:
+                    m = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if m.get("broken"):
+                logger.warning("envrec: clip %s is broken: %s", clip.name, m.get("reason"))
 
     def _refuse(self, problem: str) -> None:
         clip = self.clip
@@ -278,6 +299,7 @@ class VideoRecorder:
         summary = self._stream.close()
         if clip is not None and self._stream.broken is not None:
             self._write_broken_meta(clip)
+        self._report_finished()
         logger.info("envrec: %d clip(s) in %s (%s)", self.clips_started, self.folder, summary)
         return summary
 

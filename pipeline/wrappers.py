@@ -217,7 +217,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 return
             self.render_history += frame
             frame = frame[-1]
-        self.recorder.add_frame(frame, max(self.step_id, 0))
+        self.recorder.add_frame(frame, self.step_id + 1)
         self.recorded_frames += 1
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -248,7 +248,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         render_out = super().render()
         if self.recording and isinstance(render_out, list):
             for frame in render_out:
-                self.recorder.add_frame(frame, max(self.step_id, 0))
+                self.recorder.add_frame(frame, self.step_id + 1)
             self.recorded_frames += len(render_out)
         if len(self.render_history) > 0:
             tmp_history = self.render_history
@@ -262,7 +262,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self.stop_recording()
         self.recording = True
         self._video_name = video_name
-        self.recorder.start_clip(video_name, episode_id=self.episode_id, text=self._text, step_id=self.step_id + 1)
+        self.recorder.start_clip(video_name, episode_id=self.episode_id, text=self._text)
 
     def stop_recording(self) -> None:
         """Stop the current recording; the encoder finishes the file in the background."""

@@ -196,7 +196,7 @@ class Encoder:
         clip = self.clip
         if clip.broken is None:
             clip.broken = reason
-            logger.warning("envrec: clip %s is broken: %s", clip.name, reason)
+            logger.debug("clip %s is broken: %s", clip.name, reason)  # the env process reports it
         if clip.proc is not None:
             proc, clip.proc = clip.proc, None
             if proc.proc.poll() is None:
