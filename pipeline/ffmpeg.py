@@ -8,8 +8,9 @@ Encoding: raw frames arrive on stdin (``rgb24`` for 3 channels, ``rgba`` for
 4 — byte order R, G, B, A in memory, so colours stay exact; ``gray`` for 2-D
 frames). libx264 with ``yuv420p`` needs even sizes: odd sizes are padded by
 one row/column, never refused. While a clip records it is a *fragmented*
-MP4 (a fragment per keyframe, one keyframe a second by default), so a clip cut
-short by a kill decodes up to its last complete fragment; a clip closed
+MP4 (a fragment per keyframe, one keyframe a second by default, each written
+through to the file at once), so a clip cut short by a kill decodes up to its
+last complete fragment; a clip closed
 cleanly is then remuxed (no re-encode) into a standard MP4 with its index at
 the front, which every browser plays.
 """
@@ -98,7 +99,7 @@ def encode_command(
         cmd += ["-crf", str(settings.crf)]
     cmd += ["-pix_fmt", settings.pix_fmt, "-threads", str(settings.threads)]
     cmd += ["-g", str(max(1, round(fps * settings.keyframe_interval_s)))]
-    cmd += ["-movflags", "+frag_keyframe+empty_moov+default_base_moof"]
+    cmd += ["-movflags", "+frag_keyframe+empty_moov+default_base_moof", "-flush_packets", "1"]
     cmd += [*settings.extra_args, "-f", "mp4", out_path]
     return cmd
 

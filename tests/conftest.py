@@ -26,6 +26,18 @@ def _children() -> set[int]:
     return out
 
 
+def _encoders_writing_into(folder) -> list[int]:
+    """ffmpeg processes (ours or orphaned) whose command line names ``folder``."""
+    found = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            if "ffmpeg" in (p.info["name"] or "") and str(folder) in " ".join(p.info["cmdline"] or []):
+                found.append(p.info["pid"])
+        except psutil.Error:
+            continue
+    return found
+
+
 def _semaphores() -> set[str]:
     try:
         return {n for n in os.listdir("/dev/shm") if n.startswith("sem.mp-")}
@@ -42,12 +54,14 @@ def _tmp_files(root) -> list[str]:
 
 @pytest.fixture(autouse=True)
 def no_leaks(request, tmp_path):
-    """Fail a test that leaves a child process, an envrec segment, a semaphore or a temp file."""
+    """Fail a test that leaves a child process, an ffmpeg, an envrec segment, a semaphore or a temp file."""
     children, segments, sems = _children(), set(list_segments()), _semaphores()
     yield
     gc.collect()
     deadline = time.monotonic() + LEAK_GRACE_S
-    while time.monotonic() < deadline and (_children() - children or set(list_segments()) - segments):
+    while time.monotonic() < deadline and (
+        _children() - children or set(list_segments()) - segments or _encoders_writing_into(tmp_path)
+    ):
         time.sleep(0.05)
         gc.collect()
     leaked_children = _children() - children
@@ -59,9 +73,16 @@ def no_leaks(request, tmp_path):
     leaked_segments = set(list_segments()) - segments
     for name in leaked_segments:
         os.unlink(os.path.join("/dev/shm", name))
+    leaked_encoders = _encoders_writing_into(tmp_path)
+    for pid in leaked_encoders:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
     leaked_sems = _semaphores() - sems
     leaked_tmp = _tmp_files(tmp_path)
     assert not leaked_children, f"child processes left running: {leaked_children}"
+    assert not leaked_encoders, f"ffmpeg processes left running: {leaked_encoders}"
     assert not leaked_segments, f"shared-memory segments left: {leaked_segments}"
     assert not leaked_sems, f"semaphores left in /dev/shm: {leaked_sems}"
     assert not leaked_tmp, f"temporary files left: {leaked_tmp}"

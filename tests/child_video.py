@@ -1,0 +1,32 @@
+"""An env process for video tests that kill it: starts a clip, adds frames, then dies as told.
+
+Usage: python child_video.py FOLDER FRAMES MODE   (MODE: "kill-self" or "wait")
+"""
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import envrec
+
+
+def main() -> None:
+    folder, frames, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    rec = envrec.VideoRecorder(folder, fps=25)
+    print(rec.stats()["worker_pid"], flush=True)
+    rec.start_clip("clip")
+    for i in range(frames):
+        f = np.zeros((48, 64, 3), np.uint8)
+        f[..., 1] = 200
+        rec.add_frame(f, i)
+    if mode == "kill-self":
+        os.kill(os.getpid(), signal.SIGKILL)
+    print("ready", flush=True)
+    time.sleep(600)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""Video faults across process boundaries: ffmpeg or the encoder killed mid-clip, the env process killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import envrec
+from envrec.records import Status
+
+from .video_helpers import ColourEnv, decode, meta, run_episodes
+
+CHILD = os.path.join(os.path.dirname(__file__), "child_video.py")
+
+
+def wait_for(cond, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
+def frame(i: int) -> np.ndarray:
+    f = np.zeros((48, 64, 3), np.uint8)
+    f[..., 1] = 200  # green
+    f[0, 0, 0] = i % 256
+    return f
+
+
+def fill_clip(rec, name, frames, fps_pause=0.0):
+    rec.start_clip(name)
+    for i in range(frames):
+        rec.add_frame(frame(i), i)
+        if fps_pause:
+            time.sleep(fps_pause)
+
+
+def test_ffmpeg_killed_mid_clip_breaks_that_clip_only(tmp_path, caplog):
+    rec = envrec.VideoRecorder(tmp_path, fps=25, settings=envrec.VideoSettings(keyframe_interval_s=0.2))
+    fill_clip(rec, "first", 60)
+    assert wait_for(lambda: rec._stream.status(Status.FRAMES_WRITTEN) >= 60)
+    ffmpeg_pid = rec._stream.status(Status.ENCODER_PID)
+    assert "ffmpeg" in psutil.Process(ffmpeg_pid).name()
+    os.kill(ffmpeg_pid, signal.SIGKILL)
+    for i in range(60, 90):  # the env goes on; no exception
+        rec.add_frame(frame(i), i)
+    rec.end_clip()
+    fill_clip(rec, "second", 20)  # a fresh ffmpeg
+    rec.end_clip()
+    rec.close()
+    m = meta(tmp_path, "first")
+    assert m["broken"] and "SIGKILL(-9)" in m["reason"] and m["exit_status"] == "SIGKILL(-9)"
+    assert m["frames_written"] >= 60 and m["frames_written"] + m["frames_dropped"] == 90
+    kept = decode(tmp_path / "first.mp4", 64, 48)
+    assert 0 < len(kept) <= m["frames_written"]  # decodable up to its last complete fragment
+    assert kept[..., 1].mean() > 150
+    m2 = meta(tmp_path, "second")
+    assert not m2["broken"] and m2["frames_written"] == 20
+    assert len(decode(tmp_path / "second.mp4", 64, 48)) == 20
+    assert sum("is broken" in r.message for r in caplog.records) == 1
+    assert rec.stats()["restarts"] == 0
+
+
+def test_encoder_killed_mid_clip_env_goes_on_and_next_clip_gets_a_fresh_encoder(tmp_path, caplog):
+    rec = envrec.VideoRecorder(tmp_path, fps=25, settings=envrec.VideoSettings(keyframe_interval_s=0.2))
+    fill_clip(rec, "first", 60)
+    assert wait_for(lambda: rec._stream.status(Status.FRAMES_WRITTEN) >= 60)
+    old_worker, ffmpeg_pid = rec.stats()["worker_pid"], rec._stream.status(Status.ENCODER_PID)
+    os.kill(old_worker, signal.SIGKILL)
+    t0 = time.monotonic()
+    i = 60
+    while rec.stats()["broken"] is None and time.monotonic() - t0 < 5:  # never blocks, never raises
+        rec.add_frame(frame(i), i)
+        i += 1
+        time.sleep(0.005)
+    assert time.monotonic() - t0 < 1.5  # noticed within the status-check interval
+    assert "SIGKILL(-9)" in rec.stats()["broken"]
+    rec.end_clip()
+    assert wait_for(lambda: not psutil.pid_exists(ffmpeg_pid) or psutil.Process(ffmpeg_pid).status() == psutil.STATUS_ZOMBIE)
+    fill_clip(rec, "second", 20)
+    rec.end_clip()
+    stats = rec.stats()
+    rec.close()
+    assert stats["restarts"] == 1 and stats["worker_pid"] != old_worker
+    m = meta(tmp_path, "first")
+    assert m["broken"] and "SIGKILL(-9)" in m["reason"] and m["written_by"].startswith("env process")
+    assert len(decode(tmp_path / "first.mp4", 64, 48)) > 0  # ffmpeg saw EOF and finished the fragments it had
+    m2 = meta(tmp_path, "second")
+    assert not m2["broken"] and m2["frames_written"] == 20
+    assert len(decode(tmp_path / "second.mp4", 64, 48)) == 20
+    assert sum("stream is broken" in r.message for r in caplog.records) == 1
+
+
+def test_strict_mode_raises_when_the_encoder_dies(tmp_path):
+    rec = envrec.VideoRecorder(tmp_path, strict=True)
+    fill_clip(rec, "first", 5)
+    os.kill(rec.stats()["worker_pid"], signal.SIGKILL)
+    with pytest.raises(envrec.WorkerError, match="SIGKILL"):
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5:
+            rec.add_frame(frame(0))
+            time.sleep(0.01)
+    rec.close()
+
+
+@pytest.mark.parametrize("mode", ["kill-self", "wait"])
+def test_env_process_killed_mid_clip_leaves_a_playable_clip_and_no_ffmpeg(tmp_path, mode):
+    child = subprocess.Popen(
+        [sys.executable, CHILD, str(tmp_path), "75", mode],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    worker_pid = int(child.stdout.readline())
+    if mode == "wait":
+        assert child.stdout.readline().strip() == "ready"
+        child.kill()
+    child.wait(30)
+    child.stdout.close()
+    assert wait_for(lambda: not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE, 10)
+    m = meta(tmp_path, "clip")
+    assert m["frames_written"] == 75 and m["ended_by"] == "env process died"
+    assert len(decode(tmp_path / "clip.mp4", 64, 48)) == 75
