@@ -39,6 +39,7 @@ class VideoSettings:
     pix_fmt: str = "yuv420p"  # what browsers play
     threads: int = 1  # as fast as more threads on small frames, and kinder to the env's core
     keyframe_interval_s: float = 1.0  # fragment length: what a kill can cost at most
+    nice: int = 10  # ffmpeg's niceness: on a busy machine the env's process gets the CPU first
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
 

@@ -173,7 +173,7 @@ class Encoder:
         clip.shape = shape
         clip.cmdline = encode_command(self.cfg.ffmpeg, w, h, c, clip.fps, self._video_path(clip), self.cfg.settings)
         try:
-            clip.proc = FfmpegProcess(clip.cmdline)
+            clip.proc = FfmpegProcess(clip.cmdline, self.cfg.settings.nice)
         except OSError as exc:
             self._break(f"could not start {self.cfg.ffmpeg}: {exc}")
             return

@@ -33,7 +33,7 @@ class FfmpegError(Exception):
 
 
 class FfmpegProcess:
-    def __init__(self, cmd: list[str]) -> None:
+    def __init__(self, cmd: list[str], nice: int = 0) -> None:
         self.cmd = cmd
         self.proc = subprocess.Popen(
             cmd,
@@ -44,6 +44,11 @@ class FfmpegProcess:
             close_fds=True,
         )
         self.pid = self.proc.pid
+        if nice:
+            try:  # threads ffmpeg starts from now on inherit it
+                os.setpriority(os.PRIO_PROCESS, self.pid, nice)
+            except OSError:
+                pass
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._drainer = threading.Thread(target=self._drain, name="envrec-ffmpeg-stderr", daemon=True)
         self._drainer.start()
