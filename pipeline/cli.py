@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 __all__ = ["main"]
 
@@ -26,14 +27,26 @@ def _record(args: argparse.Namespace) -> int:
     import gymnasium as gym
     from tqdm import tqdm
 
-    from .wrappers import RecordTrace
+    from .errors import ConfigError
+    from .wrappers import RecordTrace, RecordVideo
 
     try:
         env = gym.make(args.env, render_mode="rgb_array")
     except Exception as exc:  # gymnasium raises several types for unknown ids and missing extras
         print(f"envrec record: cannot make environment {args.env!r}: {exc}", file=sys.stderr)
         return 2
-    env = RecordTrace(env, args.out, name_prefix=args.name_prefix)
+    video = None
+    try:
+        if args.video_every:
+            every = args.video_every
+            prefix = time.strftime("rl-video-%Y%m%d-%H%M%S")  # a second run must not overwrite the first's clips
+            video = env = RecordVideo(env, args.out, episode_trigger=lambda e: e % every == 0, name_prefix=prefix)
+        env = RecordTrace(env, args.out, name_prefix=args.name_prefix)
+    except (ConfigError, ValueError) as exc:
+        if video is not None:
+            video.close()
+        print(f"envrec record: {exc}", file=sys.stderr)
+        return 2
     episodes = steps = 0
     total = args.steps if args.steps else args.episodes
     bar = tqdm(total=total, unit="step" if args.steps else "episode", desc=f"recording {args.env}", disable=args.quiet)
@@ -62,10 +75,20 @@ def _record(args: argparse.Namespace) -> int:
     manifest = env.recorder.manifest_path
     files = [n for n in os.listdir(env.directory) if n.startswith(env.recorder.prefix)]
     print(f"recorded {episodes} episode(s), {steps} step(s) of {args.env}")
-    print(f"  {stats['batches']} batch(es), {len(files)} file(s), {_human(stats['bytes_committed'])}")
+    print(f"  trace: {stats['batches']} batch(es), {len(files)} file(s), {_human(stats['bytes_committed'])}")
     print(f"  manifest: {manifest}")
+    problems = []
     if stats["broken"] or stats["records_dropped"]:
-        print(f"  problems: broken={stats['broken']}, records dropped={stats['records_dropped']}", file=sys.stderr)
+        problems.append(f"trace broken={stats['broken']}, records dropped={stats['records_dropped']}")
+    if video is not None:
+        v = video.stats()
+        clips = sorted(n for n in os.listdir(env.directory) if n.endswith(".mp4"))
+        size = sum(os.path.getsize(os.path.join(env.directory, n)) for n in clips)
+        print(f"  video: {v['clips_finished']} clip(s), {v['frames_written']} frame(s), {_human(size)}: {', '.join(clips[:4])}{' ...' if len(clips) > 4 else ''}")
+        if v["broken"] or v["clips_broken"] or v["frames_dropped"]:
+            problems.append(f"video broken={v['broken']}, clips broken={v['clips_broken']}, frames dropped={v['frames_dropped']}")
+    if problems:
+        print("  problems: " + "; ".join(problems), file=sys.stderr)
         return 1
     print(f"  read it back: envrec inspect {env.directory}")
     return 0
@@ -95,6 +118,12 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"  return  min {returns.min():.3g}  mean {returns.mean():.3g}  max {returns.max():.3g}")
         for i, (n, r) in enumerate(zip(s.lengths[: args.list], s.returns[: args.list])):
             print(f"  episode {i}: {n} steps, return {r:.6g}")
+    if s.clips:
+        broken = [c for c in s.clips if c.get("broken")]
+        frames = sum(c.get("frames_written") or c.get("frames_sent") or 0 for c in s.clips)
+        print(f"clips: {len(s.clips)}, frames: {frames}, broken: {len(broken)}")
+        for c in broken:
+            print(f"  broken clip {c['name']}: {c.get('reason')}")
     if s.problems:
         print("problems:", file=sys.stderr)
         for p in s.problems:
@@ -115,7 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--steps", type=int, default=0, help="steps to record instead of whole episodes")
     r.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT})")
     r.add_argument("--seed", type=int, default=0, help="seed of the first reset and of the random policy (default 0)")
-    r.add_argument("--name-prefix", default=None, help="file name prefix (default gym-recording's openaigym.trace.N.PID)")
+    r.add_argument("--name-prefix", default=None, help="trace file name prefix (default gym-recording's openaigym.trace.N.PID)")
+    r.add_argument(
+        "--video-every", type=int, default=1, metavar="N", help="record a video of every Nth episode (default 1; 0: no video)"
+    )
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_record)
     i = sub.add_parser("inspect", help="summarize a folder of traces and check its files")
@@ -131,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         args = parser.parse_args(["record", *(argv or [])])
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if getattr(args, "episodes", 1) < 1 or getattr(args, "steps", 0) < 0:
-        parser.error("--episodes must be at least 1 and --steps at least 0")
+    if getattr(args, "episodes", 1) < 1 or getattr(args, "steps", 0) < 0 or getattr(args, "video_every", 0) < 0:
+        parser.error("--episodes must be at least 1, --steps and --video-every at least 0")
     return args.func(args)
 
 

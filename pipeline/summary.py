@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ class TraceSummary:
     lengths: list[int] = field(default_factory=list)
     returns: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    clips: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -55,6 +57,17 @@ def summarize(directory: str) -> TraceSummary:
             s.bytes += entry.get("json_bytes", 0) + entry.get("bin_bytes", 0)
         if m.get("error"):
             s.problems.append(f"{m.get('prefix')}: the recorder reported an error: {m['error']}")
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".meta.json"):
+            try:
+                with open(os.path.join(directory, name), "rb") as f:
+                    s.clips.append(json.load(f))
+            except (OSError, ValueError) as exc:
+                s.problems.append(f"{name}: unreadable clip metadata ({exc})")
+    for clip in s.clips:
+        path = clip.get("path")
+        if path and not os.path.exists(os.path.join(directory, path)):
+            s.problems.append(f"{path}: missing (named by {clip.get('name')}.meta.json)")
     if not damaged:
         for ep in reader:
             s.episodes += 1

@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 
+import envrec
+
+from .video_helpers import decode
+
 TIMEOUT_S = 90
 
 
@@ -24,15 +28,20 @@ def test_record_with_no_arguments_records_cartpole_into_recordings(tmp_path):
     out = run("record", "-q", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "recorded 5 episode(s)" in out.stdout and "CartPole-v1" in out.stdout
-    assert (tmp_path / "recordings").is_dir()
-    out = run("inspect", str(tmp_path / "recordings"))
+    folder = tmp_path / "recordings"
+    clips = sorted(folder.glob("rl-video-*-episode-*.mp4"))
+    assert len(clips) == 5 and "video: 5 clip(s)" in out.stdout
+    episodes = list(envrec.TraceReader(folder))
+    for clip, ep in zip(sorted(clips, key=lambda p: int(p.stem.rsplit("-", 1)[1])), episodes):
+        assert len(decode(clip, 600, 400)) == ep.length + 1  # one frame per observation
+    out = run("inspect", str(folder))
     assert out.returncode == 0, out.stderr
-    assert "episodes: 5" in out.stdout and "present and complete" in out.stdout
+    assert "episodes: 5" in out.stdout and "clips: 5" in out.stdout and "present and complete" in out.stdout
 
 
 def test_record_options_and_inspect_finds_a_damaged_batch(tmp_path):
     folder = tmp_path / "out"
-    out = run("record", "-q", "--steps", "120", "--seed", "3", "--out", str(folder), "--name-prefix", "mine")
+    out = run("record", "-q", "--steps", "120", "--seed", "3", "--out", str(folder), "--name-prefix", "mine", "--video-every", "0")
     assert out.returncode == 0, out.stderr
     assert "120 step(s)" in out.stdout
     bins = sorted(folder.glob("mine.ep*.bin"))
