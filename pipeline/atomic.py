@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import BinaryIO
 
-__all__ = ["TMP_SUFFIX", "tmp_path_for", "fsync_dir", "commit_file", "write_atomic", "remove_stale_tmp"]
+__all__ = ["TMP_SUFFIX", "tmp_path_for", "fsync_dir", "commit_file", "discard_file", "write_atomic", "remove_stale_tmp"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -39,6 +39,18 @@ def commit_file(f: BinaryIO, tmp: str, final: str, *, sync_dir: bool = True) -> 
         fsync_dir(os.path.dirname(final))
 
 
+def discard_file(f, path: str) -> None:
+    """Close ``f`` and remove ``path``, whatever state either is in (for temporary files given up on)."""
+    try:
+        f.close()
+    except OSError:
+        pass
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def write_atomic(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (see the module docstring)."""
     tmp = tmp_path_for(path)
@@ -47,11 +59,7 @@ def write_atomic(path: str, data: bytes) -> None:
         f.write(data)
         commit_file(f, tmp, path)
     except BaseException:
-        f.close()
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        discard_file(f, tmp)
         raise
 
 

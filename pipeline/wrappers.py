@@ -109,12 +109,6 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         finally:
             super().close()
 
-    def __enter__(self) -> "RecordTrace":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Records clips of ``env``'s rendered frames, as ``gymnasium.wrappers.RecordVideo`` does.
@@ -287,9 +281,3 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self.recorder.close()
         finally:
             super().close()
-
-    def __enter__(self) -> "RecordVideo":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

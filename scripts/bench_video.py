@@ -225,16 +225,18 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--seconds", type=float, default=1.5, help="seconds per variant per round")
+    p.add_argument("--env", action="append", help="env id to measure (repeatable; default CartPole-v1 and ALE/Pong-v5)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
-    envs = ["CartPole-v1"]
-    try:
-        import ale_py
+    envs = args.env or ["CartPole-v1", "ALE/Pong-v5"]
+    if any(e.startswith("ALE/") for e in envs):
+        try:
+            import ale_py
 
-        gym.register_envs(ale_py)
-        envs.append("ALE/Pong-v5")
-    except ImportError:
-        print("ale-py is not installed: skipping ALE/Pong-v5 (pip install 'envrec[atari]')")
+            gym.register_envs(ale_py)
+        except ImportError:
+            print("ale-py is not installed: skipping ALE environments (pip install 'envrec[atari]')")
+            envs = [e for e in envs if not e.startswith("ALE/")]
     rss = PeakRss()
     rows = []
     with tempfile.TemporaryDirectory(prefix="envrec-bench-video-") as folder:

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from envrec.atomic import TMP_SUFFIX, commit_file, fsync_dir
+from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, fsync_dir
 from envrec.schema import Leaf
 from envrec.trace_format import batch_names, ndarray_descriptor
 
@@ -211,15 +211,8 @@ class BatchWriter:
 
     def abort(self) -> None:
         """Drop the batch: close and remove its temporary files."""
-        for f, path in ((self.bin, self.bin_tmp), (self.json, self.json_tmp)):
-            try:
-                f.close()
-            except OSError:
-                pass
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        discard_file(self.bin, self.bin_tmp)
+        discard_file(self.json, self.json_tmp)
 
 
 def _fill(shape: Any, by_key: dict) -> Any:

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import collections
+import fcntl
 import os
 import select
 import subprocess
@@ -26,6 +27,7 @@ __all__ = ["FfmpegError", "FfmpegProcess", "WRITE_STALL_S"]
 WRITE_STALL_S = 10.0  # ffmpeg taking no input this long is considered hung
 FINISH_TIMEOUT_S = 30.0  # how long a clip's last frames may take to encode after stdin closes
 STDERR_TAIL_LINES = 20
+PIPE_BYTES = 1 << 20  # Linux's default cap for an unprivileged pipe size (/proc/sys/fs/pipe-max-size)
 
 
 class FfmpegError(Exception):
@@ -54,6 +56,10 @@ class FfmpegProcess:
         self._drainer.start()
         self._fd = self.proc.stdin.fileno()
         os.set_blocking(self._fd, False)
+        try:  # a whole frame per write instead of 16 wake-ups of 64 KiB
+            fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass
         self.killed_reason: str | None = None
 
     def _drain(self) -> None:

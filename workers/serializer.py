@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from envrec.atomic import TMP_SUFFIX, write_atomic
+from envrec.atomic import TMP_SUFFIX, discard_file, write_atomic
 from envrec.infos import encode_json, unpack_info
 from envrec.records import Kind, Status, TraceLayout
 from envrec.schema import Leaf, decode_reward
@@ -257,14 +257,7 @@ class Serializer:
 
     def _close_spills(self) -> None:
         for f, path in self._spills:
-            try:
-                f.close()
-            except OSError:
-                pass
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            discard_file(f, path)
         self._spills.clear()
 
     def summary(self) -> dict:
