@@ -32,14 +32,14 @@ _EXPORTS = {
 
 __all__ = ["__version__", *_EXPORTS]
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .errors import ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError
-    from .infos import Unrepresentable
-    from .reader import Episode, TraceError, TraceReader, scan_recorded_traces
-    from .recorder import TraceRecorder
-    from .ffmpeg import VideoSettings
-    from .video import VideoRecorder
-    from .wrappers import RecordTrace, RecordVideo
+if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr__ imports lazily)
+    from .errors import ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
+    from .infos import Unrepresentable  # noqa: F401
+    from .reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401
+    from .recorder import TraceRecorder  # noqa: F401
+    from .ffmpeg import VideoSettings  # noqa: F401
+    from .video import VideoRecorder  # noqa: F401
+    from .wrappers import RecordTrace, RecordVideo  # noqa: F401
 
 
 def __getattr__(name: str):

@@ -11,7 +11,7 @@ the reservation is simply not used.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from typing import Callable
 
 from .records import RST, Kind
 from .ring import REC_HEAD_BYTES, RingWriter, align

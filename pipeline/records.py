@@ -85,14 +85,6 @@ class TraceLayout:
     def from_specs(cls, obs_spec: dict, act_spec: dict) -> "TraceLayout":
         return cls(tuple(leaves(obs_spec)), tuple(leaves(act_spec)))
 
-    @property
-    def n_obs(self) -> int:
-        return len(self.obs_leaves)
-
-    @property
-    def n_act(self) -> int:
-        return len(self.act_leaves)
-
     def _keyed(self, root: str, lvs: tuple[Leaf, ...], kind: str) -> list[tuple]:
         return [(root, *leaf.path) for leaf in lvs if leaf.kind == kind]
 

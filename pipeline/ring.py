@@ -181,14 +181,6 @@ class RingWriter:
         """Read one of the consumer's status words."""
         return self._seg.words[_W_STATUS + index]
 
-    @property
-    def released(self) -> int:
-        """Records the consumer has released."""
-        return self._seg.words[_W_RELEASED]
-
-    def in_use(self) -> int:
-        return self._write_pos - self._seg.words[_W_READ_POS]
-
     def write(self, kind: int, episode: int, step: int, parts: list | tuple) -> bool:
         """Copy a record of ``parts`` (bytes or 1-D byte views) into the ring; False if dropped."""
         sizes = [len(p) for p in parts]
@@ -300,7 +292,6 @@ class RecordView:
     episode: int
     step: int
     parts: list[memoryview]
-    end: int  # ring position just past this record
 
 
 class RingReader:
@@ -352,7 +343,7 @@ class RingReader:
         self._views.extend(parts)
         self._unreleased += 1
         self._cursor += length
-        return RecordView(kind, episode, step, parts, self._cursor)
+        return RecordView(kind, episode, step, parts)
 
     def release(self) -> None:
         """Give back the room of every record read so far."""

@@ -43,9 +43,6 @@ class Leaf:
             return 0
         return int(np.dtype(self.dtype).itemsize * int(np.prod(self.shape, dtype=np.int64)))
 
-    def name(self, root: str) -> str:
-        return root + "".join(f"[{p!r}]" for p in self.path)
-
 
 def _le(dtype) -> np.dtype:
     dt = np.dtype(dtype)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import write_atomic
+from .atomic import remove_stale_tmp, write_atomic
 from .errors import ConfigError, RecordError, RecordTooLargeError
 from .ffmpeg import VideoSettings, find_ffmpeg
 from .records import FRAME_SHAPE, Kind, Status
@@ -105,6 +105,7 @@ class VideoRecorder:
         if fps <= 0:
             raise ConfigError(f"fps must be positive, not {fps}")
         self.folder = check_folder(folder)
+        remove_stale_tmp(self.folder)  # what a killed encoder of an earlier run left
         self.fps = fps
         self.settings = settings or VideoSettings()
         self.ffmpeg, self.backend = find_ffmpeg(ffmpeg)

@@ -15,7 +15,7 @@ import pytest
 import envrec
 from envrec.records import Status
 
-from .video_helpers import ColourEnv, decode, meta, run_episodes
+from .video_helpers import decode, meta
 
 CHILD = os.path.join(os.path.dirname(__file__), "child_video.py")
 
@@ -36,6 +36,12 @@ def frame(i: int) -> np.ndarray:
     return f
 
 
+def encoded_some(folder, name, min_bytes=2000):
+    """ffmpeg has written fragments (not only taken frames into its pipe)."""
+    path = os.path.join(folder, name + ".mp4")
+    return os.path.exists(path) and os.path.getsize(path) >= min_bytes
+
+
 def fill_clip(rec, name, frames, fps_pause=0.0):
     rec.start_clip(name)
     for i in range(frames):
@@ -47,7 +53,7 @@ def fill_clip(rec, name, frames, fps_pause=0.0):
 def test_ffmpeg_killed_mid_clip_breaks_that_clip_only(tmp_path, caplog):
     rec = envrec.VideoRecorder(tmp_path, fps=25, settings=envrec.VideoSettings(keyframe_interval_s=0.2))
     fill_clip(rec, "first", 60)
-    assert wait_for(lambda: rec._stream.status(Status.FRAMES_WRITTEN) >= 60)
+    assert wait_for(lambda: rec._stream.status(Status.FRAMES_WRITTEN) >= 60 and encoded_some(tmp_path, "first"))
     ffmpeg_pid = rec._stream.status(Status.ENCODER_PID)
     assert "ffmpeg" in psutil.Process(ffmpeg_pid).name()
     os.kill(ffmpeg_pid, signal.SIGKILL)
@@ -73,7 +79,7 @@ def test_ffmpeg_killed_mid_clip_breaks_that_clip_only(tmp_path, caplog):
 def test_encoder_killed_mid_clip_env_goes_on_and_next_clip_gets_a_fresh_encoder(tmp_path, caplog):
     rec = envrec.VideoRecorder(tmp_path, fps=25, settings=envrec.VideoSettings(keyframe_interval_s=0.2))
     fill_clip(rec, "first", 60)
-    assert wait_for(lambda: rec._stream.status(Status.FRAMES_WRITTEN) >= 60)
+    assert wait_for(lambda: rec._stream.status(Status.FRAMES_WRITTEN) >= 60 and encoded_some(tmp_path, "first"))
     old_worker, ffmpeg_pid = rec.stats()["worker_pid"], rec._stream.status(Status.ENCODER_PID)
     os.kill(old_worker, signal.SIGKILL)
     t0 = time.monotonic()

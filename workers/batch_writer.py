@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, fsync_dir
-from envrec.schema import Leaf
 from envrec.trace_format import batch_names, ndarray_descriptor
 
 __all__ = ["BatchWriter", "ArrayField", "JsonField"]
@@ -68,7 +67,6 @@ class ArrayField:
     rows: int = 0
     offset: int = 0  # where its data starts in the .bin (direct fields: set at episode start)
     spill: Any = None  # buffered spill file (not direct)
-    spill_path: str = ""
 
     def write(self, mv, sink) -> None:
         if self.direct:
@@ -85,7 +83,6 @@ class JsonField:
     key: tuple
     items: int = 0
     spill: Any = None
-    spill_path: str = ""
 
     def write(self, obj: Any) -> None:
         text = json.dumps(obj, allow_nan=False, separators=(",", ":"))
