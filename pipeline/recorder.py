@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from time import perf_counter_ns
 from typing import Any
 
 from .atomic import remove_stale_tmp
@@ -18,6 +19,7 @@ from .infos import pack_info
 from .packer import TracePacker
 from .records import Status
 from .schema import describe_space
+from .stats import CallTimes, summary_line
 from .stream import Stream, register_closer, unregister_closer
 from .trace_format import check_prefix, default_prefix, manifest_name
 
@@ -66,6 +68,7 @@ class TraceRecorder:
         strict: bool = False,
         start_method: str = "spawn",
         close_timeout_s: float = 60.0,
+        timing: bool = True,
     ) -> None:
         if batch_bytes <= 0:
             raise ConfigError(f"batch_bytes must be positive, not {batch_bytes}")
@@ -103,6 +106,7 @@ class TraceRecorder:
             close_timeout_s=close_timeout_s,
         )
         self.worker_pid: int = self._stream.worker_pid
+        self.times = CallTimes() if timing else None
         self._episode = -1
         self._step = 0
         register_closer(self)
@@ -139,14 +143,18 @@ class TraceRecorder:
         begins: its steps are counted by the serializer as orphans, not
         attached to the previous episode.
         """
+        t0 = perf_counter_ns()
         self._stream.check_open()
         self._episode += 1
         self._step = 0
         meta = pack_info({"seed": seed, "options": options})
         self._stream.send(self._packer.write_reset, self._episode, observation, meta, pack_info(info) if info else b"")
+        if self.times is not None:
+            self.times.add(perf_counter_ns() - t0)
 
     def add_step(self, action, observation, reward, terminated, truncated, info: dict | None = None) -> None:
         """Record one step of the current episode."""
+        t0 = perf_counter_ns()
         self._stream.check_open()
         if self._episode < 0:
             raise RecordError("add_step() before any add_reset(): a trace episode starts with its reset observation")
@@ -162,18 +170,21 @@ class TraceRecorder:
             truncated,
             pack_info(info) if info else b"",
         )
+        if self.times is not None:
+            self.times.add(perf_counter_ns() - t0)
 
     # -- counters and ending -----------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Counters of this recording; the keys are listed in the README ("Stats")."""
         s, ring = self._stream, self._stream.ring
-        return {
+        out = {
             "episodes_started": self._episode + 1,
             "records_sent": ring.records,
             "records_dropped": s.records_dropped,
             "blocked_s": ring.blocked_s,
             "ring_high_water_bytes": ring.high_water,
             "ring_bytes": ring.capacity,
+            **(self.times.summary() if self.times is not None else {}),
             "episodes_written": s.status(Status.EPISODES),
             "steps_written": s.status(Status.STEPS),
             "steps_committed": s.status(Status.STEPS_COMMITTED),
@@ -183,6 +194,8 @@ class TraceRecorder:
             "broken": s.broken,
             "worker_pid": self.worker_pid,
         }
+        out.update(s.worker_facts())
+        return out
 
     def close(self) -> dict | None:
         """Flush everything, stop the worker, free the ring. Harmless when repeated."""
@@ -190,20 +203,26 @@ class TraceRecorder:
             return self._stream.worker.summary
         unregister_closer(self)
         try:
-            summary = self._stream.close()
+            summary = self._stream.close(final_stats=self._env_stats())
         finally:
             if self._stream.worker.exitcode != 0:
                 removed = remove_stale_tmp(self.directory, self.prefix)  # what the dead worker was writing
                 if removed:
                     logger.info("envrec: removed %d unfinished file(s) of the dead serializer", len(removed))
-        logger.info(
-            "envrec: trace of %d episode(s) in %s (%s)%s",
-            self._episode + 1,
-            self.manifest_path,
-            ", ".join(f"{k}={v}" for k, v in (summary or {}).items() if k != "error"),
-            f"; dropped {self._stream.records_dropped} record(s)" if self._stream.records_dropped else "",
-        )
+        logger.info("envrec: trace of %d episode(s) in %s: %s", self._episode + 1, self.manifest_path, summary_line(self.stats()))
         return summary
+
+    def _env_stats(self) -> dict[str, Any]:
+        """What only the env process knows, for the final manifest."""
+        ring = self._stream.ring
+        return {
+            "episodes_started": self._episode + 1,
+            "records_sent": ring.records,
+            "records_dropped": self._stream.records_dropped,
+            "blocked_s": ring.blocked_s,
+            "ring_high_water_bytes": ring.high_water,
+            **(self.times.summary() if self.times is not None else {}),
+        }
 
     def __enter__(self) -> "TraceRecorder":
         return self

@@ -13,6 +13,7 @@ worker (and its ring) with a fresh one, a bounded number of times.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import multiprocessing as mp
 import time
@@ -23,6 +24,7 @@ from .errors import ConfigError, RecordError, WorkerError
 from .records import Kind, Status
 from .ring import ConsumerGone, RingWriter
 from .shm import sweep_orphans
+from .stats import process_facts
 from .supervisor import Worker
 
 __all__ = ["Stream", "STATUS_CHECK_INTERVAL_S", "BACKPRESSURE_POLICIES", "register_closer"]
@@ -149,27 +151,44 @@ class Stream:
     def worker_pid(self) -> int:
         return self.worker.pid
 
-    def _close_record(self) -> None:
+    def _close_record(self, final_stats: dict | None) -> None:
         self.ring.set_policy(True, None, self.worker.alive)  # CLOSE is never dropped while the worker lives
+        part = json.dumps(final_stats or {}, allow_nan=False).encode("utf-8")
         try:
-            self.ring.write(Kind.CLOSE, 0, 0, ())
+            self.ring.write(Kind.CLOSE, 0, 0, (part,))
         except ConsumerGone:
             pass
 
-    def _shutdown(self) -> None:
+    def worker_facts(self) -> dict[str, float]:
+        """CPU seconds and memory of the worker: live while it runs, its own report once closed."""
+        if not self.closed:
+            facts = process_facts(self.worker.pid)
+            return {"worker_cpu_s": facts["cpu_s"], "worker_rss_bytes": facts["rss_bytes"]} if facts else {}
+        proc = (self.worker.summary or {}).get("process", {})
+        out = {}
+        if proc:
+            out = {"worker_cpu_s": proc["cpu_s"], "worker_max_rss_bytes": proc["max_rss_bytes"]}
+            if proc.get("children_cpu_s"):
+                out["ffmpeg_cpu_s"] = proc["children_cpu_s"]  # the only children a worker has
+        return out
+
+    def _shutdown(self, final_stats: dict | None = None) -> None:
         try:
-            self.worker.close(self.close_timeout_s, self._close_record)
+            self.worker.close(self.close_timeout_s, lambda: self._close_record(final_stats))
         finally:
             self._final = {i: self.ring.status(i) for i in range(len(Status))}
             self.ring.close()
 
-    def close(self) -> dict | None:
-        """Shut the worker down cleanly (see ``supervisor``); harmless when repeated."""
+    def close(self, final_stats: dict | None = None) -> dict | None:
+        """Shut the worker down cleanly (see ``supervisor``); harmless when repeated.
+
+        ``final_stats`` travels with the CLOSE record, for the worker's final files.
+        """
         if self.closed:
             return self.worker.summary
         self.closed = True
         try:
-            self._shutdown()
+            self._shutdown(final_stats)
         finally:
             if self.broken is None:
                 failure = self.worker.failure_after_close()

@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
+from time import perf_counter_ns
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +30,7 @@ from .atomic import remove_stale_tmp, write_atomic
 from .errors import ConfigError, RecordError, RecordTooLargeError
 from .ffmpeg import VideoSettings, find_ffmpeg
 from .records import FRAME_SHAPE, Kind, Status
+from .stats import CallTimes, process_facts, summary_line
 from .stream import Stream, register_closer, unregister_closer
 from .trace_format import check_prefix
 
@@ -72,6 +75,8 @@ class _ClipState:
     frames: int = 0
     dropped: int = 0
     broken: str | None = None
+    blocked_at_start: float = 0.0
+    calls_at_start: tuple[int, int] = (0, 0)
 
 
 class VideoRecorder:
@@ -97,6 +102,7 @@ class VideoRecorder:
         start_method: str = "spawn",
         close_timeout_s: float = 60.0,
         max_restarts: int = MAX_RESTARTS,
+        timing: bool = True,
     ) -> None:
         from .recorder import check_folder
         from envrec.workers.encoder import EncoderConfig
@@ -123,6 +129,8 @@ class VideoRecorder:
             start_method=start_method,
             close_timeout_s=close_timeout_s,
         )
+        self.times = CallTimes() if timing else None
+        self._first_frame_at: float | None = None
         self.clip: _ClipState | None = None
         self.clips_started = 0
         self.frames_sent = 0
@@ -150,6 +158,9 @@ class VideoRecorder:
         self._recover()
         self._report_finished()
         self.clip = _ClipState(name, "ansi" if text else "video", episode_id, self.fps)
+        self.clip.blocked_at_start = self._stream.ring.blocked_s
+        if self.times is not None:
+            self.clip.calls_at_start = (self.times.count, self.times.total_ns)
         self.clips_started += 1
         self._unreported.append(self.clip)
         desc = {"name": name, "kind": self.clip.kind, "fps": self.fps, "episode_id": episode_id, **extra}
@@ -157,9 +168,15 @@ class VideoRecorder:
 
     def add_frame(self, frame: Any, step: int = 0) -> None:
         """Add one rendered frame to the current clip (ignored when no clip is recording)."""
-        clip = self.clip
-        if clip is None:
+        if self.clip is None:
             return
+        t0 = perf_counter_ns()
+        self._add_frame(frame, step)
+        if self.times is not None:
+            self.times.add(perf_counter_ns() - t0)
+
+    def _add_frame(self, frame: Any, step: int) -> None:
+        clip = self.clip
         self._stream.check_open()
         if clip.broken is not None:
             self._drop()
@@ -189,6 +206,8 @@ class VideoRecorder:
         if ok:
             clip.frames += 1
             self.frames_sent += 1
+            if self._first_frame_at is None:
+                self._first_frame_at = time.monotonic()
         else:
             clip.dropped += 1
             self.frames_dropped += 1
@@ -198,10 +217,20 @@ class VideoRecorder:
         clip, self.clip = self.clip, None
         if clip is None:
             return
-        self._send(Kind.CLIP_END, 0, 0, (json.dumps({"frames_dropped": clip.dropped}).encode("utf-8"),))
+        self._send(Kind.CLIP_END, 0, 0, (self._clip_end_part(clip),))
         self._stream.check()
         if self._stream.broken is not None:
             self._write_broken_meta(clip)
+
+    def _clip_end_part(self, clip: _ClipState) -> bytes:
+        """What the env side knows of a clip, for its ``.meta.json``."""
+        env = {"frames_dropped_env_side": clip.dropped, "blocked_s": self._stream.ring.blocked_s - clip.blocked_at_start}
+        if self.times is not None:
+            calls = self.times.count - clip.calls_at_start[0]
+            total = self.times.total_ns - clip.calls_at_start[1]
+            env.update(calls=calls, call_mean_us=total / calls / 1e3 if calls else 0.0, call_total_s=total / 1e9)
+            env.update(run_call_p99_us=self.times.percentile(99), run_call_max_us=self.times.max_ns / 1e3)
+        return json.dumps({"frames_dropped": clip.dropped, "env_process": env}).encode("utf-8")
 
     def _report_finished(self) -> None:
         """Log (once each) the clips the worker finished broken since the last look."""
@@ -272,22 +301,33 @@ class VideoRecorder:
 
     # -- counters and ending -----------------------------------------------------
     def stats(self) -> dict[str, Any]:
+        """Counters of this recorder; the keys are listed in the README ("Stats")."""
         s, ring = self._stream, self._stream.ring
-        return {
+        written = s.status(Status.FRAMES_WRITTEN)
+        out = {
             "clips_started": self.clips_started,
             "clips_finished": s.status(Status.CLIPS),
             "clips_broken": s.status(Status.CLIPS_BROKEN),
             "frames_sent": self.frames_sent,
-            "frames_written": s.status(Status.FRAMES_WRITTEN),
+            "frames_written": written,
             "frames_dropped": self.frames_dropped + s.status(Status.FRAMES_DROPPED),
             "blocked_s": ring.blocked_s,
             "ring_high_water_bytes": ring.high_water,
             "ring_bytes": ring.capacity,
+            **(self.times.summary() if self.times is not None else {}),
             "broken": s.broken,
             "restarts": s.restarts,
             "worker_pid": s.worker_pid,
             "ffmpeg": self.ffmpeg,
         }
+        if self._first_frame_at is not None:
+            out["encoder_fps"] = written / max(time.monotonic() - self._first_frame_at, 1e-9)
+        out.update(s.worker_facts())
+        if not s.closed:
+            ffmpeg = process_facts(s.status(Status.ENCODER_PID))
+            if ffmpeg:
+                out["ffmpeg_cpu_s"], out["ffmpeg_rss_bytes"] = ffmpeg["cpu_s"], ffmpeg["rss_bytes"]
+        return out
 
     def close(self) -> dict | None:
         """End the current clip, stop the worker, free the ring. Harmless when repeated."""
@@ -296,12 +336,12 @@ class VideoRecorder:
         unregister_closer(self)
         clip, self.clip = self.clip, None
         if clip is not None:
-            self._send(Kind.CLIP_END, 0, 0, (json.dumps({"frames_dropped": clip.dropped}).encode("utf-8"),))
-        summary = self._stream.close()
+            self._send(Kind.CLIP_END, 0, 0, (self._clip_end_part(clip),))
+        summary = self._stream.close(final_stats=self.stats())
         if clip is not None and self._stream.broken is not None:
             self._write_broken_meta(clip)
         self._report_finished()
-        logger.info("envrec: %d clip(s) in %s (%s)", self.clips_started, self.folder, summary)
+        logger.info("envrec: %d clip(s) in %s: %s", self.clips_started, self.folder, summary_line(self.stats()))
         return summary
 
     def __enter__(self) -> "VideoRecorder":

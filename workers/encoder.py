@@ -26,6 +26,7 @@ from typing import Any
 from envrec.atomic import TMP_SUFFIX, commit_file, write_atomic
 from envrec.ffmpeg import VideoSettings, encode_command, encoded_size, remux_command
 from envrec.records import FRAME_SHAPE, Kind, Status
+from envrec.stats import process_facts
 from envrec.supervisor import signal_name
 
 from .ffmpeg_process import FfmpegError, FfmpegProcess
@@ -65,6 +66,7 @@ class _Clip:
     stderr_tail: list = field(default_factory=list)
     cast_events: Any = None
     cast_size: tuple = (0, 0)
+    started_at: float | None = None  # monotonic time of the first frame
     extra: dict = field(default_factory=dict)
 
 
@@ -114,12 +116,12 @@ class Encoder:
         elif kind == Kind.CLIP_END:
             if self.clip is not None:
                 self._end_clip(json.loads(bytes(rec.parts[0])))
-        elif kind == Kind.CLIP_BROKEN:
-            if self.clip is not None:
-                self._break(bytes(rec.parts[0]).decode("utf-8", "replace"))
         elif kind == Kind.CLOSE:
             self.finish(clean=True)
             return True
+        elif kind == Kind.CLIP_BROKEN:
+            if self.clip is not None:
+                self._break(bytes(rec.parts[0]).decode("utf-8", "replace"))
         else:
             raise ValueError(f"unknown record kind {kind} in the frame ring")
         self._status(Status.RECORDS, self.records)
@@ -133,6 +135,8 @@ class Encoder:
             self.clip.cast_events = open(path, "w+", encoding="utf-8")
 
     def _count_frame(self, clip: _Clip, step: int) -> None:
+        if clip.started_at is None:
+            clip.started_at = time.monotonic()
         clip.frames += 1
         clip.first_step = step if clip.first_step is None else clip.first_step
         clip.last_step = step
@@ -209,12 +213,19 @@ class Encoder:
     def _end_clip(self, env_side: dict) -> None:
         clip = self.clip  # stays current until the end: _break works on it
         dropped_env = int(env_side.get("frames_dropped", 0))
+        if "env_process" in env_side:
+            clip.extra["env_process"] = env_side["env_process"]
+        if clip.started_at is not None and clip.frames:
+            clip.extra["encode_wall_s"] = time.monotonic() - clip.started_at
         path = self._video_path(clip)
         if clip.kind == "ansi":
             self._finish_cast(clip, path)
         elif clip.proc is not None:
             proc, clip.proc = clip.proc, None
+            facts = process_facts(proc.pid)  # its CPU for this clip, before it exits
             rc = proc.finish()
+            if facts:
+                clip.extra["ffmpeg_cpu_s"] = facts["cpu_s"]
             self._status(Status.ENCODER_PID, 0)
             clip.exit_status = signal_name(rc)
             clip.stderr_tail = list(proc.tail)

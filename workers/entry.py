@@ -30,6 +30,8 @@ from typing import Any, Callable
 from envrec.records import Kind, Status
 from envrec.ring import RingReader, RingSpec
 
+from .resources import resources
+
 __all__ = ["serializer_main", "encoder_main"]
 
 logger = logging.getLogger("envrec.workers")
@@ -133,7 +135,9 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> None:
 
 
 def _send_done(conn, handler) -> None:
+    summary = handler.summary() if handler is not None else {"error": "the worker never started"}
+    summary["process"] = resources()
     try:
-        conn.send(("done", handler.summary() if handler is not None else {"error": "the worker never started"}))
+        conn.send(("done", summary))
     except OSError:
         pass

@@ -20,6 +20,7 @@ from envrec.records import Kind, Status, TraceLayout
 from envrec.schema import Leaf, decode_reward
 from envrec.trace_format import FORMAT_NAME, FORMAT_VERSION, manifest_name
 
+from .resources import resources
 from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, BatchWriter, EpisodeFields, JsonField
 
 __all__ = ["SerializerConfig", "Serializer"]
@@ -79,6 +80,7 @@ class Serializer:
         self.steps_total = 0
         self.records = 0
         self.orphan_steps = 0
+        self.env_stats: dict = {}
         self.bytes_committed = 0
         self.steps_committed = 0
         self._ep: dict = {}
@@ -141,6 +143,8 @@ class Serializer:
         elif kind == Kind.RESET:
             self._on_reset(rec)
         elif kind == Kind.CLOSE:
+            if rec.parts and len(rec.parts[0]):
+                self.env_stats = json.loads(bytes(rec.parts[0]))
             self.finish(clean=True)
             return True
         else:
@@ -292,6 +296,9 @@ class Serializer:
             },
             "complete": complete,
             "closed_cleanly": complete and clean,
+            "stats": {"env_process": self.env_stats, "serializer": {**self.summary(), "process": resources()}}
+            if complete
+            else None,
             "error": self.error,
             "writer": {"envrec": __version__, "pid": os.getpid()},
         }
