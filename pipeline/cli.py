@@ -154,7 +154,27 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("directory")
     i.add_argument("--list", type=int, default=10, metavar="N", help="list the first N episodes (default 10)")
     i.set_defaults(func=_inspect)
+    b = sub.add_parser("bench", help="measure what recording costs an environment, side by side")
+    b.add_argument("--env", default=None, help="Gymnasium env id (default CartPole-v1)")
+    b.add_argument("--frames", default=None, metavar="HxW", help="a synthetic env of HxWx3 frames instead, e.g. 210x160 or 720x1280")
+    b.add_argument("--step-us", type=float, default=0.0, help="CPU a synthetic step burns (default 0)")
+    b.add_argument("--variants", default=None, help="comma-separated subset (default: all; see envrec.bench)")
+    b.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
+    b.add_argument("--seconds", type=float, default=1.0, help="seconds per variant per round (default 1)")
+    b.add_argument("--json", action="store_true", help="print the results as JSON")
+    b.add_argument("--plot", default=None, metavar="FILE.png", help="draw the comparison (needs matplotlib)")
+    b.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    b.set_defaults(func=_bench)
     return p
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import main as bench_main
+
+    if args.rounds < 1 or args.seconds <= 0:
+        print("envrec bench: --rounds must be at least 1 and --seconds positive", file=sys.stderr)
+        return 2
+    return bench_main(args)
 
 
 def main(argv: list[str] | None = None) -> int:

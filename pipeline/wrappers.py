@@ -51,6 +51,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         strict: bool = False,
         start_method: str = "spawn",
         recorder: TraceRecorder | None = None,
+        timing: bool = True,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -81,6 +82,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 block_timeout_s=block_timeout_s,
                 strict=strict,
                 start_method=start_method,
+                timing=timing,
             )
         self.recorder = recorder
 

@@ -1,0 +1,179 @@
+"""What ``envrec bench`` and the scripts compare envrec with: a synthetic env and the alternatives.
+
+* ``FrameEnv``: frames of any size whose step costs almost nothing (or a set
+  amount of busy CPU, like an emulator), returning a fresh frame each step.
+* ``RenderEveryStep``: produces each frame and throws it away (the cost of
+  frames without recording them).
+* ``SyncPipe``: old gym's VideoRecorder way, an ffmpeg child per episode fed
+  from inside ``step()``.
+* ``InProcessTrace``: gym-recording's TraceRecording way, episodes buffered
+  in lists in the env process, each batch written synchronously at an
+  episode end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+__all__ = ["FrameEnv", "RenderEveryStep", "SyncPipe", "InProcessTrace"]
+
+
+class FrameEnv(gym.Env):
+    """HxWx3 uint8 observations (and renders); each step busy-works ``step_us`` and returns a fresh frame."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, height: int = 210, width: int = 160, length: int = 1000, step_us: float = 0.0, render_mode="rgb_array"):
+        self.observation_space = spaces.Box(0, 255, (height, width, 3), np.uint8)
+        self.action_space = spaces.Discrete(6)
+        self.length = length
+        self.step_s = step_us / 1e6
+        self.render_mode = render_mode
+        self.frame = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.frame.copy(), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.step_s:
+            end = time.perf_counter() + self.step_s
+            while time.perf_counter() < end:
+                pass
+        self.frame[0, 0, 0] = self.t % 256
+        return self.frame.copy(), 1.0, self.t >= self.length, False, {}
+
+    def render(self):
+        return self.frame
+
+
+class RenderEveryStep(gym.Wrapper):
+    """Produce each frame and throw it away."""
+
+    def reset(self, **kwargs):
+        out = self.env.reset(**kwargs)
+        self.env.render()
+        return out
+
+    def step(self, action):
+        out = self.env.step(action)
+        self.env.render()
+        return out
+
+
+class SyncPipe(gym.Wrapper):
+    """Old gym's VideoRecorder: an ffmpeg per episode, fed from inside step()."""
+
+    def __init__(self, env, folder: str) -> None:
+        super().__init__(env)
+        import imageio_ffmpeg
+
+        os.makedirs(folder, exist_ok=True)
+        self.folder, self.n, self.proc = folder, 0, None
+        self.exe = imageio_ffmpeg.get_ffmpeg_exe()
+        self.fps = env.metadata.get("render_fps", 30)
+
+    def _frame(self):
+        frame = self.env.render()
+        if self.proc is None:
+            h, w, _ = frame.shape
+            path = os.path.join(self.folder, f"sync-{self.n}.mp4")
+            self.proc = subprocess.Popen(
+                [self.exe, "-nostdin", "-loglevel", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24",
+                 "-s", f"{w}x{h}", "-framerate", str(self.fps), "-i", "pipe:0",
+                 "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-c:v", "libx264", "-pix_fmt", "yuv420p", path],
+                stdin=subprocess.PIPE,
+            )
+        self.proc.stdin.write(frame.tobytes())
+
+    def _close_clip(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait()
+            self.proc, self.n = None, self.n + 1
+
+    def reset(self, **kwargs):
+        self._close_clip()
+        out = self.env.reset(**kwargs)
+        self._frame()
+        return out
+
+    def step(self, action):
+        out = self.env.step(action)
+        self._frame()
+        return out
+
+    def close(self):
+        self._close_clip()
+        super().close()
+
+
+class InProcessTrace(gym.Wrapper):
+    """gym-recording's way: buffer each episode in lists, write batches synchronously (~5 MB target)."""
+
+    def __init__(self, env, directory: str) -> None:
+        super().__init__(env)
+        os.makedirs(directory, exist_ok=True)
+        self.directory = directory
+        self.obs, self.acts, self.rews = [], [], []
+        self.episodes = []
+        self.buffered = 0
+        self.batch_steps = 100
+        self.first = 0
+
+    def reset(self, **kwargs):
+        self._end_episode()
+        obs, info = self.env.reset(**kwargs)
+        self.obs.append(obs)
+        return obs, info
+
+    def step(self, action):
+        obs, r, term, trunc, info = self.env.step(action)
+        self.acts.append(action)
+        self.obs.append(obs)
+        self.rews.append(r)
+        self.buffered += 1
+        return obs, r, term, trunc, info
+
+    def _end_episode(self):
+        if not self.obs:
+            return
+        self.episodes.append((np.array(self.obs), np.array(self.acts), np.array(self.rews)))
+        self.obs, self.acts, self.rews = [], [], []
+        if self.buffered >= self.batch_steps:
+            self._save()
+
+    def _save(self):
+        stem = os.path.join(self.directory, f"inproc.ep{self.first:09d}")
+        with open(stem + ".bin", "wb") as bin_f:
+            eps = []
+            for arrays in self.episodes:
+                d = {}
+                for name, a in zip(("observations", "actions", "rewards"), arrays):
+                    bin_f.write(b"\0" * (-bin_f.tell() % 8))
+                    off = bin_f.tell()
+                    a.tofile(bin_f)
+                    d[name] = {"__type": "ndarray", "shape": a.shape, "dtype": str(a.dtype), "npyoff": off}
+                eps.append(d)
+            size = bin_f.tell()
+        with open(stem + ".json", "w") as f:
+            json.dump({"episodes": eps}, f)
+        self.batch_steps = max(1, min(50000, int(5_000_000 / (size / max(self.buffered, 1)) + 1)))
+        self.first += len(self.episodes)
+        self.episodes, self.buffered = [], 0
+
+    def close(self):
+        self._end_episode()
+        if self.episodes:
+            self._save()
+        super().close()

@@ -1,0 +1,82 @@
+"""envrec bench: the runner, its table, JSON and plot, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from envrec.bench import format_table, parse_frames, run_bench
+from envrec.bench_variants import FrameEnv, InProcessTrace, SyncPipe
+
+from .video_helpers import decode
+
+
+def test_run_bench_interleaves_variants_and_reports_each(tmp_path):
+    seen = []
+    rows = run_bench(
+        lambda: FrameEnv(24, 32, length=50),
+        ("envrec-trace", "envrec-video", "inprocess-trace"),
+        rounds=2,
+        seconds=0.2,
+        folder=str(tmp_path),
+        progress=seen.append,
+    )
+    assert [r.variant for r in rows] == ["none", "envrec-trace", "envrec-video", "inprocess-trace"]
+    assert seen[:4] == [f"round 1/2: {v}" for v in ("none", "envrec-trace", "envrec-video", "inprocess-trace")]
+    none = rows[0]
+    assert none.ratio == 1.0 and none.overhead_us == 0.0
+    for r in rows:
+        assert r.steps_per_s > 0 and r.longest_call_ms > 0
+    trace, video = rows[1], rows[2]
+    assert trace.envrec["TraceRecorder"]["steps_committed"] > 0 and trace.envrec["TraceRecorder"]["call_p50_us"] > 0
+    assert video.video_bytes > 0 and video.envrec["VideoRecorder"]["frames_written"] > 0
+    table = format_table(rows)
+    assert "envrec-trace" in table and "inside envrec per call" in table
+
+
+def test_alternatives_write_what_they_claim(tmp_path):
+    env = SyncPipe(FrameEnv(24, 32, length=5), str(tmp_path / "sync"))
+    env.reset()
+    for _ in range(5):
+        env.step(0)
+    env.close()
+    assert len(decode(tmp_path / "sync" / "sync-0.mp4", 32, 24)) == 6
+    env = InProcessTrace(FrameEnv(24, 32, length=5), str(tmp_path / "inproc"))
+    env.reset()
+    for _ in range(5):
+        env.step(0)
+    env.close()
+    batch = json.load(open(tmp_path / "inproc" / "inproc.ep000000000.json"))
+    assert batch["episodes"][0]["observations"]["shape"] == [6, 24, 32, 3]
+
+
+def test_parse_frames():
+    assert parse_frames("210x160") == (210, 160)
+    for bad in ("210", "ax3", "0x5"):
+        with pytest.raises(ValueError, match="--frames"):
+            parse_frames(bad)
+
+
+def test_envrec_bench_command_json_and_plot(tmp_path):
+    plot = tmp_path / "bench.png"
+    out = subprocess.run(
+        [sys.executable, "-m", "envrec", "bench", "--frames", "24x32", "--variants", "envrec-trace,envrec-trace-untimed",
+         "--rounds", "1", "--seconds", "0.2", "--json", "--plot", str(plot)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r["variant"] for r in rows] == ["none", "envrec-trace", "envrec-trace-untimed"]
+    assert "call_p50_us" in rows[1]["envrec"]["TraceRecorder"] and "call_p50_us" not in rows[2]["envrec"]["TraceRecorder"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_envrec_bench_refuses_bad_arguments(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    for args, message in ((["--variants", "nope"], "unknown variant"), (["--env", "NoSuch-v0"], "NoSuch-v0"), (["--frames", "9"], "HEIGHTxWIDTH")):
+        out = subprocess.run([sys.executable, "-m", "envrec", "bench", *args], capture_output=True, text=True, timeout=60, env=env)
+        assert out.returncode == 2 and message in out.stderr
