@@ -29,6 +29,7 @@ import numpy as np
 from .atomic import remove_stale_tmp, write_atomic
 from .errors import ConfigError, RecordError, RecordTooLargeError
 from .ffmpeg import VideoSettings, find_ffmpeg
+from .recorder import check_folder
 from .records import FRAME_SHAPE, Kind, Status
 from .stats import CallTimes, process_facts, summary_line
 from .stream import Stream, register_closer, unregister_closer
@@ -104,7 +105,6 @@ class VideoRecorder:
         max_restarts: int = MAX_RESTARTS,
         timing: bool = True,
     ) -> None:
-        from .recorder import check_folder
         from envrec.workers.encoder import EncoderConfig
         from envrec.workers.entry import encoder_main
 

@@ -123,12 +123,19 @@ def main() -> None:
     base = args.folder or tempfile.gettempdir()
     for r in range(args.rounds):
         work = tempfile.mkdtemp(prefix="envrec-components-", dir=base)
-        try:
-            cli.append(encode_cli(frames, work, fps))
-            ours.append(encode_envrec(frames, work, fps))
-            secs, nbytes = serialize_envrec(os.path.join(work, "trace"), args.steps)
-            ser.append(nbytes / secs)
-            seq.append(nbytes / write_bandwidth(work, nbytes))
+        try:  # alternate which of each pair goes first, so neither always inherits the other's writeback
+            pair_a = [lambda: cli.append(encode_cli(frames, work, fps)), lambda: ours.append(encode_envrec(frames, work, fps))]
+            for run in pair_a if r % 2 == 0 else reversed(pair_a):
+                run()
+            nbytes = args.steps * 210 * 160 * 3
+
+            def run_serializer() -> None:
+                secs, written = serialize_envrec(os.path.join(work, "trace"), args.steps)
+                ser.append(written / secs)
+
+            pair_b = [run_serializer, lambda: seq.append(nbytes / write_bandwidth(work, nbytes))]
+            for run in pair_b if r % 2 == 0 else reversed(pair_b):
+                run()
         finally:
             shutil.rmtree(work, ignore_errors=True)
         print(f"  round {r + 1}/{args.rounds}", end="\r", flush=True)
