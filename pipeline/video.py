@@ -271,6 +271,9 @@ class VideoRecorder:
             return
         if self._stream.restarts < self.max_restarts:
             self._stream.restart()
+            # The dead worker finished none of the clips still unreported; the env side wrote their metadata.
+            self._unreported.clear()
+            self._clips_seen = self._stream.status(Status.CLIPS)
         elif not self._warned_broken:
             self._warned_broken = True
             logger.error("envrec: the encoder failed %d times; no more clips will be recorded", self.max_restarts + 1)
