@@ -138,6 +138,7 @@ class VideoRecorder:
         self._warned_broken = False
         self._unreported: deque[_ClipState] = deque()  # clips sent, not yet known finished
         self._clips_seen = 0
+        self._base = (0, 0)  # clips started and finished before the current worker
         register_closer(self)
 
     @property
@@ -274,13 +275,15 @@ class VideoRecorder:
             # The dead worker finished none of the clips still unreported; the env side wrote their metadata.
             self._unreported.clear()
             self._clips_seen = self._stream.status(Status.CLIPS)
+            self._base = (self.clips_started, self._clips_seen)  # what the new worker is measured from
         elif not self._warned_broken:
             self._warned_broken = True
             logger.error("envrec: the encoder failed %d times; no more clips will be recorded", self.max_restarts + 1)
 
     def _write_broken_meta(self, clip: _ClipState) -> None:
         """The metadata of a clip whose worker died before writing it."""
-        if self._stream.status(Status.CLIPS) >= self.clips_started:
+        started, finished = self._base
+        if self._stream.status(Status.CLIPS) - finished >= self.clips_started - started:
             return  # the worker finished this clip before it failed
         path = os.path.join(self.folder, clip.name + ".meta.json")
         ext = ".cast" if clip.kind == "ansi" else ".mp4"

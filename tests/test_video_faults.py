@@ -136,3 +136,23 @@ def test_env_process_killed_mid_clip_leaves_a_playable_clip_and_no_ffmpeg(tmp_pa
     m = meta(tmp_path, "clip")
     assert m["frames_written"] == 75 and m["ended_by"] == "env process died"
     assert len(decode(tmp_path / "clip.mp4", 64, 48)) == 75
+
+
+def test_a_second_encoder_death_is_handled_like_the_first(tmp_path):
+    rec = envrec.VideoRecorder(tmp_path, fps=25, settings=envrec.VideoSettings(keyframe_interval_s=0.2))
+    for k in range(2):
+        before = rec.stats()["frames_written"]
+        fill_clip(rec, f"doomed{k}", 30)
+        assert wait_for(lambda: rec.stats()["frames_written"] >= before + 30)
+        os.kill(rec.stats()["worker_pid"], signal.SIGKILL)
+        assert wait_for(lambda: (rec.add_frame(frame(0)) or True) and rec.stats()["broken"] is not None, 5)
+        rec.end_clip()
+        fill_clip(rec, f"fine{k}", 10)  # a fresh worker
+        rec.end_clip()
+        assert wait_for(lambda: os.path.exists(tmp_path / f"fine{k}.meta.json"))
+    rec.close()
+    assert rec.stats()["restarts"] == 2
+    for k in range(2):
+        assert meta(tmp_path, f"doomed{k}")["broken"]
+        m = meta(tmp_path, f"fine{k}")
+        assert not m["broken"] and m["frames_written"] == 10 and "written_by" not in m
