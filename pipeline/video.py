@@ -301,9 +301,12 @@ class VideoRecorder:
             "reason": self._stream.broken,
             "written_by": "env process (the encoder died before finishing this clip)",
         }
-        if meta["path"] is None and os.path.exists(video):
-            os.unlink(video)
-        write_atomic(path, json.dumps(meta, indent=1).encode("utf-8"))
+        try:
+            if meta["path"] is None and os.path.exists(video):
+                os.unlink(video)
+            write_atomic(path, json.dumps(meta, indent=1).encode("utf-8"))
+        except OSError as exc:  # never into the env's step; the stream is already reported broken
+            logger.error("envrec: could not write the metadata of broken clip %s: %s", clip.name, exc)
 
     # -- counters and ending -----------------------------------------------------
     def stats(self) -> dict[str, Any]:

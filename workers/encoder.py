@@ -15,6 +15,7 @@ Text frames (``render_mode="ansi"``) are written as asciicast v2 (``.cast``).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -311,7 +312,17 @@ class Encoder:
         else:
             meta["encoder_version"] = {"backend": "asciicast", "version": 2}
         meta.update(clip.extra)
-        write_atomic(self._path(clip.name, ".meta.json"), json.dumps(meta, indent=1).encode("utf-8"))
+        meta_path = self._path(clip.name, ".meta.json")
+        try:
+            write_atomic(meta_path, json.dumps(meta, indent=1).encode("utf-8"))
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC or meta["path"] is None:
+                raise
+            # The disk is full: the clip's partial video gives way to the metadata saying why.
+            os.unlink(path)
+            meta.update(path=None, broken=True, reason=meta["reason"] or f"disk full: {exc}")
+            meta["partial_removed"] = "the disk was full: the partial video was removed to make room for this metadata"
+            write_atomic(meta_path, json.dumps(meta, indent=1).encode("utf-8"))
 
     # -- ending --------------------------------------------------------------
     def finish(self, clean: bool) -> None:

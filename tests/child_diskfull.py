@@ -1,0 +1,66 @@
+"""Recording into a folder that fills up; run inside its own mount namespace on a tiny tmpfs.
+
+Usage: python child_diskfull.py FOLDER KIND   (KIND: "trace" or "video")
+Prints one JSON line with what the recorder reported and what the folder holds.
+"""
+
+import json
+import logging
+import os
+import sys
+
+import numpy as np
+from gymnasium import spaces
+
+import envrec
+
+
+def trace(folder: str) -> dict:
+    rec = envrec.TraceRecorder(folder, spaces.Box(0, 255, (32, 32, 3), np.uint8), spaces.Discrete(2), batch_bytes=20_000)
+    obs = np.zeros((32, 32, 3), np.uint8)
+    raised = None
+    try:
+        for ep in range(200):  # ~3 KB a step: far more than the folder holds
+            rec.add_reset(obs)
+            for t in range(10):
+                obs[0, 0, 0] = t
+                rec.add_step(t % 2, obs, 1.0, t == 9, False)
+    except Exception as exc:  # the env must never see one
+        raised = repr(exc)
+    rec.close()
+    out = {"raised": raised, "stats": rec.stats()}
+    reader = envrec.TraceReader(folder)
+    out["episodes_readable"] = len(reader)
+    out["lengths_ok"] = all(e.length == 10 and e.observations.shape == (11, 32, 32, 3) for e in reader)
+    out["problems"] = [p for m in reader.manifests for b in m["batches"] for p in reader.check_batch(b)]
+    out["manifest_error"] = reader.manifests[0]["error"]
+    out["tmp_files"] = [n for n in os.listdir(folder) if n.endswith(".tmp")]
+    return out
+
+
+def video(folder: str) -> dict:
+    rec = envrec.VideoRecorder(folder, fps=25)
+    rng = np.random.default_rng(0)
+    raised = None
+    try:
+        for clip in range(2):
+            rec.start_clip(f"clip{clip}")
+            for i in range(60):  # noise compresses badly: the folder fills in the first clip
+                rec.add_frame(rng.integers(0, 256, (120, 160, 3), dtype=np.uint8), i)
+            rec.end_clip()
+    except Exception as exc:
+        raised = repr(exc)
+    rec.close()
+    metas = {}
+    for n in sorted(os.listdir(folder)):
+        if n.endswith(".meta.json"):
+            with open(os.path.join(folder, n)) as f:
+                metas[n] = json.load(f)
+    return {"raised": raised, "stats": rec.stats(), "metas": metas, "tmp_files": [n for n in os.listdir(folder) if n.endswith(".tmp")]}
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    folder, kind = sys.argv[1], sys.argv[2]
+    result = trace(folder) if kind == "trace" else video(folder)
+    print(json.dumps(result, default=str))
