@@ -25,6 +25,38 @@ from envrec.bench import format_table, rows_json, run_bench
 from envrec.bench_variants import FrameEnv
 
 
+def stats_cost(rounds: int = 21, calls: int = 20000) -> tuple[float, float]:
+    """Median µs per ``add_step`` with timing on and off, in alternating tight loops (CartPole-sized records)."""
+    import statistics
+    import tempfile
+    import time
+
+    import numpy as np
+
+    import envrec
+
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=0)
+    action = np.int64(1)
+    with tempfile.TemporaryDirectory() as folder:
+        recs = {
+            timing: envrec.TraceRecorder(f"{folder}/{timing}", env.observation_space, env.action_space, timing=timing)
+            for timing in (True, False)
+        }
+        per_call = {True: [], False: []}
+        for rec in recs.values():
+            rec.add_reset(obs)
+        for _ in range(rounds):
+            for timing, rec in recs.items():
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    rec.add_step(action, obs, 1.0, False, False)
+                per_call[timing].append((time.perf_counter() - t0) / calls * 1e6)
+        for rec in recs.values():
+            rec.close()
+    return statistics.median(per_call[True]), statistics.median(per_call[False])
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=9)
@@ -49,6 +81,9 @@ def main() -> None:
         else:
             print(f"\n{label}: {args.rounds} interleaved rounds of {args.seconds:g} s per variant, medians")
             print(format_table(rows))
+    timed, untimed = stats_cost()
+    print(f"\nstats cost, add_step in alternating tight loops: {timed:.2f} µs timed, {untimed:.2f} µs untimed "
+          f"(+{timed - untimed:.2f} µs, {100 * (timed - untimed) / untimed:+.0f} %)")
 
 
 if __name__ == "__main__":
