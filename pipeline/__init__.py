@@ -14,6 +14,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "RecordTrace": ".wrappers",
     "RecordVideo": ".wrappers",
+    "RecordVectorTrace": ".vector",
+    "RecordVectorVideo": ".vector",
     "VideoRecorder": ".video",
     "VideoSettings": ".ffmpeg",
     "TraceRecorder": ".recorder",
@@ -38,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr
     from .reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401
     from .recorder import TraceRecorder  # noqa: F401
     from .ffmpeg import VideoSettings  # noqa: F401
+    from .vector import RecordVectorTrace, RecordVectorVideo  # noqa: F401
     from .video import VideoRecorder  # noqa: F401
     from .wrappers import RecordTrace, RecordVideo  # noqa: F401
 

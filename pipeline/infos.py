@@ -65,9 +65,8 @@ def _module_of(obj) -> str:
 
 class _InfoPickler(pickle.Pickler):
     def reducer_override(self, obj):
-        if isinstance(obj, _PLAIN):
-            if not (isinstance(obj, np.ndarray) and obj.dtype.hasobject):
-                return NotImplemented
+        if isinstance(obj, _PLAIN):  # object arrays too: their items come back through this pickler
+            return NotImplemented
         elif _module_of(obj).split(".", 1)[0] in _LOADABLE_MODULES:
             return NotImplemented
         t = type(obj)

@@ -12,6 +12,15 @@ can write them at offsets computed once; then the variable-size ones):
   observation leaves, the info.
 * ``CLOSE``: no parts; the recorder is closing, finalize and exit.
 
+The vector trace stream's kinds (one record per vector call, each batched
+array copied once; the worker splits them per sub-env):
+
+* ``VRESET``: the reset mask (N x b1), each batched observation leaf, the
+  pickled ``{"seed", "options"}``, the pickled vector info.
+* ``VSTEP``: each batched action leaf, each batched observation leaf,
+  rewards (N x f8), terminations (N x b1), truncations (N x b1), the
+  pickled vector info.
+
 The video stream's kinds:
 
 * ``CLIP_START``: one part, the clip's JSON description (name, fps, episode, kind).
@@ -48,6 +57,8 @@ class Kind(IntEnum):
     TEXT_FRAME = 12
     CLIP_BROKEN = 13
     CLIP_END = 14
+    VRESET = 20
+    VSTEP = 21
 
 
 class Status(IntEnum):

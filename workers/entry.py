@@ -32,7 +32,7 @@ from envrec.ring import RingReader, RingSpec
 
 from .resources import resources
 
-__all__ = ["serializer_main", "encoder_main"]
+__all__ = ["serializer_main", "encoder_main", "vector_serializer_main"]
 
 logger = logging.getLogger("envrec.workers")
 
@@ -55,6 +55,13 @@ def encoder_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
     from .encoder import Encoder
 
     _run(lambda status: Encoder(cfg, status=status), ring_spec, conn, parent_pid)
+
+
+def vector_serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
+    """Run a vector trace serializer (one trace per sub-env) until its recorder closes or its env process dies."""
+    from .vector_serializer import VectorSerializer
+
+    _run(lambda status: VectorSerializer(cfg, status=status), ring_spec, conn, parent_pid)
 
 
 def _run(make: Callable[[Callable], Any], ring_spec: RingSpec, conn, parent_pid: int) -> None:

@@ -1,0 +1,314 @@
+"""Recording Gymnasium vector environments: per-sub-env traces and videos.
+
+``RecordVectorTrace`` copies each batched array of a vector step into the
+ring once (no Python loop over sub-envs); the vector serializer worker splits
+the record into one trace per sub-env (``PREFIX.envI.*``), following the
+vector env's autoreset mode so that no step of a finished episode leaks into
+the next one and reset observations land where they belong:
+
+* next-step (Gymnasium's default): the step after an episode ends is that
+  sub-env's reset (its action was ignored); it starts the next episode.
+* same-step: the step that ends an episode carries the final observation and
+  info in ``info["final_obs"]`` / ``info["final_info"]``; the returned
+  observation is the next episode's reset observation.
+* disabled: sub-envs are reset by ``reset(options={"reset_mask": mask})``.
+
+``RecordVectorVideo`` records clips of chosen sub-envs (and optionally one
+tiled clip of all), with triggers counted per sub-env episode.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorWrapper
+
+from .errors import ConfigError, RecordError
+from .infos import pack_info
+from .recorder import DEFAULT_RING_BYTES, check_folder
+from .records import Kind
+from .schema import describe_space, leaves
+from .stream import Stream, register_closer, unregister_closer
+from .trace_format import check_prefix, default_prefix, manifest_name
+
+__all__ = ["RecordVectorTrace", "batched_leaves", "autoreset_name"]
+
+
+def autoreset_name(env) -> str:
+    mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    return mode.value if isinstance(mode, AutoresetMode) else str(mode)
+
+
+def batched_leaves(spec: dict, n: int) -> list[tuple[str, tuple]]:
+    """(dtype, shape) of each leaf of a single space's spec, batched over ``n`` sub-envs."""
+    out = []
+    for leaf in leaves(spec):
+        if leaf.kind != "array":
+            raise ConfigError("envrec cannot record Text spaces of vector environments")
+        out.append((leaf.dtype, (n, *leaf.shape)))
+    return out
+
+
+def _flatten(x, spec: dict) -> list:
+    t = spec["type"]
+    if t == "Dict":
+        return [v for k, sub in spec["spaces"] for v in _flatten(x[k], sub)]
+    if t == "Tuple":
+        return [v for item, sub in zip(x, spec["spaces"]) for v in _flatten(item, sub)]
+    return [x]
+
+
+def _as_part(x, dtype: str, shape: tuple, where: str) -> memoryview:
+    a = x if type(x) is np.ndarray else np.asarray(x)
+    dt = np.dtype(dtype)
+    if a.shape != shape or (a.dtype != dt and not np.can_cast(a.dtype, dt, "safe")):
+        raise RecordError(f"{where}: expected a {dt} array of shape {shape}, got {a.dtype} of shape {a.shape}")
+    if a.dtype != dt:
+        a = a.astype(dt)
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return memoryview(a).cast("B")
+
+
+class RecordVectorTrace(VectorWrapper):
+    """Records every sub-env of a vector env as its own trace (``PREFIX.envI.manifest.json`` ...)."""
+
+    def __init__(
+        self,
+        env: gym.vector.VectorEnv,
+        directory: str | os.PathLike,
+        *,
+        name_prefix: str | None = None,
+        batch_bytes: int = 5_000_000,
+        ring_bytes: int = DEFAULT_RING_BYTES,
+        backpressure: str = "block",
+        block_timeout_s: float | None = None,
+        strict: bool = False,
+        start_method: str = "spawn",
+    ) -> None:
+        super().__init__(env)
+        from envrec.workers.entry import vector_serializer_main
+        from envrec.workers.vector_serializer import VectorSerializerConfig
+
+        self.directory = check_folder(directory)
+        self.prefix = check_prefix(name_prefix) if name_prefix else default_prefix()
+        n = self.num_envs
+        for i in range(n):
+            path = os.path.join(self.directory, manifest_name(f"{self.prefix}.env{i}"))
+            if os.path.exists(path):
+                raise ConfigError(f"{path} exists: choose another name_prefix or folder so no recording is overwritten")
+        self._obs_spec = describe_space(env.single_observation_space)
+        self._act_spec = describe_space(env.single_action_space)
+        self._obs_leaves = batched_leaves(self._obs_spec, n)
+        self._act_leaves = batched_leaves(self._act_spec, n)
+        self.autoreset_mode = autoreset_name(env)
+        env_id = env.spec.id if env.spec is not None else None
+        cfg = VectorSerializerConfig(
+            self.directory, self.prefix, n, self.autoreset_mode, self._obs_spec, self._act_spec, batch_bytes, env_id,
+            {"batch_bytes": batch_bytes, "ring_bytes": ring_bytes, "backpressure": backpressure, "num_envs": n,
+             "autoreset_mode": self.autoreset_mode},
+        )
+        self._stream = Stream(
+            "vector serializer", vector_serializer_main, cfg, ring_bytes=ring_bytes, backpressure=backpressure,
+            block_timeout_s=block_timeout_s, strict=strict, start_method=start_method,
+        )
+        self._steps = 0
+        register_closer(self)
+
+    def _parts(self, value, spec: dict, batched: list, where: str) -> list:
+        values = _flatten(value, spec)
+        return [_as_part(v, dt, shape, where) for v, (dt, shape) in zip(values, batched)]
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
+        mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
+        mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
+        options = dict(options) if options else None
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._stream.check_open()
+        parts = [_as_part(mask, "|b1", (self.num_envs,), "reset_mask")]
+        parts += self._parts(obs, self._obs_spec, self._obs_leaves, "observations")
+        parts += [pack_info({"seed": seed, "options": {k: v for k, v in (options or {}).items() if k != "reset_mask"} or None}),
+                  pack_info(info) if info else b""]
+        self._stream.send(lambda ring: ring.write(Kind.VRESET, 0, self._steps, parts))
+        return obs, info
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, info = self.env.step(actions)
+        self._steps += 1
+        self._stream.check_open()
+        n = self.num_envs
+        parts = self._parts(actions, self._act_spec, self._act_leaves, "actions")
+        parts += self._parts(obs, self._obs_spec, self._obs_leaves, "observations")
+        parts += [
+            _as_part(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"),
+            _as_part(terminations, "|b1", (n,), "terminations"),
+            _as_part(truncations, "|b1", (n,), "truncations"),
+            pack_info(info) if info else b"",
+        ]
+        self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, self._steps, parts))
+        return obs, rewards, terminations, truncations, info
+
+    def stats(self) -> dict[str, Any]:
+        s, ring = self._stream, self._stream.ring
+        return {
+            "records_sent": ring.records,
+            "records_dropped": s.records_dropped,
+            "blocked_s": ring.blocked_s,
+            "ring_high_water_bytes": ring.high_water,
+            "broken": s.broken,
+            "worker_pid": s.worker_pid,
+            **s.worker_facts(),
+        }
+
+    def prefix_of(self, sub_env: int) -> str:
+        """The file prefix of sub-env ``sub_env``'s trace (for ``TraceReader(directory, prefix=...)``)."""
+        return f"{self.prefix}.env{sub_env}"
+
+    def close(self, **kwargs) -> None:
+        try:
+            if not self._stream.closed:
+                unregister_closer(self)
+                self._stream.close()
+        finally:
+            self.env.close(**kwargs)
+
+
+def tile(frames: list[np.ndarray]) -> np.ndarray:
+    """One frame showing all sub-envs' frames in a near-square grid (missing cells black)."""
+    n = len(frames)
+    cols = int(np.ceil(np.sqrt(n)))
+    rows = int(np.ceil(n / cols))
+    h, w = frames[0].shape[:2]
+    c = frames[0].shape[2] if frames[0].ndim == 3 else 1
+    grid = np.zeros((rows * h, cols * w, c), np.uint8)
+    for k, f in enumerate(frames):
+        r, q = divmod(k, cols)
+        grid[r * h : (r + 1) * h, q * w : (q + 1) * w] = f.reshape(h, w, c)
+    return grid
+
+
+class RecordVectorVideo(VectorWrapper):
+    """Clips of chosen sub-envs of a vector env, one per triggered sub-env episode; optionally a tiled clip.
+
+    ``sub_envs`` picks which sub-envs get clips (default: the first), named
+    ``NAME_PREFIX-envJ-episode-N.mp4``; ``episode_trigger`` is called with the
+    sub-env's own episode count (default: Gymnasium's capped cubic schedule);
+    ``video_length`` > 0 caps a clip's frames. ``tiled_step_trigger`` records
+    ``tiled_length`` vector steps of all sub-envs side by side
+    (``NAME_PREFIX-tiled-step-N.mp4``). Frames are rendered only while a clip
+    records. Each clip is encoded by its own encoder worker process.
+    """
+
+    def __init__(
+        self,
+        env: gym.vector.VectorEnv,
+        video_folder: str,
+        *,
+        sub_envs: tuple[int, ...] = (0,),
+        episode_trigger: Callable[[int], bool] | None = None,
+        video_length: int = 0,
+        name_prefix: str = "rl-video",
+        fps: float | None = None,
+        tiled_step_trigger: Callable[[int], bool] | None = None,
+        tiled_length: int = 200,
+        **recorder_options: Any,
+    ) -> None:
+        super().__init__(env)
+        from .video import VideoRecorder
+
+        if env.render_mode != "rgb_array":
+            raise ValueError(f"render_mode is {env.render_mode!r}: RecordVectorVideo needs sub-envs made with render_mode='rgb_array'")
+        bad = [j for j in sub_envs if not 0 <= j < self.num_envs]
+        if bad:
+            raise ConfigError(f"sub_envs {bad} out of range for {self.num_envs} sub-envs")
+        if episode_trigger is None:
+            from gymnasium.utils.save_video import capped_cubic_video_schedule
+
+            episode_trigger = capped_cubic_video_schedule
+        self.episode_trigger = episode_trigger
+        self.video_length = video_length if video_length > 0 else float("inf")
+        self.name_prefix = check_prefix(name_prefix)
+        self.sub_envs = tuple(sub_envs)
+        self.autoreset_mode = autoreset_name(env)
+        fps = fps or env.metadata.get("render_fps", 30)
+        folder = check_folder(video_folder)
+        self.recorders = {j: VideoRecorder(folder, fps=fps, **recorder_options) for j in self.sub_envs}
+        self.tiled_step_trigger = tiled_step_trigger
+        self.tiled_length = tiled_length
+        self.tiled = VideoRecorder(folder, fps=fps, **recorder_options) if tiled_step_trigger else None
+        self._tiled_frames = 0
+        self.episode = {j: -1 for j in self.sub_envs}
+        self.frames = {j: 0 for j in self.sub_envs}
+        self.done = {j: False for j in self.sub_envs}
+        self.step_id = 0
+
+    def _begin_episode(self, j: int) -> None:
+        rec = self.recorders[j]
+        if rec.recording:
+            rec.end_clip()
+        self.episode[j] += 1
+        self.frames[j] = 0
+        if self.episode_trigger(self.episode[j]):
+            rec.start_clip(f"{self.name_prefix}-env{j}-episode-{self.episode[j]}", episode_id=self.episode[j], sub_env=j)
+
+    def _capture(self, frames) -> None:
+        for j, rec in self.recorders.items():
+            if rec.recording:
+                rec.add_frame(frames[j], self.step_id)
+                self.frames[j] += 1
+                if self.frames[j] >= self.video_length:
+                    rec.end_clip()
+        if self.tiled is not None and self.tiled.recording:
+            self.tiled.add_frame(tile(list(frames)), self.step_id)
+            self._tiled_frames += 1
+            if self._tiled_frames >= self.tiled_length:
+                self.tiled.end_clip()
+
+    def _frames_wanted(self) -> bool:
+        return any(r.recording for r in self.recorders.values()) or (self.tiled is not None and self.tiled.recording)
+
+    def reset(self, *, seed=None, options=None):
+        mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
+        mask = None if mask is None else np.array(mask, bool)
+        obs, info = self.env.reset(seed=seed, options=dict(options) if options else None)
+        for j in self.sub_envs:
+            if mask is None or mask[j]:
+                self.done[j] = False
+                self._begin_episode(j)
+        if self._frames_wanted():
+            self._capture(self.env.render())
+        return obs, info
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, info = self.env.step(actions)
+        self.step_id += 1
+        if self.tiled is not None and not self.tiled.recording and self.tiled_step_trigger(self.step_id):
+            self.tiled.start_clip(f"{self.name_prefix}-tiled-step-{self.step_id}")
+            self._tiled_frames = 0
+        for j in self.sub_envs:
+            ended = bool(terminations[j] or truncations[j])
+            if self.autoreset_mode == "NextStep" and self.done[j]:
+                self._begin_episode(j)  # this step reset the sub-env: its frame opens the next episode
+            elif self.autoreset_mode == "SameStep" and ended:
+                self._begin_episode(j)  # already reset within this step: the frame shows the next episode
+                ended = False
+            self.done[j] = ended
+        if self._frames_wanted():
+            self._capture(self.env.render())
+        return obs, rewards, terminations, truncations, info
+
+    def stats(self) -> dict[str, Any]:
+        out = {f"env{j}": rec.stats() for j, rec in self.recorders.items()}
+        if self.tiled is not None:
+            out["tiled"] = self.tiled.stats()
+        return out
+
+    def close(self, **kwargs) -> None:
+        try:
+            for rec in [*self.recorders.values(), *([self.tiled] if self.tiled else [])]:
+                rec.close()
+        finally:
+            self.env.close(**kwargs)

@@ -1,0 +1,187 @@
+"""Worker side of vector traces: split each vector record into one trace per sub-env.
+
+One ``Serializer`` per sub-env does the writing (prefix ``PREFIX.envI``); this
+module turns each VRESET/VSTEP record into per-sub-env RESET and STEP
+records whose parts are slices of the batched arrays (no copy), following the
+autoreset mode (see ``envrec.vector``).
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from envrec.infos import unpack_info
+from envrec.records import RST, Kind, Status, TraceLayout
+
+from .serializer import Serializer, SerializerConfig
+
+__all__ = ["VectorSerializerConfig", "VectorSerializer", "split_info"]
+
+
+@dataclass(frozen=True)
+class VectorSerializerConfig:
+    folder: str
+    prefix: str
+    num_envs: int
+    autoreset_mode: str  # "NextStep", "SameStep" or "Disabled"
+    observation_space: dict
+    action_space: dict
+    batch_bytes: int = 5_000_000
+    env_id: str | None = None
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass
+class _View:
+    kind: int
+    episode: int
+    step: int
+    parts: list
+
+
+def split_info(info: dict, i: int, skip: tuple = ()) -> dict:
+    """Sub-env ``i``'s part of a vector info dict (values where its ``_key`` mask is set)."""
+    out = {}
+    for k, v in info.items():
+        if k.startswith("_") or k in skip:
+            continue
+        mask = info.get("_" + k)
+        if mask is not None and not mask[i]:
+            continue
+        if isinstance(v, dict):
+            out[k] = split_info(v, i)
+        else:
+            try:
+                out[k] = v[i]
+            except (TypeError, IndexError, KeyError):
+                out[k] = v
+    return out
+
+
+def _leaf_values(x, spec: dict) -> list:
+    t = spec["type"]
+    if t == "Dict":
+        return [v for k, sub in spec["spaces"] for v in _leaf_values(x[k], sub)]
+    if t == "Tuple":
+        return [v for item, sub in zip(x, spec["spaces"]) for v in _leaf_values(item, sub)]
+    return [np.ascontiguousarray(np.asarray(x, dtype=np.dtype(spec["dtype"])))]
+
+
+class VectorSerializer:
+    """Consumes vector records; one Serializer per sub-env writes the files."""
+
+    _FINAL = ("final_obs", "final_info")
+
+    def __init__(self, cfg: VectorSerializerConfig, status=None) -> None:
+        self.cfg = cfg
+        self._status = status or (lambda i, v: None)
+        self.subs = [
+            Serializer(
+                SerializerConfig(
+                    cfg.folder, f"{cfg.prefix}.env{i}", cfg.observation_space, cfg.action_space, cfg.batch_bytes,
+                    cfg.env_id, {**cfg.settings, "sub_env": i},
+                )
+            )
+            for i in range(cfg.num_envs)
+        ]
+        layout = TraceLayout.from_specs(cfg.observation_space, cfg.action_space)
+        self._obs_rows = [leaf.nbytes for leaf in layout.obs_leaves]
+        self._act_rows = [leaf.nbytes for leaf in layout.act_leaves]
+        self.episode = [-1] * cfg.num_envs
+        self.done = [False] * cfg.num_envs  # next-step mode: the next step of this sub-env is its reset
+        self.records = 0
+        self.steps = 0
+
+    @staticmethod
+    def _rows(parts: list, row_bytes: list[int], i: int) -> list:
+        return [mv[i * n : (i + 1) * n] for mv, n in zip(parts, row_bytes)]
+
+    def _reset(self, i: int, obs_parts: list, meta: bytes, info: dict, step: int) -> None:
+        self.episode[i] += 1
+        parts = [*obs_parts, meta, pickle.dumps(info, protocol=5) if info else b""]
+        self.subs[i].handle(_View(Kind.RESET, self.episode[i], step, parts))
+
+    def _step(self, i: int, act_parts, obs_parts, reward, term, trunc, info: dict, step: int) -> None:
+        if self.episode[i] < 0:
+            return
+        rst = RST.pack(float(reward), bool(term), bool(trunc))
+        parts = [*act_parts, *obs_parts, rst, pickle.dumps(info, protocol=5) if info else b""]
+        self.subs[i].handle(_View(Kind.STEP, self.episode[i], step, parts))
+        self.steps += 1
+
+    def handle(self, rec) -> bool:
+        self.records += 1
+        if rec.kind == Kind.CLOSE:
+            self.finish(clean=True)
+            return True
+        n, n_obs, n_act = self.cfg.num_envs, len(self._obs_rows), len(self._act_rows)
+        if rec.kind == Kind.VRESET:
+            mask = np.frombuffer(rec.parts[0], bool)
+            obs = rec.parts[1 : 1 + n_obs]
+            meta = unpack_info(rec.parts[1 + n_obs])
+            info = unpack_info(rec.parts[2 + n_obs])
+            seed = meta.get("seed")
+            for i in range(n):
+                if not mask[i]:
+                    continue
+                s = seed[i] if isinstance(seed, (list, tuple)) else (seed + i if isinstance(seed, int) else None)
+                sub_meta = pickle.dumps({"seed": s, "options": meta.get("options") or None}, protocol=5)
+                self.done[i] = False
+                self._reset(i, self._rows(obs, self._obs_rows, i), sub_meta, split_info(info, i), rec.step)
+        elif rec.kind == Kind.VSTEP:
+            acts = rec.parts[:n_act]
+            obs = rec.parts[n_act : n_act + n_obs]
+            rewards = np.frombuffer(rec.parts[n_act + n_obs], "<f8")
+            terms = np.frombuffer(rec.parts[n_act + n_obs + 1], bool)
+            truncs = np.frombuffer(rec.parts[n_act + n_obs + 2], bool)
+            info = unpack_info(rec.parts[n_act + n_obs + 3])
+            self._vstep(rec.step, acts, obs, rewards, terms, truncs, info)
+        else:
+            raise ValueError(f"unknown record kind {rec.kind} in the vector trace ring")
+        self._status(Status.RECORDS, self.records)
+        self._status(Status.STEPS, self.steps)
+        return False
+
+    def _vstep(self, step, acts, obs, rewards, terms, truncs, info) -> None:
+        mode = self.cfg.autoreset_mode
+        no_meta = pickle.dumps({"seed": None, "options": None}, protocol=5)
+        for i in range(self.cfg.num_envs):
+            a_i = self._rows(acts, self._act_rows, i)
+            o_i = self._rows(obs, self._obs_rows, i)
+            ended = bool(terms[i] or truncs[i])
+            if mode == "NextStep" and self.done[i]:
+                self.done[i] = False  # this step was the sub-env's reset; its action was ignored
+                self._reset(i, o_i, no_meta, split_info(info, i), step)
+                continue
+            if mode == "SameStep" and ended and "final_obs" in info:
+                final_obs = [memoryview(v).cast("B") for v in _leaf_values(info["final_obs"][i], self.cfg.observation_space)]
+                final_info = split_info(info["final_info"], i) if "final_info" in info else {}
+                self._step(i, a_i, final_obs, rewards[i], terms[i], truncs[i], final_info, step)
+                self._reset(i, o_i, no_meta, split_info(info, i, skip=self._FINAL), step)
+                continue
+            self._step(i, a_i, o_i, rewards[i], terms[i], truncs[i], split_info(info, i), step)
+            self.done[i] = ended
+
+    def finish(self, clean: bool) -> None:
+        for sub in self.subs:
+            sub.finish(clean)
+
+    def abort(self, error: str) -> None:
+        for sub in self.subs:
+            sub.abort(error)
+
+    def summary(self) -> dict[str, Any]:
+        per_env = [sub.summary() for sub in self.subs]
+        return {
+            "sub_envs": len(per_env),
+            "episodes": sum(s["episodes"] for s in per_env),
+            "steps": sum(s["steps"] for s in per_env),
+            "batches": sum(s["batches"] for s in per_env),
+            "bytes": sum(s["bytes"] for s in per_env),
+            "records": self.records,
+            "error": next((s["error"] for s in per_env if s["error"]), None),
+        }
