@@ -254,6 +254,13 @@ class RecordVectorVideo(VectorWrapper):
         if self.episode_trigger(self.episode[j]):
             rec.start_clip(f"{self.name_prefix}-env{j}-episode-{self.episode[j]}", episode_id=self.episode[j], sub_env=j)
 
+    def _render(self):
+        """The frames the running clips need: only those sub-envs when they live in this process."""
+        envs = getattr(self.env.unwrapped, "envs", None)  # SyncVectorEnv's sub-envs
+        if envs is None or (self.tiled is not None and self.tiled.recording):
+            return self.env.render()
+        return {j: envs[j].render() for j, rec in self.recorders.items() if rec.recording}
+
     def _capture(self, frames) -> None:
         for j, rec in self.recorders.items():
             if rec.recording:
@@ -279,7 +286,7 @@ class RecordVectorVideo(VectorWrapper):
                 self.done[j] = False
                 self._begin_episode(j)
         if self._frames_wanted():
-            self._capture(self.env.render())
+            self._capture(self._render())
         return obs, info
 
     def step(self, actions):
@@ -297,7 +304,7 @@ class RecordVectorVideo(VectorWrapper):
                 ended = False
             self.done[j] = ended
         if self._frames_wanted():
-            self._capture(self.env.render())
+            self._capture(self._render())
         return obs, rewards, terminations, truncations, info
 
     def stats(self) -> dict[str, Any]:
