@@ -121,3 +121,19 @@ def test_sub_env_videos_follow_sub_env_episodes(tmp_path, mode):
     t = meta(tmp_path, "rl-video-tiled-step-5")
     assert t["frames_written"] == 20 and t["frame_size"] == {"width": 1200, "height": 800, "channels": 3}
     assert not os.path.exists(tmp_path / "rl-video-env1-episode-0.mp4")  # sub-env 1 was not chosen
+
+
+def test_async_vector_env_video(tmp_path):
+    mode = AutoresetMode.NEXT_STEP
+    env = envrec.RecordVectorTrace(make_vec(2, mode, "async", render="rgb_array"), tmp_path, name_prefix="vec")
+    env = envrec.RecordVectorVideo(env, tmp_path, sub_envs=(1,), episode_trigger=lambda e: e == 0)
+    env.reset(seed=0)
+    steps = 0
+    while env.episode[1] == 0 and steps < 500:  # until sub-env 1 starts its second episode
+        env.step(env.action_space.sample())
+        steps += 1
+    env.close()
+    m = meta(tmp_path, "rl-video-env1-episode-0")
+    first = envrec.TraceReader(tmp_path, prefix="vec.env1")[0]
+    assert not m["broken"] and m["frames_written"] == first.length + 1
+    assert len(decode(tmp_path / "rl-video-env1-episode-0.mp4", 600, 400)) == m["frames_written"]
