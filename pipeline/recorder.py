@@ -8,6 +8,7 @@ manifest and frees the shared memory.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from time import perf_counter_ns
@@ -69,6 +70,7 @@ class TraceRecorder:
         start_method: str = "spawn",
         close_timeout_s: float = 60.0,
         timing: bool = True,
+        max_restarts: int = 3,
     ) -> None:
         if batch_bytes <= 0:
             raise ConfigError(f"batch_bytes must be positive, not {batch_bytes}")
@@ -94,6 +96,8 @@ class TraceRecorder:
         from envrec.workers.serializer import SerializerConfig
 
         cfg = SerializerConfig(self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings))
+        self._resume_cfg = dataclasses.replace(cfg, resume=True)
+        self.max_restarts = max_restarts
         self._stream = Stream(
             "serializer",
             serializer_main,
@@ -145,6 +149,8 @@ class TraceRecorder:
         """
         t0 = perf_counter_ns()
         self._stream.check_open()
+        if self._stream.broken is not None:
+            self._restart()
         self._episode += 1
         self._step = 0
         meta = pack_info({"seed": seed, "options": options})
@@ -173,16 +179,30 @@ class TraceRecorder:
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
+    def _restart(self) -> None:
+        """At an episode boundary, replace a dead serializer (bounded; logged by the stream).
+
+        The new one goes on from the manifest: every committed batch stays; what
+        the dead one had not committed (its open batch) and the records sent
+        while none ran are lost, and counted.
+        """
+        if self._stream.restarts >= self.max_restarts:
+            return
+        remove_stale_tmp(self.directory, self.prefix)  # the dead worker's unfinished files
+        self._stream.restart(self._resume_cfg)
+        self.worker_pid = self._stream.worker_pid
+
     # -- counters and ending -----------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Counters of this recording; the keys are listed in the README ("Stats")."""
         s, ring = self._stream, self._stream.ring
         out = {
             "episodes_started": self._episode + 1,
-            "records_sent": ring.records,
+            "records_sent": s.records_sent,
             "records_dropped": s.records_dropped,
-            "blocked_s": ring.blocked_s,
-            "ring_high_water_bytes": ring.high_water,
+            "records_lost": s.records_lost,
+            "blocked_s": s.blocked_s,
+            "ring_high_water_bytes": s.high_water,
             "ring_bytes": ring.capacity,
             **(self.times.summary() if self.times is not None else {}),
             "episodes_written": s.status(Status.EPISODES),
@@ -192,6 +212,7 @@ class TraceRecorder:
             "bytes_committed": s.status(Status.BYTES),
             "records_discarded": s.status(Status.DISCARDED),
             "broken": s.broken,
+            "restarts": s.restarts,
             "worker_pid": self.worker_pid,
         }
         out.update(s.worker_facts())
@@ -214,13 +235,14 @@ class TraceRecorder:
 
     def _env_stats(self) -> dict[str, Any]:
         """What only the env process knows, for the final manifest."""
-        ring = self._stream.ring
+        s = self._stream
         return {
             "episodes_started": self._episode + 1,
-            "records_sent": ring.records,
-            "records_dropped": self._stream.records_dropped,
-            "blocked_s": ring.blocked_s,
-            "ring_high_water_bytes": ring.high_water,
+            "records_sent": s.records_sent,
+            "records_dropped": s.records_dropped,
+            "records_lost": s.records_lost,
+            "blocked_s": s.blocked_s,
+            "ring_high_water_bytes": s.high_water,
             **(self.times.summary() if self.times is not None else {}),
         }
 

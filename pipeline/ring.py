@@ -181,6 +181,10 @@ class RingWriter:
         """Read one of the consumer's status words."""
         return self._seg.words[_W_STATUS + index]
 
+    def unreleased(self) -> int:
+        """Records published that the consumer has not released (still in the ring)."""
+        return self.records - self._seg.words[_W_RELEASED]
+
     def write(self, kind: int, episode: int, step: int, parts: list | tuple) -> bool:
         """Copy a record of ``parts`` (bytes or 1-D byte views) into the ring; False if dropped."""
         sizes = [len(p) for p in parts]

@@ -63,6 +63,8 @@ class Stream:
         self.close_timeout_s = close_timeout_s
         self._ctx = mp.get_context(start_method)
         self.records_dropped = 0
+        self.records_lost = 0  # left in the ring of a worker that died (counted at its restart)
+        self._old_rings = (0, 0.0, 0)  # records sent, seconds blocked, high water of rings replaced
         self.broken: str | None = None
         self.broken_cause: BaseException | None = None
         self.restarts = 0
@@ -128,13 +130,24 @@ class Stream:
             f"\nWorker traceback:{cause}" if cause is not None else "",
         )
 
-    def restart(self) -> bool:
-        """Replace a broken worker and its ring with fresh ones; False when not possible."""
+    def restart(self, config: Any = None) -> bool:
+        """Replace a broken worker and its ring with fresh ones (``config`` replaces the worker's); False when closed.
+
+        The new worker's status words count from zero; ``status`` sums them over workers.
+        """
         if self.closed:
             return False
         for i in range(len(Status)):
             self._totals[i] = self._totals.get(i, 0) + self.ring.status(i)
+        self.records_lost += self.ring.unreleased()  # sent to the dead worker, never handled
+        self._old_rings = (
+            self._old_rings[0] + self.ring.records,
+            self._old_rings[1] + self.ring.blocked_s,
+            max(self._old_rings[2], self.ring.high_water),
+        )
         self._shutdown()
+        if config is not None:
+            self._config = config
         self._start()
         self.restarts += 1
         self.broken = self.broken_cause = None
@@ -142,6 +155,18 @@ class Stream:
         return True
 
     # -- counters and ending ---------------------------------------------------
+    @property
+    def records_sent(self) -> int:
+        return self._old_rings[0] + self.ring.records
+
+    @property
+    def blocked_s(self) -> float:
+        return self._old_rings[1] + self.ring.blocked_s
+
+    @property
+    def high_water(self) -> int:
+        return max(self._old_rings[2], self.ring.high_water)
+
     def status(self, index: int) -> int:
         """A status word of the worker, summed over restarts (its last value after close)."""
         now = self._final.get(index, 0) if self.ring.closed else self.ring.status(index)

@@ -159,7 +159,7 @@ class VideoRecorder:
         self._recover()
         self._report_finished()
         self.clip = _ClipState(name, "ansi" if text else "video", episode_id, self.fps)
-        self.clip.blocked_at_start = self._stream.ring.blocked_s
+        self.clip.blocked_at_start = self._stream.blocked_s
         if self.times is not None:
             self.clip.calls_at_start = (self.times.count, self.times.total_ns)
         self.clips_started += 1
@@ -225,7 +225,7 @@ class VideoRecorder:
 
     def _clip_end_part(self, clip: _ClipState) -> bytes:
         """What the env side knows of a clip, for its ``.meta.json``."""
-        env = {"frames_dropped_env_side": clip.dropped, "blocked_s": self._stream.ring.blocked_s - clip.blocked_at_start}
+        env = {"frames_dropped_env_side": clip.dropped, "blocked_s": self._stream.blocked_s - clip.blocked_at_start}
         if self.times is not None:
             calls = self.times.count - clip.calls_at_start[0]
             total = self.times.total_ns - clip.calls_at_start[1]
@@ -320,8 +320,8 @@ class VideoRecorder:
             "frames_sent": self.frames_sent,
             "frames_written": written,
             "frames_dropped": self.frames_dropped + s.status(Status.FRAMES_DROPPED),
-            "blocked_s": ring.blocked_s,
-            "ring_high_water_bytes": ring.high_water,
+            "blocked_s": s.blocked_s,
+            "ring_high_water_bytes": s.high_water,
             "ring_bytes": ring.capacity,
             **(self.times.summary() if self.times is not None else {}),
             "broken": s.broken,

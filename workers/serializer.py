@@ -39,6 +39,7 @@ class SerializerConfig:
     batch_bytes: int = 5_000_000
     env_id: str | None = None
     settings: dict = field(default_factory=dict)
+    resume: bool = False  # a restarted serializer: go on from the manifest a dead one left
 
 
 def _structure(spec: dict, key: tuple) -> Any:
@@ -85,7 +86,34 @@ class Serializer:
         self.steps_committed = 0
         self._ep: dict = {}
         self.error: str | None = None
+        self._base: dict[int, int] = {}
+        if cfg.resume:
+            self._resume()
         self.write_manifest(complete=False)
+
+    def _resume(self) -> None:
+        """Take over the committed batches of the serializer this one replaces."""
+        try:
+            with open(self.manifest_path, "rb") as f:
+                manifest = json.load(f)
+        except FileNotFoundError:
+            return
+        self.batches = list(manifest["batches"])
+        self.episodes_written = sum(b["len"] for b in self.batches)
+        self.bytes_committed = manifest["counters"]["bytes"]
+        self.steps_committed = manifest["counters"]["steps"]
+        self.orphan_steps = manifest["counters"].get("orphan_steps", 0)
+        self.error = None
+        # Status words count this worker's own work; the env process adds up the workers'.
+        self._base = {
+            Status.EPISODES: self.episodes_written,
+            Status.BATCHES: len(self.batches),
+            Status.BYTES: self.bytes_committed,
+            Status.STEPS_COMMITTED: self.steps_committed,
+        }
+
+    def _report(self, index: int, value: int) -> None:
+        self._status(index, value - self._base.get(index, 0))
 
     # -- fields ----------------------------------------------------------
     def _spill(self) -> Any:
@@ -217,7 +245,7 @@ class Serializer:
             f.truncate()
         self.episode_open = False
         self.episodes_written += 1
-        self._status(Status.EPISODES, self.episodes_written)
+        self._report(Status.EPISODES, self.episodes_written)
         if self.batch.size >= self.cfg.batch_bytes:
             self._commit()
 
@@ -228,9 +256,9 @@ class Serializer:
         self.steps_committed += entry["steps"]
         self.batch = None
         self.write_manifest(complete=False)
-        self._status(Status.BATCHES, len(self.batches))
-        self._status(Status.BYTES, self.bytes_committed)
-        self._status(Status.STEPS_COMMITTED, self.steps_committed)
+        self._report(Status.BATCHES, len(self.batches))
+        self._report(Status.BYTES, self.bytes_committed)
+        self._report(Status.STEPS_COMMITTED, self.steps_committed)
 
     # -- ending ----------------------------------------------------------
     def finish(self, clean: bool) -> None:
