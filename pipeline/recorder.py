@@ -16,6 +16,7 @@ from typing import Any
 
 from .atomic import remove_stale_tmp
 from .errors import ConfigError, RecordError
+from .faults import NO_FAULT, FaultSpec, from_env
 from .infos import pack_info
 from .packer import TracePacker
 from .records import Status
@@ -71,6 +72,7 @@ class TraceRecorder:
         close_timeout_s: float = 60.0,
         timing: bool = True,
         max_restarts: int = 3,
+        faults: FaultSpec | None = None,
     ) -> None:
         if batch_bytes <= 0:
             raise ConfigError(f"batch_bytes must be positive, not {batch_bytes}")
@@ -95,8 +97,11 @@ class TraceRecorder:
         from envrec.workers.entry import serializer_main
         from envrec.workers.serializer import SerializerConfig
 
-        cfg = SerializerConfig(self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings))
-        self._resume_cfg = dataclasses.replace(cfg, resume=True)
+        cfg = SerializerConfig(
+            self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),
+            faults=faults or from_env() or NO_FAULT,
+        )
+        self._resume_cfg = dataclasses.replace(cfg, resume=True, faults=NO_FAULT)  # a fault fires once
         self.max_restarts = max_restarts
         self._stream = Stream(
             "serializer",

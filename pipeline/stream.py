@@ -65,6 +65,7 @@ class Stream:
         self.records_dropped = 0
         self.records_lost = 0  # left in the ring of a worker that died (counted at its restart)
         self._old_rings = (0, 0.0, 0)  # records sent, seconds blocked, high water of rings replaced
+        self._control_records = 0  # CLOSE records: not the user's
         self.broken: str | None = None
         self.broken_cause: BaseException | None = None
         self.restarts = 0
@@ -157,7 +158,8 @@ class Stream:
     # -- counters and ending ---------------------------------------------------
     @property
     def records_sent(self) -> int:
-        return self._old_rings[0] + self.ring.records
+        """Records of the user's calls written into rings (not the CLOSE records)."""
+        return self._old_rings[0] + self.ring.records - self._control_records
 
     @property
     def blocked_s(self) -> float:
@@ -180,7 +182,8 @@ class Stream:
         self.ring.set_policy(True, None, self.worker.alive)  # CLOSE is never dropped while the worker lives
         part = json.dumps(final_stats or {}, allow_nan=False).encode("utf-8")
         try:
-            self.ring.write(Kind.CLOSE, 0, 0, (part,))
+            if self.ring.write(Kind.CLOSE, 0, 0, (part,)):
+                self._control_records += 1
         except ConsumerGone:
             pass
 

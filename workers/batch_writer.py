@@ -190,11 +190,13 @@ class BatchWriter:
     def size(self) -> int:
         return self.bin_size + self.json_size
 
-    def commit(self) -> dict:
-        """Make the batch durable and visible; return its manifest entry."""
+    def commit(self, fault=lambda name: None) -> dict:
+        """Make the batch durable and visible; return its manifest entry (``fault``: see envrec.faults)."""
         self._write_json(b"]}\n")
         commit_file(self.bin, self.bin_tmp, os.path.join(self.folder, self.bin_name), sync_dir=False)
+        fault("commit:bin")
         commit_file(self.json, self.json_tmp, os.path.join(self.folder, self.json_name), sync_dir=False)
+        fault("commit:json")
         fsync_dir(self.folder)
         return {
             "first": self.first,

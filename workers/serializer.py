@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from envrec.faults import NO_FAULT, FaultSpec
 from envrec.atomic import TMP_SUFFIX, discard_file, write_atomic
 from envrec.infos import encode_json, unpack_info
 from envrec.records import Kind, Status, TraceLayout
@@ -40,6 +41,7 @@ class SerializerConfig:
     env_id: str | None = None
     settings: dict = field(default_factory=dict)
     resume: bool = False  # a restarted serializer: go on from the manifest a dead one left
+    faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.faults)
 
 
 def _structure(spec: dict, key: tuple) -> Any:
@@ -87,6 +89,7 @@ class Serializer:
         self._ep: dict = {}
         self.error: str | None = None
         self._base: dict[int, int] = {}
+        self.faults = cfg.faults.injector()
         if cfg.resume:
             self._resume()
         self.write_manifest(complete=False)
@@ -164,6 +167,7 @@ class Serializer:
     # -- records ---------------------------------------------------------
     def handle(self, rec) -> bool:
         """Consume one record; True once the recording is over (CLOSE)."""
+        self.faults.point("record")
         self.records += 1
         kind = rec.kind
         if kind == Kind.STEP:
@@ -250,11 +254,12 @@ class Serializer:
             self._commit()
 
     def _commit(self) -> None:
-        entry = self.batch.commit()
+        entry = self.batch.commit(self.faults.point)
         self.batches.append(entry)
         self.bytes_committed += entry["json_bytes"] + entry["bin_bytes"]
         self.steps_committed += entry["steps"]
         self.batch = None
+        self.faults.point("commit:manifest")
         self.write_manifest(complete=False)
         self._report(Status.BATCHES, len(self.batches))
         self._report(Status.BYTES, self.bytes_committed)

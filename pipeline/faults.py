@@ -1,0 +1,82 @@
+"""Faults injected on purpose, for tests and soak scripts: a picklable spec that travels to the worker.
+
+A ``FaultSpec`` rides in a worker's config, so a fault takes the real path
+(no monkeypatching across processes). ``ENVREC_FAULTS`` (JSON of the same
+fields) sets one for recorders built without one, for tests that run the env
+process as a child. The worker calls ``point(name)`` at named places:
+
+``record``         before each record is handled
+``commit:bin``     a batch's .bin written and fsynced, its .json not yet
+``commit:json``    both batch files in place, the folder not yet fsynced
+``commit:manifest`` the batch committed, the manifest not yet replaced
+
+and the fault fires at the ``after``-th visit of ``at`` (``how``: ``raise``
+an exception, ``exit`` via ``os._exit(3)``, ``kill`` itself with SIGKILL, or
+``hang``). ``sleep_per_record_s`` slows the worker down (a throttled consumer).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+__all__ = ["FaultSpec", "FAULTS_ENV_VAR", "from_env"]
+
+FAULTS_ENV_VAR = "ENVREC_FAULTS"
+
+
+class InjectedFault(RuntimeError):
+    """The exception a ``how="raise"`` fault raises."""
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    at: str | None = None
+    after: int = 1
+    how: str = "raise"
+    sleep_per_record_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.how not in ("raise", "exit", "kill", "hang"):
+            raise ValueError(f"FaultSpec.how must be raise, exit, kill or hang, not {self.how!r}")
+
+    def injector(self) -> "Injector":
+        return Injector(self)
+
+
+class Injector:
+    """The worker-side state of a fault spec: counts visits and fires."""
+
+    def __init__(self, spec: FaultSpec) -> None:
+        self.spec = spec
+        self.visits: dict[str, int] = {}
+
+    def point(self, name: str) -> None:
+        spec = self.spec
+        if name == "record" and spec.sleep_per_record_s:
+            time.sleep(spec.sleep_per_record_s)
+        if spec.at != name:
+            return
+        n = self.visits[name] = self.visits.get(name, 0) + 1
+        if n != spec.after:
+            return
+        if spec.how == "raise":
+            raise InjectedFault(f"injected fault at {name} (visit {n})")
+        if spec.how == "exit":
+            os._exit(3)
+        if spec.how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while True:  # hang
+            time.sleep(3600)
+
+
+NO_FAULT = FaultSpec()
+
+
+def from_env() -> FaultSpec | None:
+    """The spec in ``ENVREC_FAULTS``, if any."""
+    text = os.environ.get(FAULTS_ENV_VAR)
+    return FaultSpec(**json.loads(text)) if text else None
