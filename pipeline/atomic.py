@@ -79,7 +79,7 @@ def remove_stale_tmp(folder: str, prefix: str = "") -> list[str]:
             pid = int(name[: -len(TMP_SUFFIX)].rsplit(".", 1)[1])
         except (IndexError, ValueError):
             continue
-        if pid != os.getpid() and psutil.pid_exists(pid):
+        if pid == os.getpid() or psutil.pid_exists(pid):  # ours, or a live writer's
             continue
         try:
             os.unlink(os.path.join(folder, name))

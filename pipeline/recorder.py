@@ -9,12 +9,13 @@ manifest and frees the shared memory.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from time import perf_counter_ns
 from typing import Any
 
-from .atomic import remove_stale_tmp
+from .atomic import remove_stale_tmp, write_atomic
 from .errors import ConfigError, RecordError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .infos import pack_info
@@ -101,8 +102,6 @@ class TraceRecorder:
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),
             faults=faults or from_env() or NO_FAULT,
         )
-        self._resume_cfg = dataclasses.replace(cfg, resume=True, faults=NO_FAULT)  # a fault fires once
-        self.max_restarts = max_restarts
         self._stream = Stream(
             "serializer",
             serializer_main,
@@ -113,8 +112,9 @@ class TraceRecorder:
             strict=strict,
             start_method=start_method,
             close_timeout_s=close_timeout_s,
+            successor_config=dataclasses.replace(cfg, resume=True, faults=NO_FAULT),  # a fault fires once
+            max_restarts=max_restarts,
         )
-        self.worker_pid: int = self._stream.worker_pid
         self.times = CallTimes() if timing else None
         self._episode = -1
         self._step = 0
@@ -141,6 +141,11 @@ class TraceRecorder:
         return self._stream.closed
 
     @property
+    def worker_pid(self) -> int:
+        """The serializer's pid (a successor's after a hand-over)."""
+        return self._stream.worker_pid
+
+    @property
     def broken(self) -> str | None:
         return self._stream.broken
 
@@ -154,8 +159,6 @@ class TraceRecorder:
         """
         t0 = perf_counter_ns()
         self._stream.check_open()
-        if self._stream.broken is not None:
-            self._restart()
         self._episode += 1
         self._step = 0
         meta = pack_info({"seed": seed, "options": options})
@@ -184,19 +187,6 @@ class TraceRecorder:
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
-    def _restart(self) -> None:
-        """At an episode boundary, replace a dead serializer (bounded; logged by the stream).
-
-        The new one goes on from the manifest: every committed batch stays; what
-        the dead one had not committed (its open batch) and the records sent
-        while none ran are lost, and counted.
-        """
-        if self._stream.restarts >= self.max_restarts:
-            return
-        remove_stale_tmp(self.directory, self.prefix)  # the dead worker's unfinished files
-        self._stream.restart(self._resume_cfg)
-        self.worker_pid = self._stream.worker_pid
-
     # -- counters and ending -----------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Counters of this recording; the keys are listed in the README ("Stats")."""
@@ -218,10 +208,25 @@ class TraceRecorder:
             "records_discarded": s.status(Status.DISCARDED),
             "broken": s.broken,
             "restarts": s.restarts,
-            "worker_pid": self.worker_pid,
+            "worker_pid": s.worker_pid,
         }
         out.update(s.worker_facts())
+        if s.closed and s.broken is not None:
+            out.update(self._committed_from_manifest())  # the last worker's words may not be the last commit's
         return out
+
+    def _committed_from_manifest(self) -> dict[str, int]:
+        try:
+            with open(self.manifest_path, "rb") as f:
+                batches = json.load(f)["batches"]
+        except (OSError, ValueError, KeyError):
+            return {}
+        return {
+            "batches": len(batches),
+            "episodes_written": sum(b["len"] for b in batches),
+            "steps_committed": sum(b["steps"] for b in batches),
+            "bytes_committed": sum(b["json_bytes"] + b["bin_bytes"] for b in batches),
+        }
 
     def close(self) -> dict | None:
         """Flush everything, stop the worker, free the ring. Harmless when repeated."""
@@ -231,12 +236,29 @@ class TraceRecorder:
         try:
             summary = self._stream.close(final_stats=self._env_stats())
         finally:
-            if self._stream.worker.exitcode != 0:
+            if self._stream.worker.exitcode != 0 or self._stream.broken is not None:
+                checkpoint = os.path.join(self.directory, f".{self.prefix}.checkpoint.json")
+                if os.path.exists(checkpoint):  # no successor will use it
+                    os.unlink(checkpoint)
                 removed = remove_stale_tmp(self.directory, self.prefix)  # what the dead worker was writing
                 if removed:
                     logger.info("envrec: removed %d unfinished file(s) of the dead serializer", len(removed))
+            if self._stream.broken is not None:
+                self._record_failure_in_manifest(self._stream.broken)
         logger.info("envrec: trace of %d episode(s) in %s: %s", self._episode + 1, self.manifest_path, summary_line(self.stats()))
         return summary
+
+    def _record_failure_in_manifest(self, reason: str) -> None:
+        """Say in the manifest why the recording stopped (its batches stay as the last worker committed them)."""
+        try:
+            with open(self.manifest_path, "rb") as f:
+                manifest = json.load(f)
+            if manifest.get("error"):
+                return
+            manifest["error"] = reason
+            write_atomic(self.manifest_path, json.dumps(manifest, indent=1).encode("utf-8"))
+        except (OSError, ValueError) as exc:
+            logger.error("envrec: could not record the failure in %s: %s", self.manifest_path, exc)
 
     def _env_stats(self) -> dict[str, Any]:
         """What only the env process knows, for the final manifest."""

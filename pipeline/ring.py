@@ -34,10 +34,13 @@ A record::
     24  u32 size[nparts], then zero padding to a multiple of 8
     ..  the parts, each starting on an 8-byte boundary
 
-Synchronisation: the semaphore ``items`` counts published records; the
-consumer takes one token per record it reads, and the post/wait pair is also
-the memory barrier that makes the record's bytes visible before its header is
-read. ``space`` wakes a producer that waits for room: the producer raises
+Synchronisation: a record is available when ``write_pos`` (stored after
+the record's bytes) is past the consumer's cursor. The semaphore ``items``
+gets one token per published record; the consumer sleeps on it and takes
+one token per record it reads, and on x86 the store order plus the
+semaphore's atomic operations order the loads. A consumer that replaces a
+dead one starts at ``read_pos`` and re-reads what its predecessor had read
+but not released. ``space`` wakes a producer that waits for room: the producer raises
 ``producer_waiting`` and the consumer posts ``space`` after each release while
 the flag is up. A waiting side always sleeps on a semaphore with a timeout of
 ``WAIT_SLICE_S``, so it also notices a dead peer and never spins.
@@ -181,9 +184,24 @@ class RingWriter:
         """Read one of the consumer's status words."""
         return self._seg.words[_W_STATUS + index]
 
+    def clear_status(self) -> None:
+        """Zero the consumer's status words, before a new consumer takes over this ring."""
+        for i in range(STATUS_WORDS):
+            self._seg.words[_W_STATUS + i] = 0
+
     def unreleased(self) -> int:
-        """Records published that the consumer has not released (still in the ring)."""
-        return self.records - self._seg.words[_W_RELEASED]
+        """Records published that no consumer has released (still in the ring), counted by walking them."""
+        cap, data = self.capacity, self._data
+        pos, end, n = self._seg.words[_W_READ_POS], self._write_pos, 0
+        while pos < end:
+            off = pos % cap
+            if cap - off < REC_HEAD_BYTES:
+                pos += cap - off
+                continue
+            length, kind = _REC_HEAD.unpack_from(data, off)[:2]
+            pos += length
+            n += kind != KIND_PAD
+        return n
 
     def write(self, kind: int, episode: int, step: int, parts: list | tuple) -> bool:
         """Copy a record of ``parts`` (bytes or 1-D byte views) into the ring; False if dropped."""
@@ -314,17 +332,52 @@ class RingReader:
         self._views: list[memoryview] = []
         self._unreleased = 0
 
+    def _available(self) -> bool:
+        return self._seg.words[_W_WRITE_POS] > self._cursor
+
     def next(self, timeout_s: float = WAIT_SLICE_S) -> RecordView | None:
-        """The next unread record, or None if none arrived within ``timeout_s``."""
+        """The next unread record, or None if none arrived within ``timeout_s``.
+
+        A record is there when ``write_pos`` is past the cursor (so a consumer
+        that replaces a dead one finds the records it had read but not
+        released, whose tokens are gone); the semaphore is only the wake-up.
+        """
+        if self._available():
+            self._items.acquire(False)  # keep the token count in step with the records
+            return self._parse()
         if not self._items.acquire(True, timeout_s):
             return None
-        return self._parse()
+        return self._parse() if self._available() else None  # a token left by a replaced consumer
 
     def poll(self) -> RecordView | None:
         """The next unread record if one is published, without waiting."""
-        if not self._items.acquire(False):
+        if not self._available():
             return None
+        self._items.acquire(False)
         return self._parse()
+
+    @property
+    def cursor(self) -> int:
+        """Ring position just past the last record read."""
+        return self._cursor
+
+    def held_bytes(self) -> int:
+        """Bytes read but not yet released."""
+        return self._cursor - self._seg.words[_W_READ_POS]
+
+    def release_to(self, pos: int) -> None:
+        """Give back the room before ring position ``pos`` (at most the cursor): a checkpoint covers it."""
+        words = self._seg.words
+        if words[_W_READ_POS] < pos <= self._cursor:
+            words[_W_READ_POS] = pos
+            if words[_W_WAITING]:
+                self._space.release()
+
+    def skip_to(self, pos: int) -> None:
+        """Treat everything before ring position ``pos`` as read and release it (a checkpoint covers it)."""
+        if pos > self._cursor:
+            self._cursor = pos
+            self.release()
 
     def _parse(self) -> RecordView:
         data, cap = self._data, self.capacity

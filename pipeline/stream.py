@@ -50,11 +50,17 @@ class Stream:
         strict: bool = False,
         start_method: str = "spawn",
         close_timeout_s: float = 60.0,
+        successor_config: Any = None,
+        max_restarts: int = 0,
     ) -> None:
         if backpressure not in BACKPRESSURE_POLICIES:
             raise ConfigError(f"backpressure must be one of {BACKPRESSURE_POLICIES}, not {backpressure!r}")
         self.role = role
         self._target, self._config = target, config
+        # A worker that hands over (the serializer): a failed one is replaced at once, on the same ring,
+        # by one started with ``successor_config``, at most ``max_restarts`` times.
+        self._successor_config = successor_config
+        self.max_restarts = max_restarts
         self.ring_bytes = ring_bytes
         self.backpressure = backpressure
         self.block_timeout_s = block_timeout_s
@@ -66,6 +72,8 @@ class Stream:
         self.records_lost = 0  # left in the ring of a worker that died (counted at its restart)
         self._old_rings = (0, 0.0, 0)  # records sent, seconds blocked, high water of rings replaced
         self._control_records = 0  # CLOSE records: not the user's
+        self._close_sent = False
+        self._final_unreleased = 0
         self.broken: str | None = None
         self.broken_cause: BaseException | None = None
         self.restarts = 0
@@ -99,7 +107,12 @@ class Stream:
             try:
                 ok = write(self.ring, *args)
             except ConsumerGone:
-                self.check()
+                self.check()  # may hand the ring over to a successor: then try once more
+                if self.broken is None:
+                    try:
+                        ok = write(self.ring, *args)
+                    except ConsumerGone:
+                        self.check()
         if not ok:
             self.records_dropped += 1
         if time.monotonic() >= self._next_check:
@@ -107,12 +120,15 @@ class Stream:
         return ok
 
     def check(self) -> None:
-        """Look at the worker now; mark the stream broken (once) if it failed."""
+        """Look at the worker now: replace it if it failed and may be replaced, else mark the stream broken (once)."""
         self._next_check = time.monotonic() + STATUS_CHECK_INTERVAL_S
         if self.broken is None:
             failure = self.worker.failure()
             if failure is not None:
-                self._mark_broken(*failure)
+                if self._successor_config is not None and self.restarts < self.max_restarts:
+                    self._hand_over(*failure)
+                else:
+                    self._mark_broken(*failure)
         if self.strict and self.broken is not None:
             raise WorkerError(f"the {self.role} stream is broken: {self.broken}") from self.broken_cause
 
@@ -130,6 +146,22 @@ class Stream:
             self.broken,
             f"\nWorker traceback:{cause}" if cause is not None else "",
         )
+
+    def _hand_over(self, why: str, cause: BaseException | None) -> None:
+        """Start a successor on the same ring: it resumes from the failed worker's last checkpoint."""
+        self.worker.close(self.close_timeout_s, lambda: None)  # reaps it (killing it if it lingers)
+        self.ring.clear_status()
+        self.restarts += 1
+        last = ""
+        if cause is not None:
+            lines = [ln for ln in str(cause).strip().strip('"').strip().splitlines() if ln.strip()]
+            last = f": {lines[-1].strip()}" if lines else ""
+        logger.warning(
+            "envrec: %s%s; a fresh %s takes over its ring from its last checkpoint (restart %d of %d)",
+            why, last, self.role, self.restarts, self.max_restarts,
+        )
+        self.worker = Worker(self.role, self._target, self._successor_config, self.ring, self._ctx, self.start_method)
+        self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self.worker.usable)
 
     def restart(self, config: Any = None) -> bool:
         """Replace a broken worker and its ring with fresh ones (``config`` replaces the worker's); False when closed.
@@ -179,11 +211,14 @@ class Stream:
         return self.worker.pid
 
     def _close_record(self, final_stats: dict | None) -> None:
+        if self._close_sent:
+            return  # a successor finds the first one, still unreleased in the ring
         self.ring.set_policy(True, None, self.worker.alive)  # CLOSE is never dropped while the worker lives
         part = json.dumps(final_stats or {}, allow_nan=False).encode("utf-8")
         try:
             if self.ring.write(Kind.CLOSE, 0, 0, (part,)):
                 self._control_records += 1
+                self._close_sent = True
         except ConsumerGone:
             pass
 
@@ -201,10 +236,20 @@ class Stream:
         return out
 
     def _shutdown(self, final_stats: dict | None = None) -> None:
+        """Steps 1-3 of the shutdown protocol, handing over to successors while any may be started."""
         try:
-            self.worker.close(self.close_timeout_s, lambda: self._close_record(final_stats))
+            while True:
+                self.worker.close(self.close_timeout_s, lambda: self._close_record(final_stats))
+                failure = self.worker.failure_after_close()
+                if failure is None or self.broken is not None:
+                    break
+                if self._successor_config is None or self.restarts >= self.max_restarts or self.ring.closed:
+                    self._mark_broken(*failure)
+                    break
+                self._hand_over(*failure)  # the successor finishes the work, the CLOSE record included
         finally:
             self._final = {i: self.ring.status(i) for i in range(len(Status))}
+            self._final_unreleased = max(self.ring.unreleased() - self._control_records, 0)
             self.ring.close()
 
     def close(self, final_stats: dict | None = None) -> dict | None:
@@ -215,13 +260,16 @@ class Stream:
         if self.closed:
             return self.worker.summary
         self.closed = True
+        if self.broken is None:
+            try:
+                self.check()  # a worker that failed just now: hand over, so the successor finishes the work
+            except WorkerError:
+                pass  # strict: closing still has to free everything
         try:
             self._shutdown(final_stats)
         finally:
-            if self.broken is None:
-                failure = self.worker.failure_after_close()
-                if failure is not None:
-                    self._mark_broken(*failure)
+            if self.broken is not None:
+                self.records_lost += self._final_unreleased
         return self.worker.summary
 
 

@@ -52,6 +52,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         start_method: str = "spawn",
         recorder: TraceRecorder | None = None,
         timing: bool = True,
+        max_restarts: int = 3,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -83,6 +84,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 strict=strict,
                 start_method=start_method,
                 timing=timing,
+                max_restarts=max_restarts,
             )
         self.recorder = recorder
 

@@ -115,6 +115,43 @@ class BatchWriter:
         self.steps = 0
         self._write_json(b'{"episodes": [')
 
+    @classmethod
+    def reopen(cls, folder: str, prefix: str, state: dict) -> "BatchWriter":
+        """The batch a dead serializer was writing, cut back to its last checkpoint (see ``state``)."""
+        self = cls.__new__(cls)
+        self.folder = folder
+        self.first = state["first"]
+        self.json_name, self.bin_name = batch_names(prefix, self.first)
+        self.bin_tmp = _tmp(folder, self.bin_name)
+        self.json_tmp = _tmp(folder, self.json_name)
+        for old, final, new in (
+            (state["bin_tmp"], self.bin_name, self.bin_tmp),
+            (state["json_tmp"], self.json_name, self.json_tmp),
+        ):
+            os.replace(_find_batch_file(folder, old, final), new)
+        self.bin = open(self.bin_tmp, "r+b", buffering=FILE_BUFFER_BYTES)
+        self.json = open(self.json_tmp, "r+b", buffering=FILE_BUFFER_BYTES)
+        self.bin_size, self.json_size = state["bin_size"], state["json_size"]
+        for f, size in ((self.bin, self.bin_size), (self.json, self.json_size)):
+            f.truncate(size)
+            f.seek(size)
+        self.episodes, self.steps = state["episodes"], state["steps"]
+        return self
+
+    def state(self) -> dict:
+        """Where this batch stands, for a checkpoint (its files flushed first)."""
+        self.bin.flush()
+        self.json.flush()
+        return {
+            "first": self.first,
+            "bin_tmp": self.bin_tmp,
+            "json_tmp": self.json_tmp,
+            "bin_size": self.bin_size,
+            "json_size": self.json_size,
+            "episodes": self.episodes,
+            "steps": self.steps,
+        }
+
     # -- writing ---------------------------------------------------------
     def _write_json(self, b: bytes) -> None:
         self.json.write(b)
@@ -212,6 +249,17 @@ class BatchWriter:
         """Drop the batch: close and remove its temporary files."""
         discard_file(self.bin, self.bin_tmp)
         discard_file(self.json, self.json_tmp)
+
+
+def _find_batch_file(folder: str, tmp: str, final: str) -> str:
+    """Where a checkpointed batch file is now: its temporary name, one a failed successor gave it, or its
+    final name (its writer died inside a commit, before the manifest named the batch)."""
+    if os.path.exists(tmp):
+        return tmp
+    for name in os.listdir(folder):
+        if name.startswith(f".{final}.") and name.endswith(TMP_SUFFIX):
+            return os.path.join(folder, name)
+    return os.path.join(folder, final)
 
 
 def _fill(shape: Any, by_key: dict) -> Any:

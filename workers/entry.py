@@ -23,6 +23,7 @@ import faulthandler
 import logging
 import os
 import signal
+import sys
 import time
 import traceback
 from typing import Any, Callable
@@ -47,7 +48,7 @@ def serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
     """Run a trace serializer until its recorder closes or its env process dies."""
     from .serializer import Serializer
 
-    _run(lambda status: Serializer(cfg, status=status), ring_spec, conn, parent_pid)
+    _run(lambda status: Serializer(cfg, status=status), ring_spec, conn, parent_pid, hands_over=True)
 
 
 def encoder_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
@@ -64,28 +65,33 @@ def vector_serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> N
     _run(lambda status: VectorSerializer(cfg, status=status), ring_spec, conn, parent_pid)
 
 
-def _run(make: Callable[[Callable], Any], ring_spec: RingSpec, conn, parent_pid: int) -> None:
+def _run(make: Callable[[Callable], Any], ring_spec: RingSpec, conn, parent_pid: int, hands_over: bool = False) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()
     reader = RingReader(ring_spec)
     handler = None
+    failed = False
     try:
         try:
             handler = make(reader.set_status)
         except Exception:
             _fail(conn, reader, None)
-        reader.set_status(Status.READY, 1)
-        _loop(reader, handler, conn, parent_pid)
+            failed = hands_over  # then leave every record in the ring to a successor
+        if not failed:
+            reader.set_status(Status.READY, 1)
+            failed = _loop(reader, handler, conn, parent_pid)
     finally:
         reader.close()
         conn.close()
+    if failed:
+        sys.exit(1)  # handed over: a non-zero exit says the work is not finished
 
 
-def _fail(conn, reader: RingReader, handler) -> None:
+def _fail(conn, reader: RingReader, handler, hand_over: bool = False) -> None:
     tb = traceback.format_exc()
     logger.error("envrec worker failed; its stream is broken:\n%s", tb)
     reader.set_status(Status.BROKEN, 1)
-    if handler is not None:
+    if handler is not None and not hand_over:
         handler.abort(tb.strip().splitlines()[-1])
     try:
         conn.send(("error", tb))
@@ -97,13 +103,22 @@ def _parent_gone(parent_pid: int) -> bool:
     return os.getppid() != parent_pid
 
 
-def _loop(reader: RingReader, handler, conn, parent_pid: int) -> None:
+def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
+    """Handle records until CLOSE or the env process is gone; True if the worker failed and hands over."""
     broken = handler is None
+    hands_over = getattr(handler, "hands_over", False)  # releases only after its checkpoints
+    if hands_over:
+        reader.skip_to(handler.resume_cursor)  # records its predecessor's checkpoint already covers
     discarded = 0
     while True:
+        start = reader.cursor
         rec = reader.poll()
         if rec is None:
+            if hands_over and not broken and reader.held_bytes():
+                handler.checkpoint(reader.cursor)  # idle: make what was handled durable, free the ring
+                reader.release()
             time.sleep(COALESCE_S)
+            start = reader.cursor
             rec = reader.poll() or reader.next(PARENT_CHECK_S)
         if rec is None:
             if _parent_gone(parent_pid):
@@ -115,14 +130,24 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> None:
             reader.set_status(Status.DISCARDED, discarded)
         else:
             try:
+                if hands_over:
+                    handler.position = start
                 done = handler.handle(rec)
             except Exception:
-                _fail(conn, reader, handler)
+                _fail(conn, reader, handler, hand_over=hands_over)
+                if hands_over:
+                    return True  # exit: the unreleased records wait in the ring for a successor
                 broken = True
-        reader.release()
+        if not hands_over or broken or done:
+            reader.release()
+        elif handler.checkpoint_due(reader.held_bytes(), reader.capacity):
+            handler.checkpoint(reader.cursor)
+            reader.release()
+        else:
+            reader.release_to(handler.checkpointed)  # a commit's checkpoint covers what came before it
         if done:
             _send_done(conn, handler)
-            return
+            return False
     # The env process is gone: drain what it published, then finalize.
     while not broken and (rec := reader.poll()) is not None:
         try:
@@ -131,14 +156,14 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> None:
             _fail(conn, reader, handler)
             broken = True
             break
-        reader.release()
         if closed:
-            return
+            return False
     if not broken:
         try:
             handler.finish(clean=False)
         except Exception:
             _fail(conn, reader, handler)
+    return False
 
 
 def _send_done(conn, handler) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envrec.faults import NO_FAULT, FaultSpec
-from envrec.atomic import TMP_SUFFIX, discard_file, write_atomic
+from envrec.atomic import TMP_SUFFIX, discard_file, remove_stale_tmp, write_atomic
 from envrec.infos import encode_json, unpack_info
 from envrec.records import Kind, Status, TraceLayout
 from envrec.schema import Leaf, decode_reward
@@ -27,6 +27,18 @@ from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, BatchWriter, EpisodeFi
 __all__ = ["SerializerConfig", "Serializer"]
 
 logger = logging.getLogger(__name__)
+
+CHECKPOINT_RECORDS = 256  # records that may wait in the ring between checkpoints (or a quarter of the ring)
+
+
+def _copy_spill(src, dst, size: int) -> None:
+    left = size
+    while left:
+        chunk = src.read(min(left, 1 << 20))
+        if not chunk:
+            raise OSError(f"spill file ended {left} bytes short of its checkpoint")
+        dst.write(chunk)
+        left -= len(chunk)
 
 
 @dataclass(frozen=True)
@@ -88,35 +100,112 @@ class Serializer:
         self.steps_committed = 0
         self._ep: dict = {}
         self.error: str | None = None
-        self._base: dict[int, int] = {}
         self.faults = cfg.faults.injector()
+        self._since_checkpoint = 0
+        self.position = 0  # ring position where the record being handled starts (set by the worker loop)
+        self.checkpointed = 0  # ring position the last checkpoint covers
+        self.resume_cursor = 0  # ring position a successor's checkpoint covers
         if cfg.resume:
             self._resume()
         self.write_manifest(complete=False)
 
+    # -- checkpoints: how a successor takes over without losing a record --------
+    #
+    # The worker releases ring records only after a checkpoint: its files
+    # flushed, and ``.PREFIX.checkpoint.json`` (replaced atomically) saying
+    # where every file stands, the open episode's state, and the ring position
+    # it covers. A successor (same ring) cuts the dead worker's files back to
+    # the checkpoint, skips the ring to its position and handles the rest:
+    # nothing lost, nothing written twice. A commit writes a checkpoint between
+    # moving the batch files into place and replacing the manifest, naming the
+    # pending manifest entry, so a death there is finished by the successor.
+
+    hands_over = True  # on a failure, exit and leave the unreleased records to a successor
+
+    @property
+    def checkpoint_path(self) -> str:
+        return os.path.join(self.cfg.folder, f".{self.cfg.prefix}.checkpoint.json")
+
+    def checkpoint_due(self, held_bytes: int, capacity: int) -> bool:
+        return self._since_checkpoint >= CHECKPOINT_RECORDS or held_bytes > capacity // 4
+
+    def checkpoint(self, cursor: int, pending: dict | None = None) -> None:
+        """Flush every file and record where they stand; records before ``cursor`` may then be released."""
+        for f, _ in self._spills:
+            f.flush()
+        state = {
+            "cursor": cursor,
+            "records": self.records,
+            "steps_total": self.steps_total,
+            "orphan_steps": self.orphan_steps,
+            "episodes_written": self.episodes_written,
+            "committed": len(self.batches),
+            "pending": pending,
+            "batch": self.batch.state() if self.batch is not None else None,
+            "episode_open": self.episode_open,
+            "ep": self._ep,
+            "arrays": [[f.rows, f.offset] for f in self.fields.arrays],
+            "jsons": [jf.items for jf in self.fields.jsons],
+            "spills": [[path, f.tell()] for f, path in self._spills],
+        }
+        tmp = self.checkpoint_path + f".{os.getpid()}{TMP_SUFFIX}"
+        with open(tmp, "w") as f:
+            json.dump(state, f)
+        os.replace(tmp, self.checkpoint_path)  # no fsync: it guards against the worker's death, not the machine's
+        self._since_checkpoint = 0
+        self.checkpointed = cursor
+
     def _resume(self) -> None:
-        """Take over the committed batches of the serializer this one replaces."""
+        """Take over from the serializer this one replaces: its manifest, then its last checkpoint."""
         try:
             with open(self.manifest_path, "rb") as f:
                 manifest = json.load(f)
         except FileNotFoundError:
-            return
+            manifest = {"batches": [], "counters": {}}
         self.batches = list(manifest["batches"])
-        self.episodes_written = sum(b["len"] for b in self.batches)
-        self.bytes_committed = manifest["counters"]["bytes"]
-        self.steps_committed = manifest["counters"]["steps"]
-        self.orphan_steps = manifest["counters"].get("orphan_steps", 0)
-        self.error = None
-        # Status words count this worker's own work; the env process adds up the workers'.
-        self._base = {
-            Status.EPISODES: self.episodes_written,
-            Status.BATCHES: len(self.batches),
-            Status.BYTES: self.bytes_committed,
-            Status.STEPS_COMMITTED: self.steps_committed,
-        }
+        try:
+            with open(self.checkpoint_path) as f:
+                cp = json.load(f)
+        except FileNotFoundError:
+            cp = None
+        if cp is not None:
+            if cp["pending"] is not None and cp["committed"] + 1 > len(self.batches):
+                self.batches.append(cp["pending"])  # it died between a batch commit and the manifest
+            self.records, self.steps_total = cp["records"], cp["steps_total"]
+            self.orphan_steps, self.episodes_written = cp["orphan_steps"], cp["episodes_written"]
+            if cp["batch"] is not None:
+                self.batch = BatchWriter.reopen(self.cfg.folder, self.cfg.prefix, cp["batch"])
+            self.episode_open, self._ep = cp["episode_open"], cp["ep"]
+            for f, (rows, offset) in zip(self.fields.arrays, cp["arrays"]):
+                f.rows, f.offset = rows, offset
+            for jf, items in zip(self.fields.jsons, cp["jsons"]):
+                jf.items = items
+            for (f, _), (old_path, size) in zip(self._spills, cp["spills"]):
+                with open(old_path, "rb") as old:
+                    _copy_spill(old, f, size)
+            self.resume_cursor = cp["cursor"]
+            # From here on this worker's own files are the ones to resume from: say so before
+            # dropping the predecessor's spills (a successor of ours may need them until then).
+            self.checkpoint(self.resume_cursor, pending=None)
+            for old_path, _ in cp["spills"]:
+                os.unlink(old_path)
+        else:
+            self.episodes_written = sum(b["len"] for b in self.batches)
+        self.bytes_committed = sum(b["json_bytes"] + b["bin_bytes"] for b in self.batches)
+        self.steps_committed = sum(b["steps"] for b in self.batches)
+        remove_stale_tmp(self.cfg.folder, self.cfg.prefix)  # what the dead worker left and nothing needs
+        for index, value in (
+            (Status.RECORDS, self.records),
+            (Status.STEPS, self.steps_total),
+            (Status.EPISODES, self.episodes_written),
+            (Status.BATCHES, len(self.batches)),
+            (Status.BYTES, self.bytes_committed),
+            (Status.STEPS_COMMITTED, self.steps_committed),
+        ):
+            self._status(index, value)
 
     def _report(self, index: int, value: int) -> None:
-        self._status(index, value - self._base.get(index, 0))
+        self._status(index, value)
 
     # -- fields ----------------------------------------------------------
     def _spill(self) -> Any:
@@ -169,6 +258,7 @@ class Serializer:
         """Consume one record; True once the recording is over (CLOSE)."""
         self.faults.point("record")
         self.records += 1
+        self._since_checkpoint += 1
         kind = rec.kind
         if kind == Kind.STEP:
             self._on_step(rec)
@@ -254,11 +344,14 @@ class Serializer:
             self._commit()
 
     def _commit(self) -> None:
-        entry = self.batch.commit(self.faults.point)
+        batch = self.batch
+        entry = batch.commit(self.faults.point)
+        self.batch = None
+        # The record being handled is not done yet: the checkpoint covers the ring up to its start.
+        self.checkpoint(self.position, pending=entry)
         self.batches.append(entry)
         self.bytes_committed += entry["json_bytes"] + entry["bin_bytes"]
         self.steps_committed += entry["steps"]
-        self.batch = None
         self.faults.point("commit:manifest")
         self.write_manifest(complete=False)
         self._report(Status.BATCHES, len(self.batches))
@@ -277,6 +370,8 @@ class Serializer:
             self.batch = None
         self.write_manifest(complete=True, clean=clean)
         self._close_spills()
+        if os.path.exists(self.checkpoint_path):
+            os.unlink(self.checkpoint_path)
 
     def abort(self, error: str) -> None:
         """Give up after a failure: drop the open batch, keep what was committed."""
