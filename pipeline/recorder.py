@@ -236,10 +236,10 @@ class TraceRecorder:
         try:
             summary = self._stream.close(final_stats=self._env_stats())
         finally:
+            checkpoint = os.path.join(self.directory, f".{self.prefix}.checkpoint.json")
+            if os.path.exists(checkpoint):  # the last serializer is gone: no successor will need it
+                os.unlink(checkpoint)
             if self._stream.worker.exitcode != 0 or self._stream.broken is not None:
-                checkpoint = os.path.join(self.directory, f".{self.prefix}.checkpoint.json")
-                if os.path.exists(checkpoint):  # no successor will use it
-                    os.unlink(checkpoint)
                 removed = remove_stale_tmp(self.directory, self.prefix)  # what the dead worker was writing
                 if removed:
                     logger.info("envrec: removed %d unfinished file(s) of the dead serializer", len(removed))

@@ -103,16 +103,15 @@ class Stream:
     def send(self, write: Callable[..., bool], *args) -> bool:
         """Write one record through ``write(ring, *args)``; False (and counted) if it was dropped."""
         ok = False
-        if self.broken is None:
+        while self.broken is None:
             try:
                 ok = write(self.ring, *args)
+                break
             except ConsumerGone:
-                self.check()  # may hand the ring over to a successor: then try once more
-                if self.broken is None:
-                    try:
-                        ok = write(self.ring, *args)
-                    except ConsumerGone:
-                        self.check()
+                restarts = self.restarts
+                self.check()  # may hand the ring over to a successor: then try again
+                if self.restarts == restarts:
+                    break
         if not ok:
             self.records_dropped += 1
         if time.monotonic() >= self._next_check:

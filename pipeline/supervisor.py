@@ -98,7 +98,8 @@ class Worker:
             return f"the {self.role} failed", RemoteTraceback(self._traceback) if self._traceback else None
         code = self._proc.exitcode
         if code is not None and self.summary is None:
-            hint = "" if self.ring.status(Status.READY) or self.start_method == "fork" else _SPAWN_HINT
+            # The spawn-bootstrap failure of an unguarded main script exits with code 1, before READY.
+            hint = "" if self.ring.status(Status.READY) or self.start_method == "fork" or code != 1 else _SPAWN_HINT
             return f"the {self.role} process died ({signal_name(code)}){hint}", None
         return None
 

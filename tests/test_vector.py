@@ -90,6 +90,7 @@ def test_sub_env_traces_equal_single_env_references(tmp_path, n, mode):
     assert stats["records_sent"] == STEPS + env.resets  # one record per vector call, whatever the number of sub-envs
     for i in range(n):
         assert_sub_env_equals_reference(tmp_path, f"vec.env{i}", i, mode, actions)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temporary or checkpoint file left
 
 
 def test_async_vector_env(tmp_path):

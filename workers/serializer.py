@@ -54,6 +54,7 @@ class SerializerConfig:
     settings: dict = field(default_factory=dict)
     resume: bool = False  # a restarted serializer: go on from the manifest a dead one left
     faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.faults)
+    checkpoints: bool = True  # off where no successor can take over (the vector serializer's sub-writers)
 
 
 def _structure(spec: dict, key: tuple) -> Any:
@@ -131,6 +132,8 @@ class Serializer:
 
     def checkpoint(self, cursor: int, pending: dict | None = None) -> None:
         """Flush every file and record where they stand; records before ``cursor`` may then be released."""
+        if not self.cfg.checkpoints:
+            return
         for f, _ in self._spills:
             f.flush()
         state = {
@@ -146,7 +149,7 @@ class Serializer:
             "ep": self._ep,
             "arrays": [[f.rows, f.offset] for f in self.fields.arrays],
             "jsons": [jf.items for jf in self.fields.jsons],
-            "spills": [[path, f.tell()] for f, path in self._spills],
+            "spills": [[path, f.tell() if self.episode_open else 0] for f, path in self._spills],
         }
         tmp = self.checkpoint_path + f".{os.getpid()}{TMP_SUFFIX}"
         with open(tmp, "w") as f:
@@ -334,11 +337,14 @@ class Serializer:
             "complete": ended in ("terminated", "truncated"),
         }
         self.batch.write_episode(meta, self.fields, self.structure)
+        self.episode_open = False
+        self.episodes_written += 1
+        # The episode is in the batch files now: checkpoint before its spills are emptied for the
+        # next one, or a successor could resume from a checkpoint whose spill data is gone.
+        self.checkpoint(self.position)
         for f, _ in self._spills:
             f.seek(0)
             f.truncate()
-        self.episode_open = False
-        self.episodes_written += 1
         self._report(Status.EPISODES, self.episodes_written)
         if self.batch.size >= self.cfg.batch_bytes:
             self._commit()
@@ -370,8 +376,8 @@ class Serializer:
             self.batch = None
         self.write_manifest(complete=True, clean=clean)
         self._close_spills()
-        if os.path.exists(self.checkpoint_path):
-            os.unlink(self.checkpoint_path)
+        # The checkpoint stays until the env process has seen this worker exit: killed between here
+        # and its exit, a successor replays the CLOSE record from it and finds nothing left to do.
 
     def abort(self, error: str) -> None:
         """Give up after a failure: drop the open batch, keep what was committed."""

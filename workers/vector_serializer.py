@@ -83,7 +83,7 @@ class VectorSerializer:
             Serializer(
                 SerializerConfig(
                     cfg.folder, f"{cfg.prefix}.env{i}", cfg.observation_space, cfg.action_space, cfg.batch_bytes,
-                    cfg.env_id, {**cfg.settings, "sub_env": i},
+                    cfg.env_id, {**cfg.settings, "sub_env": i}, checkpoints=False,
                 )
             )
             for i in range(cfg.num_envs)
