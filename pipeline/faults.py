@@ -5,10 +5,12 @@ A ``FaultSpec`` rides in a worker's config, so a fault takes the real path
 fields) sets one for recorders built without one, for tests that run the env
 process as a child. The worker calls ``point(name)`` at named places:
 
-``record``         before each record is handled
-``commit:bin``     a batch's .bin written and fsynced, its .json not yet
-``commit:json``    both batch files in place, the folder not yet fsynced
-``commit:manifest`` the batch committed, the manifest not yet replaced
+``record``              before each record is handled
+``commit:bin-written``  a batch's .bin written, not yet fsynced
+``commit:bin``          the .bin fsynced and in place, the .json not yet
+``commit:json``         both batch files in place, the folder not yet fsynced
+``commit:manifest``     the batch committed, the manifest not yet replaced
+``commit:done``         the manifest replaced and its folder fsynced
 
 and the fault fires at the ``after``-th visit of ``at`` (``how``: ``raise``
 an exception, ``exit`` via ``os._exit(3)``, ``kill`` itself with SIGKILL, or

@@ -61,7 +61,7 @@ def test_conservation_under_a_throttled_consumer(tmp_path, policy):
 
 CASES = [
     (point, how)
-    for point in ("record", "commit:bin", "commit:json", "commit:manifest")
+    for point in ("record", "commit:bin-written", "commit:bin", "commit:json", "commit:manifest", "commit:done")
     for how in ("raise", "exit", "kill")
 ]
 REPORTED = {"raise": "InjectedFault", "exit": "exit code 3", "kill": "SIGKILL(-9)"}

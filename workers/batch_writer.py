@@ -230,6 +230,8 @@ class BatchWriter:
     def commit(self, fault=lambda name: None) -> dict:
         """Make the batch durable and visible; return its manifest entry (``fault``: see envrec.faults)."""
         self._write_json(b"]}\n")
+        self.bin.flush()
+        fault("commit:bin-written")
         commit_file(self.bin, self.bin_tmp, os.path.join(self.folder, self.bin_name), sync_dir=False)
         fault("commit:bin")
         commit_file(self.json, self.json_tmp, os.path.join(self.folder, self.json_name), sync_dir=False)

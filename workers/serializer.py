@@ -360,6 +360,7 @@ class Serializer:
         self.steps_committed += entry["steps"]
         self.faults.point("commit:manifest")
         self.write_manifest(complete=False)
+        self.faults.point("commit:done")
         self._report(Status.BATCHES, len(self.batches))
         self._report(Status.BYTES, self.bytes_committed)
         self._report(Status.STEPS_COMMITTED, self.steps_committed)
