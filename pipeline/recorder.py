@@ -74,6 +74,7 @@ class TraceRecorder:
         timing: bool = True,
         max_restarts: int = 3,
         faults: FaultSpec | None = None,
+        hang_timeout_s: float | None = 60.0,
     ) -> None:
         if batch_bytes <= 0:
             raise ConfigError(f"batch_bytes must be positive, not {batch_bytes}")
@@ -114,6 +115,7 @@ class TraceRecorder:
             close_timeout_s=close_timeout_s,
             successor_config=dataclasses.replace(cfg, resume=True, faults=NO_FAULT),  # a fault fires once
             max_restarts=max_restarts,
+            hang_timeout_s=hang_timeout_s,
         )
         self.times = CallTimes() if timing else None
         self._episode = -1

@@ -83,6 +83,7 @@ class Status(IntEnum):
     FRAMES_DROPPED = 11  # frames the worker could not encode (broken clip, bad frame)
     ENCODER_PID = 12  # pid of the running ffmpeg, 0 when none
     CLIPS_BROKEN = 13  # clips that ended broken
+    HEARTBEAT = 14  # bumped at least every PARENT_CHECK_S by a live worker loop (hang detection)
 
 
 @dataclass(frozen=True)

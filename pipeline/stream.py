@@ -52,6 +52,7 @@ class Stream:
         close_timeout_s: float = 60.0,
         successor_config: Any = None,
         max_restarts: int = 0,
+        hang_timeout_s: float | None = None,
     ) -> None:
         if backpressure not in BACKPRESSURE_POLICIES:
             raise ConfigError(f"backpressure must be one of {BACKPRESSURE_POLICIES}, not {backpressure!r}")
@@ -61,6 +62,7 @@ class Stream:
         # by one started with ``successor_config``, at most ``max_restarts`` times.
         self._successor_config = successor_config
         self.max_restarts = max_restarts
+        self.hang_timeout_s = hang_timeout_s  # a worker whose heartbeat stops this long is killed
         self.ring_bytes = ring_bytes
         self.backpressure = backpressure
         self.block_timeout_s = block_timeout_s
@@ -90,8 +92,14 @@ class Stream:
         except BaseException:
             self.ring.close()
             raise
-        self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self.worker.usable)
+        self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
         self._next_check = time.monotonic() + STATUS_CHECK_INTERVAL_S
+
+    def _usable(self) -> bool:
+        """The worker will handle what is sent: alive, not failed, not hung."""
+        if not self.worker.usable():
+            return False
+        return not (self.hang_timeout_s and self.worker.hung(self.hang_timeout_s))
 
     # -- sending -------------------------------------------------------------
     def check_open(self) -> None:
@@ -122,6 +130,8 @@ class Stream:
         """Look at the worker now: replace it if it failed and may be replaced, else mark the stream broken (once)."""
         self._next_check = time.monotonic() + STATUS_CHECK_INTERVAL_S
         if self.broken is None:
+            if self.hang_timeout_s:
+                self.worker.hung(self.hang_timeout_s)  # kills it when hung: then it fails like a dead one
             failure = self.worker.failure()
             if failure is not None:
                 if self._successor_config is not None and self.restarts < self.max_restarts:
@@ -160,7 +170,7 @@ class Stream:
             why, last, self.role, self.restarts, self.max_restarts,
         )
         self.worker = Worker(self.role, self._target, self._successor_config, self.ring, self._ctx, self.start_method)
-        self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self.worker.usable)
+        self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
 
     def restart(self, config: Any = None) -> bool:
         """Replace a broken worker and its ring with fresh ones (``config`` replaces the worker's); False when closed.

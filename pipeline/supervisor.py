@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from multiprocessing.context import BaseContext
 from typing import Any, Callable
 
@@ -70,9 +71,27 @@ class Worker:
         self.exitcode: int | None = None
         self.summary: dict | None = None
         self._traceback: str | None = None
+        self.hang_reason: str | None = None
+        self._beat, self._beat_at = -1, time.monotonic()
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.exitcode is None
+
+    def hung(self, timeout_s: float) -> bool:
+        """True once a started worker's heartbeat has not moved for ``timeout_s`` (it is then killed)."""
+        if self._proc is None or self._proc.exitcode is not None or not self.ring.status(Status.READY):
+            return False
+        beat, now = self.ring.status(Status.HEARTBEAT), time.monotonic()
+        if beat != self._beat:
+            self._beat, self._beat_at = beat, now
+            return False
+        if now - self._beat_at < timeout_s:
+            return False
+        self.hang_reason = f"the {self.role} made no progress for {timeout_s:g} s (hung) and was killed"
+        logger.error("envrec: %s", self.hang_reason)
+        self._proc.kill()
+        self._proc.join(5.0)
+        return True
 
     def usable(self) -> bool:
         """Alive and not failed: records sent to it will be handled."""
@@ -97,6 +116,8 @@ class Worker:
         if self._traceback is not None or self.ring.status(Status.BROKEN):
             return f"the {self.role} failed", RemoteTraceback(self._traceback) if self._traceback else None
         code = self._proc.exitcode
+        if code is not None and self.hang_reason is not None:
+            return self.hang_reason, None
         if code is not None and self.summary is None:
             # The spawn-bootstrap failure of an unguarded main script exits with code 1, before READY.
             hint = "" if self.ring.status(Status.READY) or self.start_method == "fork" or code != 1 else _SPAWN_HINT

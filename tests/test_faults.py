@@ -118,3 +118,19 @@ def test_soak_short_serializer_killed_at_random_times(tmp_path):
     assert r["episodes_read"] == r["episodes_produced"]
     assert r["problems"] == [] and r["broken"] is None and r["complete"]
     assert r["records_lost"] == 0 and r["records_dropped"] == 0
+
+
+def test_a_hung_serializer_is_killed_and_replaced_without_loss(tmp_path, caplog):
+    rec = envrec.TraceRecorder(
+        tmp_path, OBS, ACT, batch_bytes=1, faults=FaultSpec(at="commit:json", after=2, how="hang"), hang_timeout_s=1.0
+    )
+    run(rec, 6)
+    t0 = time.monotonic()
+    assert wait_for(lambda: (run(rec, 0) or rec._stream.check()) or rec.stats()["restarts"] == 1, 10)
+    assert time.monotonic() - t0 < 4
+    run(rec, 3, start=6)
+    rec.close()
+    assert rec.stats()["broken"] is None
+    assert any("made no progress for 1 s" in r.message for r in caplog.records)
+    reader = envrec.TraceReader(tmp_path)
+    assert [e.seed for e in reader] == list(range(9)) and all(e.length == 10 for e in reader)

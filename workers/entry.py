@@ -110,7 +110,10 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
     if hands_over:
         reader.skip_to(handler.resume_cursor)  # records its predecessor's checkpoint already covers
     discarded = 0
+    beats = 0
     while True:
+        beats += 1
+        reader.set_status(Status.HEARTBEAT, beats)
         start = reader.cursor
         rec = reader.poll()
         if rec is None:
