@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import BinaryIO
 
-__all__ = ["TMP_SUFFIX", "tmp_path_for", "fsync_dir", "commit_file", "discard_file", "write_atomic", "remove_stale_tmp"]
+__all__ = ["TMP_SUFFIX", "tmp_path_for", "fsync_dir", "commit_file", "discard_file", "write_atomic", "file_crc32", "remove_stale_tmp"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -61,6 +61,17 @@ def write_atomic(path: str, data: bytes) -> None:
     except BaseException:
         discard_file(f, tmp)
         raise
+
+
+def file_crc32(path: str, chunk_bytes: int = 1 << 20) -> int:
+    """CRC-32 of a file's bytes (zlib's), read in chunks."""
+    import zlib
+
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            crc = zlib.crc32(chunk, crc)
+    return crc
 
 
 def remove_stale_tmp(folder: str, prefix: str = "") -> list[str]:

@@ -3,8 +3,9 @@
 Arrays are memory-mapped from the ``.bin`` files (no copy, read-only). Only
 batches the manifest names are read, so a recording still running is read up
 to its last committed batch; ``refresh()`` picks up batches committed since.
-A batch whose files are missing or not the size the manifest says raises
-``TraceError`` naming the file.
+A batch whose files are missing, not the size the manifest says, or (with
+``verify=True``, the default) whose CRC-32 differs raises ``TraceError``
+naming the file.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .errors import EnvrecError
+from .atomic import file_crc32
 from .infos import decode_json
 from .trace_format import MANIFEST_SUFFIX
 
@@ -60,9 +62,10 @@ class _BatchRef:
 class TraceReader:
     """Episodes of every recording in ``directory`` (or only of ``prefix``), in order."""
 
-    def __init__(self, directory: str | os.PathLike, prefix: str | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike, prefix: str | None = None, verify: bool = True) -> None:
         self.directory = os.fspath(directory)
         self.prefix = prefix
+        self.verify = verify  # check each batch's CRC-32 when it is first loaded (reads its files once)
         self._maps: dict[str, Any] = {}
         self._cache: tuple[int, list] | None = None
         self.manifests: list[dict] = []
@@ -116,10 +119,10 @@ class TraceReader:
         return self._episode(ref, index, self._load_batch(lo)[index - ref.first_index])
 
     # -- files -------------------------------------------------------------
-    def check_batch(self, entry: dict) -> list[str]:
-        """Problems with a batch's files (missing, wrong size); empty when complete."""
+    def check_batch(self, entry: dict, checksums: bool = True) -> list[str]:
+        """Problems with a batch's files (missing, wrong size, wrong CRC-32); empty when complete."""
         problems = []
-        for key, size_key in (("fn", "json_bytes"), ("bin", "bin_bytes")):
+        for key, size_key, crc_key in (("fn", "json_bytes", "json_crc32"), ("bin", "bin_bytes", "bin_crc32")):
             name = entry.get(key)
             if name is None:
                 continue
@@ -130,13 +133,15 @@ class TraceReader:
                 problems.append(f"{name}: missing")
             elif size_key in entry and os.path.getsize(path) != entry[size_key]:
                 problems.append(f"{name}: {os.path.getsize(path)} bytes, the manifest says {entry[size_key]}")
+            elif checksums and crc_key in entry and file_crc32(path) != entry[crc_key]:
+                problems.append(f"{name}: its CRC-32 differs from the manifest's (the file was changed or damaged)")
         return problems
 
     def _load_batch(self, b: int) -> list:
         if self._cache is not None and self._cache[0] == b:
             return self._cache[1]
         entry = self._batches[b].entry
-        problems = self.check_batch(entry)
+        problems = self.check_batch(entry, checksums=self.verify)
         if problems:
             raise TraceError(f"batch {entry['fn']} in {self.directory} is damaged: {'; '.join(problems)}")
         with open(os.path.join(self.directory, entry["fn"]), "rb") as f:

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, fsync_dir
+from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir
 from envrec.trace_format import batch_names, ndarray_descriptor
 
 __all__ = ["BatchWriter", "ArrayField", "JsonField"]
@@ -245,6 +245,8 @@ class BatchWriter:
             "steps": self.steps,
             "json_bytes": self.json_size,
             "bin_bytes": self.bin_size,
+            "json_crc32": file_crc32(os.path.join(self.folder, self.json_name)),
+            "bin_crc32": file_crc32(os.path.join(self.folder, self.bin_name)),
         }
 
     def abort(self) -> None:
