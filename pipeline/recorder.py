@@ -116,6 +116,7 @@ class TraceRecorder:
             successor_config=dataclasses.replace(cfg, resume=True, faults=NO_FAULT),  # a fault fires once
             max_restarts=max_restarts,
             hang_timeout_s=hang_timeout_s,
+            where=self.directory,
         )
         self.times = CallTimes() if timing else None
         self._episode = -1

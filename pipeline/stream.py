@@ -53,6 +53,7 @@ class Stream:
         successor_config: Any = None,
         max_restarts: int = 0,
         hang_timeout_s: float | None = None,
+        where: str | None = None,
     ) -> None:
         if backpressure not in BACKPRESSURE_POLICIES:
             raise ConfigError(f"backpressure must be one of {BACKPRESSURE_POLICIES}, not {backpressure!r}")
@@ -63,6 +64,7 @@ class Stream:
         self._successor_config = successor_config
         self.max_restarts = max_restarts
         self.hang_timeout_s = hang_timeout_s  # a worker whose heartbeat stops this long is killed
+        self.where = where  # the output folder, named in a broken stream's reason
         self.ring_bytes = ring_bytes
         self.backpressure = backpressure
         self.block_timeout_s = block_timeout_s
@@ -147,6 +149,8 @@ class Stream:
             lines = [ln for ln in str(cause).strip().strip('"').strip().splitlines() if ln.strip()]
             last = f": {lines[-1].strip()}" if lines else ""
         self.broken = why + last
+        if self.where and self.where not in self.broken:
+            self.broken += f" (output folder {self.where})"
         self.broken_cause = cause or WorkerError(why)
         logger.error(
             "envrec: the %s stream is broken (%s); the environment goes on, later records are dropped "

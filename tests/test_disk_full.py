@@ -39,6 +39,7 @@ def test_trace_folder_fills_up(tmp_path):
     assert result["raised"] is None  # the env never saw an exception
     stats = result["stats"]
     assert stats["broken"] and "No space left on device" in stats["broken"]
+    assert str(tmp_path / "tiny") in stats["broken"]  # the error names where
     assert "broken" in log and "No space left on device" in log  # logged in the env process, with the cause
     assert result["episodes_readable"] > 0 and result["lengths_ok"]  # what was committed reads back whole
     assert result["problems"] == []  # every file the manifest names is complete

@@ -63,18 +63,20 @@ CASES = [
     (point, how)
     for point in ("record", "commit:bin-written", "commit:bin", "commit:json", "commit:manifest", "commit:done")
     for how in ("raise", "exit", "kill")
-]
-REPORTED = {"raise": "InjectedFault", "exit": "exit code 3", "kill": "SIGKILL(-9)"}
+] + [("record", "hang"), ("commit:bin", "hang"), ("commit:manifest", "hang")]
+REPORTED = {"raise": "InjectedFault", "exit": "exit code 3", "kill": "SIGKILL(-9)", "hang": "made no progress"}
 
 
 @pytest.mark.parametrize("point, how", CASES, ids=[f"{p}-{h}" for p, h in CASES])
 def test_serializer_fault_battery(tmp_path, point, how, caplog):
     """A serializer that raises, exits or is killed at any step of a commit: its successor loses nothing."""
     after = 40 if point == "record" else 3  # a few batches commit first
-    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, batch_bytes=1, faults=FaultSpec(at=point, after=after, how=how))
+    rec = envrec.TraceRecorder(
+        tmp_path, OBS, ACT, batch_bytes=1, faults=FaultSpec(at=point, after=after, how=how), hang_timeout_s=1.0
+    )
     first_pid = rec.stats()["worker_pid"]
     run(rec, 6)
-    assert wait_for(lambda: rec._stream.check() or rec.stats()["restarts"] == 1)
+    assert wait_for(lambda: rec._stream.check() or rec.stats()["restarts"] == 1, 10)
     run(rec, 3, start=6)  # the env went on
     rec.close()
     s = rec.stats()

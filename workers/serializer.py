@@ -259,6 +259,14 @@ class Serializer:
     # -- records ---------------------------------------------------------
     def handle(self, rec) -> bool:
         """Consume one record; True once the recording is over (CLOSE)."""
+        try:
+            return self._handle(rec)
+        except OSError as exc:
+            if exc.filename is None:  # a write error names no file: name the folder, so the error says where
+                raise OSError(exc.errno, exc.strerror, self.cfg.folder) from exc
+            raise
+
+    def _handle(self, rec) -> bool:
         self.faults.point("record")
         self.records += 1
         self._since_checkpoint += 1
