@@ -30,6 +30,7 @@ def soak(folder: str, kills: int, seed: int = 0, min_gap_s: float = 0.05, max_ga
     )
     done = threading.Event()
     killed: list[float] = []
+    latencies: list[float] = []  # from a kill to its successor being started
 
     def killer() -> None:
         last = None
@@ -40,10 +41,15 @@ def soak(folder: str, kills: int, seed: int = 0, min_gap_s: float = 0.05, max_ga
                 continue  # not replaced yet: killing it again would count a kill that did nothing
             try:
                 os.kill(pid, signal.SIGKILL)
-                killed.append(time.monotonic())
-                last = pid
             except ProcessLookupError:
-                pass
+                continue
+            t_kill = time.monotonic()
+            killed.append(t_kill)
+            last = pid
+            while rec.worker_pid == pid and not done.is_set() and time.monotonic() - t_kill < 10:
+                time.sleep(0.005)
+            if rec.worker_pid != pid:
+                latencies.append(time.monotonic() - t_kill)
 
     thread = threading.Thread(target=killer, daemon=True)
     thread.start()
@@ -83,6 +89,8 @@ def soak(folder: str, kills: int, seed: int = 0, min_gap_s: float = 0.05, max_ga
         "records_dropped": stats["records_dropped"],
         "broken": stats["broken"],
         "elapsed_s": elapsed,
+        "replaced_within_s_median": float(np.median(latencies)) if latencies else None,
+        "replaced_within_s_max": max(latencies) if latencies else None,
         "complete": reader.manifests[0]["complete"],
     }
 
