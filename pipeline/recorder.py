@@ -265,16 +265,9 @@ class TraceRecorder:
 
     def _env_stats(self) -> dict[str, Any]:
         """What only the env process knows, for the final manifest."""
-        s = self._stream
-        return {
-            "episodes_started": self._episode + 1,
-            "records_sent": s.records_sent,
-            "records_dropped": s.records_dropped,
-            "records_lost": s.records_lost,
-            "blocked_s": s.blocked_s,
-            "ring_high_water_bytes": s.high_water,
-            **(self.times.summary() if self.times is not None else {}),
-        }
+        env_keys = ("episodes_started", "records_sent", "records_dropped", "records_lost", "blocked_s", "ring_high_water_bytes")
+        stats = self.stats()
+        return {k: stats[k] for k in env_keys if k in stats} | {k: v for k, v in stats.items() if k.startswith("call")}
 
     def __enter__(self) -> "TraceRecorder":
         return self

@@ -90,6 +90,16 @@ def leaves(spec: dict, path: tuple = ()) -> list[Leaf]:
     return [Leaf(path, "array", spec["dtype"], tuple(spec["shape"]))]
 
 
+def leaf_values(x, spec: dict) -> list:
+    """A value's leaves in leaf order, without checks (Dict by key, Tuple by position)."""
+    t = spec["type"]
+    if t == "Dict":
+        return [v for k, sub in spec["spaces"] for v in leaf_values(x[k], sub)]
+    if t == "Tuple":
+        return [v for item, sub in zip(x, spec["spaces"]) for v in leaf_values(item, sub)]
+    return [x]
+
+
 def _where(root: str, path: tuple) -> str:
     return root + "".join(f"[{p!r}]" for p in path)
 

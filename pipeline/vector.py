@@ -30,7 +30,7 @@ from .errors import ConfigError, RecordError
 from .infos import pack_info
 from .recorder import DEFAULT_RING_BYTES, check_folder
 from .records import Kind
-from .schema import describe_space, leaves
+from .schema import describe_space, leaf_values, leaves
 from .stream import Stream, register_closer, unregister_closer
 from .trace_format import check_prefix, default_prefix, manifest_name
 
@@ -50,15 +50,6 @@ def batched_leaves(spec: dict, n: int) -> list[tuple[str, tuple]]:
             raise ConfigError("envrec cannot record Text spaces of vector environments")
         out.append((leaf.dtype, (n, *leaf.shape)))
     return out
-
-
-def _flatten(x, spec: dict) -> list:
-    t = spec["type"]
-    if t == "Dict":
-        return [v for k, sub in spec["spaces"] for v in _flatten(x[k], sub)]
-    if t == "Tuple":
-        return [v for item, sub in zip(x, spec["spaces"]) for v in _flatten(item, sub)]
-    return [x]
 
 
 def _as_part(x, dtype: str, shape: tuple, where: str) -> memoryview:
@@ -119,7 +110,7 @@ class RecordVectorTrace(VectorWrapper):
         register_closer(self)
 
     def _parts(self, value, spec: dict, batched: list, where: str) -> list:
-        values = _flatten(value, spec)
+        values = leaf_values(value, spec)
         return [_as_part(v, dt, shape, where) for v, (dt, shape) in zip(values, batched)]
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):

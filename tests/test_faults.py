@@ -10,13 +10,14 @@ import json
 import os
 import time
 
+import envrec
 import numpy as np
 import pytest
-from gymnasium import spaces
-
-import envrec
 from envrec.faults import FaultSpec
 from envrec.records import Status
+from gymnasium import spaces
+
+from .waiting import wait_for
 
 OBS = spaces.Box(0, 255, (16, 16, 3), np.uint8)
 ACT = spaces.Discrete(2)
@@ -95,14 +96,6 @@ def test_serializer_fault_battery(tmp_path, point, how, caplog):
     assert s["steps_committed"] == 90 and s["records_lost"] == 0 and s["records_dropped"] == 0
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp") or "checkpoint" in n]
 
-
-def wait_for(cond, timeout_s=5.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
 
 
 def test_soak_short_serializer_killed_at_random_times(tmp_path):

@@ -10,27 +10,19 @@ import subprocess
 import sys
 import time
 
+import envrec
 import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
+from envrec.shm import list_segments, sweep_orphans
 from gymnasium import spaces as S
 
-import envrec
-from envrec.shm import list_segments, sweep_orphans
-
 from .envs import SPACES, SpaceEnv
+from .waiting import wait_for
 
 CHILD = os.path.join(os.path.dirname(__file__), "child_recorder.py")
 
-
-def wait_for(cond, timeout_s=10.0, every_s=0.02):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(every_s)
-    return cond()
 
 
 def test_close_twice_context_manager_and_stats(tmp_path):

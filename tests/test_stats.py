@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import json
 import random
-import time
-
-import gymnasium as gym
-import pytest
 
 import envrec
+import gymnasium as gym
+import pytest
 from envrec.stats import CallTimes
 
 from .video_helpers import ColourEnv, meta, run_episodes
-
-
-def wait_for(cond, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not cond():
-        time.sleep(0.02)
-    return cond()
+from .waiting import wait_for
 
 
 def test_call_time_percentiles_are_close_to_exact():

@@ -8,25 +8,17 @@ import subprocess
 import sys
 import time
 
+import envrec
 import numpy as np
 import psutil
 import pytest
-
-import envrec
 from envrec.records import Status
 
 from .video_helpers import decode, meta
+from .waiting import wait_for
 
 CHILD = os.path.join(os.path.dirname(__file__), "child_video.py")
 
-
-def wait_for(cond, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
 
 
 def frame(i: int) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 
 from envrec.infos import unpack_info
 from envrec.records import RST, Kind, Status, TraceLayout
+from envrec.schema import leaf_values
 
 from .serializer import Serializer, SerializerConfig
 
@@ -62,15 +63,6 @@ def split_info(info: dict, i: int, skip: tuple = ()) -> dict:
     return out
 
 
-def _leaf_values(x, spec: dict) -> list:
-    t = spec["type"]
-    if t == "Dict":
-        return [v for k, sub in spec["spaces"] for v in _leaf_values(x[k], sub)]
-    if t == "Tuple":
-        return [v for item, sub in zip(x, spec["spaces"]) for v in _leaf_values(item, sub)]
-    return [np.ascontiguousarray(np.asarray(x, dtype=np.dtype(spec["dtype"])))]
-
-
 class VectorSerializer:
     """Consumes vector records; one Serializer per sub-env writes the files."""
 
@@ -89,6 +81,7 @@ class VectorSerializer:
             for i in range(cfg.num_envs)
         ]
         layout = TraceLayout.from_specs(cfg.observation_space, cfg.action_space)
+        self._obs_leaves = layout.obs_leaves
         self._obs_rows = [leaf.nbytes for leaf in layout.obs_leaves]
         self._act_rows = [leaf.nbytes for leaf in layout.act_leaves]
         self.episode = [-1] * cfg.num_envs
@@ -158,7 +151,10 @@ class VectorSerializer:
                 self._reset(i, o_i, no_meta, split_info(info, i), step)
                 continue
             if mode == "SameStep" and ended and "final_obs" in info:
-                final_obs = [memoryview(v).cast("B") for v in _leaf_values(info["final_obs"][i], self.cfg.observation_space)]
+                final_obs = [
+                    memoryview(np.ascontiguousarray(np.asarray(v, dtype=np.dtype(leaf.dtype)))).cast("B")
+                    for v, leaf in zip(leaf_values(info["final_obs"][i], self.cfg.observation_space), self._obs_leaves)
+                ]
                 final_info = split_info(info["final_info"], i) if "final_info" in info else {}
                 self._step(i, a_i, final_obs, rewards[i], terms[i], truncs[i], final_info, step)
                 self._reset(i, o_i, no_meta, split_info(info, i, skip=self._FINAL), step)
