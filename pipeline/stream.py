@@ -76,7 +76,6 @@ class Stream:
         self.records_lost = 0  # left in the ring of a worker that died (counted at its restart)
         self._old_rings = (0, 0.0, 0)  # records sent, seconds blocked, high water of rings replaced
         self._control_records = 0  # CLOSE records: not the user's
-        self._close_sent = False
         self._final_unreleased = 0
         self.broken: str | None = None
         self.broken_cause: BaseException | None = None
@@ -95,6 +94,7 @@ class Stream:
             self.ring.close()
             raise
         self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
+        self._close_sent = False  # per ring: a CLOSE sent to a replaced ring is not in this one
         self._next_check = time.monotonic() + STATUS_CHECK_INTERVAL_S
 
     def _usable(self) -> bool:
@@ -143,12 +143,16 @@ class Stream:
         if self.strict and self.broken is not None:
             raise WorkerError(f"the {self.role} stream is broken: {self.broken}") from self.broken_cause
 
+    @staticmethod
+    def _last_line(cause: BaseException | None) -> str:
+        """': <the last line of a worker's traceback>', or '' (what a one-line report quotes)."""
+        if cause is None:
+            return ""
+        lines = [ln for ln in str(cause).strip().strip('"').strip().splitlines() if ln.strip()]
+        return f": {lines[-1].strip()}" if lines else ""
+
     def _mark_broken(self, why: str, cause: BaseException | None) -> None:
-        last = ""
-        if cause is not None:
-            lines = [ln for ln in str(cause).strip().strip('"').strip().splitlines() if ln.strip()]
-            last = f": {lines[-1].strip()}" if lines else ""
-        self.broken = why + last
+        self.broken = why + self._last_line(cause)
         if self.where and self.where not in self.broken:
             self.broken += f" (output folder {self.where})"
         self.broken_cause = cause or WorkerError(why)
@@ -165,19 +169,15 @@ class Stream:
         self.worker.close(self.close_timeout_s, lambda: None)  # reaps it (killing it if it lingers)
         self.ring.clear_status()
         self.restarts += 1
-        last = ""
-        if cause is not None:
-            lines = [ln for ln in str(cause).strip().strip('"').strip().splitlines() if ln.strip()]
-            last = f": {lines[-1].strip()}" if lines else ""
         logger.warning(
             "envrec: %s%s; a fresh %s takes over its ring from its last checkpoint (restart %d of %d)",
-            why, last, self.role, self.restarts, self.max_restarts,
+            why, self._last_line(cause), self.role, self.restarts, self.max_restarts,
         )
         self.worker = Worker(self.role, self._target, self._successor_config, self.ring, self._ctx, self.start_method)
         self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
 
-    def restart(self, config: Any = None) -> bool:
-        """Replace a broken worker and its ring with fresh ones (``config`` replaces the worker's); False when closed.
+    def restart(self) -> bool:
+        """Replace a broken worker and its ring with fresh ones; False when closed.
 
         The new worker's status words count from zero; ``status`` sums them over workers.
         """
@@ -192,8 +192,6 @@ class Stream:
             max(self._old_rings[2], self.ring.high_water),
         )
         self._shutdown()
-        if config is not None:
-            self._config = config
         self._start()
         self.restarts += 1
         self.broken = self.broken_cause = None
@@ -262,7 +260,7 @@ class Stream:
                 self._hand_over(*failure)  # the successor finishes the work, the CLOSE record included
         finally:
             self._final = {i: self.ring.status(i) for i in range(len(Status))}
-            self._final_unreleased = max(self.ring.unreleased() - self._control_records, 0)
+            self._final_unreleased = max(self.ring.unreleased() - self._close_sent, 0)
             self.ring.close()
 
     def close(self, final_stats: dict | None = None) -> dict | None:

@@ -250,6 +250,7 @@ def test_env_process_killed_workers_drain_the_ring_and_finalize(tmp_path):
     child.stdout.close()
     manifest = json.load(open(next(tmp_path.glob("*.manifest.json"))))
     assert manifest["complete"] and not manifest["closed_cleanly"]
+    assert not list(tmp_path.glob(".*"))  # no temporary or checkpoint file: no successor can come
     reader = envrec.TraceReader(tmp_path)
     assert len(reader) == 10 and sum(e.length for e in reader) == 500  # every step handed over survived
     assert [e.observations[-1, 0, 0, 0] for e in reader] == [(50 * k + 49) % 256 for k in range(10)]

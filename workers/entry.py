@@ -160,12 +160,15 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
             broken = True
             break
         if closed:
-            return False
-    if not broken:
-        try:
-            handler.finish(clean=False)
-        except Exception:
-            _fail(conn, reader, handler)
+            break
+    else:
+        if not broken:
+            try:
+                handler.finish(clean=False)
+            except Exception:
+                _fail(conn, reader, handler)
+    if hands_over:
+        handler.discard_checkpoint()
     return False
 
 

@@ -105,6 +105,7 @@ class Serializer:
         self._since_checkpoint = 0
         self.position = 0  # ring position where the record being handled starts (set by the worker loop)
         self.checkpointed = 0  # ring position the last checkpoint covers
+        self._cp_in_episode = False  # the last checkpoint needs the open episode's spill data
         self.resume_cursor = 0  # ring position a successor's checkpoint covers
         if cfg.resume:
             self._resume()
@@ -157,6 +158,7 @@ class Serializer:
         os.replace(tmp, self.checkpoint_path)  # no fsync: it guards against the worker's death, not the machine's
         self._since_checkpoint = 0
         self.checkpointed = cursor
+        self._cp_in_episode = self.episode_open
 
     def _resume(self) -> None:
         """Take over from the serializer this one replaces: its manifest, then its last checkpoint."""
@@ -266,6 +268,11 @@ class Serializer:
                 raise OSError(exc.errno, exc.strerror, self.cfg.folder) from exc
             raise
 
+    def discard_checkpoint(self) -> None:
+        """No successor can come (the env process is gone): the checkpoint has no reader left."""
+        if os.path.exists(self.checkpoint_path):
+            os.unlink(self.checkpoint_path)
+
     def _handle(self, rec) -> bool:
         self.faults.point("record")
         self.records += 1
@@ -347,9 +354,10 @@ class Serializer:
         self.batch.write_episode(meta, self.fields, self.structure)
         self.episode_open = False
         self.episodes_written += 1
-        # The episode is in the batch files now: checkpoint before its spills are emptied for the
-        # next one, or a successor could resume from a checkpoint whose spill data is gone.
-        self.checkpoint(self.position)
+        # The episode is in the batch files now. If the last checkpoint was taken inside it, take one
+        # before its spills are emptied, or a successor could resume from spill data that is gone.
+        if self._cp_in_episode:
+            self.checkpoint(self.position)
         for f, _ in self._spills:
             f.seek(0)
             f.truncate()
