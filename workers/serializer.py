@@ -143,7 +143,6 @@ class Serializer:
             "steps_total": self.steps_total,
             "orphan_steps": self.orphan_steps,
             "episodes_written": self.episodes_written,
-            "committed": len(self.batches),
             "pending": pending,
             "batch": self.batch.state() if self.batch is not None else None,
             "episode_open": self.episode_open,
@@ -174,8 +173,9 @@ class Serializer:
         except FileNotFoundError:
             cp = None
         if cp is not None:
-            if cp["pending"] is not None and cp["committed"] + 1 > len(self.batches):
-                self.batches.append(cp["pending"])  # it died between a batch commit and the manifest
+            pending = cp["pending"]
+            if pending is not None and all(b["fn"] != pending["fn"] for b in self.batches):
+                self.batches.append(pending)  # it died between a batch commit and the manifest
             self.records, self.steps_total = cp["records"], cp["steps_total"]
             self.orphan_steps, self.episodes_written = cp["orphan_steps"], cp["episodes_written"]
             if cp["batch"] is not None:
@@ -191,7 +191,7 @@ class Serializer:
             self.resume_cursor = cp["cursor"]
             # From here on this worker's own files are the ones to resume from: say so before
             # dropping the predecessor's spills (a successor of ours may need them until then).
-            self.checkpoint(self.resume_cursor, pending=None)
+            self.checkpoint(self.resume_cursor, pending=pending)  # still pending until our manifest is written
             for old_path, _ in cp["spills"]:
                 os.unlink(old_path)
         else:
@@ -208,9 +208,6 @@ class Serializer:
             (Status.STEPS_COMMITTED, self.steps_committed),
         ):
             self._status(index, value)
-
-    def _report(self, index: int, value: int) -> None:
-        self._status(index, value)
 
     # -- fields ----------------------------------------------------------
     def _spill(self) -> Any:
@@ -361,7 +358,7 @@ class Serializer:
         for f, _ in self._spills:
             f.seek(0)
             f.truncate()
-        self._report(Status.EPISODES, self.episodes_written)
+        self._status(Status.EPISODES, self.episodes_written)
         if self.batch.size >= self.cfg.batch_bytes:
             self._commit()
 
@@ -377,9 +374,9 @@ class Serializer:
         self.faults.point("commit:manifest")
         self.write_manifest(complete=False)
         self.faults.point("commit:done")
-        self._report(Status.BATCHES, len(self.batches))
-        self._report(Status.BYTES, self.bytes_committed)
-        self._report(Status.STEPS_COMMITTED, self.steps_committed)
+        self._status(Status.BATCHES, len(self.batches))
+        self._status(Status.BYTES, self.bytes_committed)
+        self._status(Status.STEPS_COMMITTED, self.steps_committed)
 
     # -- ending ----------------------------------------------------------
     def finish(self, clean: bool) -> None:
