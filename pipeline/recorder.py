@@ -193,15 +193,10 @@ class TraceRecorder:
     # -- counters and ending -----------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Counters of this recording; the keys are listed in the README ("Stats")."""
-        s, ring = self._stream, self._stream.ring
+        s = self._stream
         out = {
             "episodes_started": self._episode + 1,
-            "records_sent": s.records_sent,
-            "records_dropped": s.records_dropped,
-            "records_lost": s.records_lost,
-            "blocked_s": s.blocked_s,
-            "ring_high_water_bytes": s.high_water,
-            "ring_bytes": ring.capacity,
+            **s.stats(),
             **(self.times.summary() if self.times is not None else {}),
             "episodes_written": s.status(Status.EPISODES),
             "steps_written": s.status(Status.STEPS),
@@ -209,11 +204,7 @@ class TraceRecorder:
             "batches": s.status(Status.BATCHES),
             "bytes_committed": s.status(Status.BYTES),
             "records_discarded": s.status(Status.DISCARDED),
-            "broken": s.broken,
-            "restarts": s.restarts,
-            "worker_pid": s.worker_pid,
         }
-        out.update(s.worker_facts())
         if s.closed and s.broken is not None:
             out.update(self._committed_from_manifest())  # the last worker's words may not be the last commit's
         return out

@@ -233,6 +233,21 @@ class Stream:
         except ConsumerGone:
             pass
 
+    def stats(self) -> dict[str, Any]:
+        """The counters every recorder reports about its stream (see README, "Stats")."""
+        return {
+            "records_sent": self.records_sent,
+            "records_dropped": self.records_dropped,
+            "records_lost": self.records_lost,
+            "blocked_s": self.blocked_s,
+            "ring_high_water_bytes": self.high_water,
+            "ring_bytes": self.ring.capacity,
+            "broken": self.broken,
+            "restarts": self.restarts,
+            "worker_pid": self.worker_pid,
+            **self.worker_facts(),
+        }
+
     def worker_facts(self) -> dict[str, float]:
         """CPU seconds and memory of the worker: live while it runs, its own report once closed."""
         if not self.closed:

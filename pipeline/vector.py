@@ -143,16 +143,8 @@ class RecordVectorTrace(VectorWrapper):
         return obs, rewards, terminations, truncations, info
 
     def stats(self) -> dict[str, Any]:
-        s, ring = self._stream, self._stream.ring
-        return {
-            "records_sent": ring.records,
-            "records_dropped": s.records_dropped,
-            "blocked_s": ring.blocked_s,
-            "ring_high_water_bytes": ring.high_water,
-            "broken": s.broken,
-            "worker_pid": s.worker_pid,
-            **s.worker_facts(),
-        }
+        """The stream's counters (see README, "Stats")."""
+        return self._stream.stats()
 
     def prefix_of(self, sub_env: int) -> str:
         """The file prefix of sub-env ``sub_env``'s trace (for ``TraceReader(directory, prefix=...)``)."""

@@ -311,7 +311,7 @@ class VideoRecorder:
     # -- counters and ending -----------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """Counters of this recorder; the keys are listed in the README ("Stats")."""
-        s, ring = self._stream, self._stream.ring
+        s = self._stream
         written = s.status(Status.FRAMES_WRITTEN)
         out = {
             "clips_started": self.clips_started,
@@ -320,18 +320,12 @@ class VideoRecorder:
             "frames_sent": self.frames_sent,
             "frames_written": written,
             "frames_dropped": self.frames_dropped + s.status(Status.FRAMES_DROPPED),
-            "blocked_s": s.blocked_s,
-            "ring_high_water_bytes": s.high_water,
-            "ring_bytes": ring.capacity,
+            **s.stats(),
             **(self.times.summary() if self.times is not None else {}),
-            "broken": s.broken,
-            "restarts": s.restarts,
-            "worker_pid": s.worker_pid,
             "ffmpeg": self.ffmpeg,
         }
         if self._first_frame_at is not None:
             out["encoder_fps"] = written / max(time.monotonic() - self._first_frame_at, 1e-9)
-        out.update(s.worker_facts())
         if not s.closed:
             ffmpeg = process_facts(s.status(Status.ENCODER_PID))
             if ffmpeg:
