@@ -5,6 +5,7 @@ A ``FaultSpec`` rides in a worker's config, so a fault takes the real path
 fields) sets one for recorders built without one, for tests that run the env
 process as a child. The worker calls ``point(name)`` at named places:
 
+``start``               once, after the worker attached to its ring and before it opens its output
 ``record``              before each record is handled
 ``commit:bin-written``  a batch's .bin written, not yet fsynced
 ``commit:bin``          the .bin fsynced and in place, the .json not yet

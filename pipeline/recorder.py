@@ -23,7 +23,7 @@ from .packer import TracePacker
 from .records import Status
 from .schema import describe_space
 from .stats import CallTimes, summary_line
-from .stream import Stream, register_closer, unregister_closer
+from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix, default_prefix, manifest_name
 
 __all__ = ["TraceRecorder", "DEFAULT_RING_BYTES", "check_folder"]
@@ -69,13 +69,14 @@ class TraceRecorder:
         backpressure: str = "block",
         block_timeout_s: float | None = None,
         strict: bool = False,
-        start_method: str = "spawn",
+        start_method: str | None = None,
         close_timeout_s: float = 60.0,
         timing: bool = True,
         max_restarts: int = 3,
         faults: FaultSpec | None = None,
         hang_timeout_s: float | None = 60.0,
     ) -> None:
+        warn_start_method(start_method)
         if batch_bytes <= 0:
             raise ConfigError(f"batch_bytes must be positive, not {batch_bytes}")
         self.directory = check_folder(directory)
@@ -92,11 +93,9 @@ class TraceRecorder:
             "ring_bytes": ring_bytes,
             "backpressure": backpressure,
             "block_timeout_s": block_timeout_s,
-            "start_method": start_method,
         }
         remove_stale_tmp(self.directory, self.prefix)
 
-        from envrec.workers.entry import serializer_main
         from envrec.workers.serializer import SerializerConfig
 
         cfg = SerializerConfig(
@@ -105,13 +104,12 @@ class TraceRecorder:
         )
         self._stream = Stream(
             "serializer",
-            serializer_main,
+            "serializer",
             cfg,
             ring_bytes=ring_bytes,
             backpressure=backpressure,
             block_timeout_s=block_timeout_s,
             strict=strict,
-            start_method=start_method,
             close_timeout_s=close_timeout_s,
             successor_config=dataclasses.replace(cfg, resume=True, faults=NO_FAULT),  # a fault fires once
             max_restarts=max_restarts,

@@ -2,8 +2,8 @@
 
 The env process writes records (``RingWriter``); one worker process reads them
 (``RingReader``). The hot path of a write is one copy of each array into the
-segment, a few word writes and a semaphore post, which costs a system call
-only when the consumer is asleep and must be woken.
+segment and a few word writes; it makes a system call only to wake a
+consumer that is asleep.
 
 Byte layout of a segment (all integers little-endian, words are u64)::
 
@@ -14,6 +14,7 @@ Byte layout of a segment (all integers little-endian, words are u64)::
     72      producer_waiting: 1 while blocked      producer
     128     read_pos: bytes ever released          consumer   (own cache line)
     136     records_released                       consumer
+    144     consumer_sleeping: 1 while it sleeps   consumer
     192     STATUS_WORDS words of stream status    consumer   (meaning set by the stream)
     512     data area, ``capacity`` bytes
 
@@ -35,15 +36,19 @@ A record::
     ..  the parts, each starting on an 8-byte boundary
 
 Synchronisation: a record is available when ``write_pos`` (stored after
-the record's bytes) is past the consumer's cursor. The semaphore ``items``
-gets one token per published record; the consumer sleeps on it and takes
-one token per record it reads, and on x86 the store order plus the
-semaphore's atomic operations order the loads. A consumer that replaces a
-dead one starts at ``read_pos`` and re-reads what its predecessor had read
-but not released. ``space`` wakes a producer that waits for room: the producer raises
-``producer_waiting`` and the consumer posts ``space`` after each release while
-the flag is up. A waiting side always sleeps on a semaphore with a timeout of
-``WAIT_SLICE_S``, so it also notices a dead peer and never spins.
+the record's bytes; x86 keeps stores in order) is past the consumer's
+cursor. Wake-ups are two eventfds (``envrec.wakeup``), inherited by the
+worker, so nothing depends on multiprocessing's semaphores: ``items`` wakes
+a consumer that raised ``consumer_sleeping`` and found nothing (the producer
+posts it after a publish only while the flag is up), ``space`` wakes a
+producer that raised ``producer_waiting`` (the consumer posts it after a
+release while the flag is up). A flag and the position it guards can be seen
+out of order (x86 reorders a store with a later load), so a wake-up can be
+missed: every sleep is therefore bounded (``WAIT_SLICE_S`` for the producer,
+the caller's timeout for the consumer), which also notices a dead peer, and
+a missed wake-up costs at most one slice, never a record. A consumer that
+replaces a dead one starts at ``read_pos`` and re-reads what its predecessor
+had read but not released.
 """
 
 from __future__ import annotations
@@ -51,11 +56,11 @@ from __future__ import annotations
 import struct
 import time
 from dataclasses import dataclass
-from multiprocessing.context import BaseContext
-from typing import Any, Callable
+from typing import Callable
 
 from .errors import RecordTooLargeError
-from .shm import attach_segment, create_segment
+from .shm import create_segment, map_segment
+from .wakeup import Wakeup
 
 __all__ = [
     "align",
@@ -78,6 +83,7 @@ _W_WRITE_POS = 8
 _W_WAITING = 9
 _W_READ_POS = 16
 _W_RELEASED = 17
+_W_SLEEPING = 18
 _W_STATUS = 24  # word index of the first status word (byte 192)
 
 KIND_PAD = 0
@@ -108,19 +114,25 @@ class ConsumerGone(Exception):
 
 @dataclass(frozen=True)
 class RingSpec:
-    """Everything a worker process needs to attach to a ring (picklable at spawn)."""
+    """Everything a worker process needs to use a ring: the segment's descriptor and the wake-up fds.
+
+    The fds are valid in the worker because the launcher passes them down
+    (``pass_fds``) at the same numbers. The worker maps the segment through
+    its descriptor, not its name, so it can map it even when its owner died
+    (and the name was unlinked) before the worker started.
+    """
 
     name: str
     capacity: int
-    items: Any  # multiprocessing.Semaphore
-    space: Any  # multiprocessing.Semaphore
+    segment_fd: int
+    items_fd: int
+    space_fd: int
 
 
 class _Segment:
-    def __init__(self, shm) -> None:
-        self.shm = shm
-        self.buf = shm.buf
-        self.words = shm.buf[:HEADER_BYTES].cast("Q")
+    def __init__(self, buf: memoryview) -> None:
+        self.buf = buf
+        self.words = buf[:HEADER_BYTES].cast("Q")
 
     def release_views(self) -> None:
         self.words.release()
@@ -139,17 +151,17 @@ class RingWriter:
     ``ConsumerGone`` instead of waiting forever.
     """
 
-    def __init__(self, capacity: int, ctx: BaseContext) -> None:
+    def __init__(self, capacity: int) -> None:
         capacity = align(int(capacity))
         if capacity < 4096:
             raise ValueError(f"a ring needs at least 4096 bytes, not {capacity}")
         self.capacity = capacity
         self._shm = create_segment(HEADER_BYTES + capacity)
-        self._seg = _Segment(self._shm)
+        self._seg = _Segment(self._shm.buf)
         self._seg.buf[:8] = MAGIC
         self._seg.words[_W_CAPACITY] = capacity
-        self._items = ctx.Semaphore(0)
-        self._space = ctx.Semaphore(0)
+        self._items = Wakeup()
+        self._space = Wakeup()
         self._data = self._seg.buf[HEADER_BYTES:]
         self._prefault()
         self._write_pos = 0
@@ -174,7 +186,13 @@ class RingWriter:
 
     @property
     def spec(self) -> RingSpec:
-        return RingSpec(self._shm.name, self.capacity, self._items, self._space)
+        return RingSpec(self._shm.name, self.capacity, self._shm._fd, self._items.fd, self._space.fd)  # noqa: SLF001
+
+    @property
+    def fds(self) -> tuple[int, int, int]:
+        """The descriptors a worker process must inherit: the segment's and the wake-ups'."""
+        spec = self.spec
+        return spec.segment_fd, spec.items_fd, spec.space_fd
 
     @property
     def name(self) -> str:
@@ -261,7 +279,8 @@ class RingWriter:
         if used > self.high_water:
             self.high_water = used
         self.records += 1
-        self._items.release()
+        if self._seg.words[_W_SLEEPING]:
+            self._items.post()
 
     def _wait_for_room(self, need: int) -> bool:
         if not self.block:
@@ -273,8 +292,7 @@ class RingWriter:
         words[_W_WAITING] = 1
         try:
             while True:
-                while space.acquire(False):  # drop stale wake-ups
-                    pass
+                space.clear()  # drop stale wake-ups
                 self._read_pos = words[_W_READ_POS]
                 if cap - (self._write_pos - self._read_pos) >= need:
                     return True
@@ -286,7 +304,7 @@ class RingWriter:
                     if left <= 0:
                         return False
                     slice_s = min(slice_s, left)
-                space.acquire(True, slice_s)
+                space.wait(slice_s)
         finally:
             words[_W_WAITING] = 0
             self.blocked_s += time.monotonic() - start
@@ -303,7 +321,8 @@ class RingWriter:
             self._shm.unlink()
         except FileNotFoundError:
             pass
-        self._items = self._space = None  # the semaphores are unlinked once nothing refers to them
+        self._items.close()
+        self._space.close()
 
 
 @dataclass
@@ -320,14 +339,14 @@ class RingReader:
     """The consuming side of a ring; lives in a worker process and never unlinks."""
 
     def __init__(self, spec: RingSpec) -> None:
-        self._shm = attach_segment(spec.name)
-        self._seg = _Segment(self._shm)
+        self._map = map_segment(spec.segment_fd)
+        self._seg = _Segment(memoryview(self._map))
         if bytes(self._seg.buf[:8]) != MAGIC:
             raise RuntimeError(f"shared-memory segment {spec.name} is not an envrec ring")
         self.capacity = self._seg.words[_W_CAPACITY]
         self._data = self._seg.buf[HEADER_BYTES:]
-        self._items = spec.items
-        self._space = spec.space
+        self._items = Wakeup(spec.items_fd)
+        self._space = Wakeup(spec.space_fd)
         self._cursor = self._seg.words[_W_READ_POS]
         self._views: list[memoryview] = []
         self._unreleased = 0
@@ -340,20 +359,28 @@ class RingReader:
 
         A record is there when ``write_pos`` is past the cursor (so a consumer
         that replaces a dead one finds the records it had read but not
-        released, whose tokens are gone); the semaphore is only the wake-up.
+        released); the eventfd is only the wake-up.
         """
         if self._available():
-            self._items.acquire(False)  # keep the token count in step with the records
             return self._parse()
-        if not self._items.acquire(True, timeout_s):
-            return None
-        return self._parse() if self._available() else None  # a token left by a replaced consumer
+        words = self._seg.words
+        words[_W_SLEEPING] = 1
+        try:
+            self._items.clear()  # a system call: also orders the flag's store before the check below
+            if not self._available():
+                self._items.wait(timeout_s)
+        finally:
+            words[_W_SLEEPING] = 0
+        return self._parse() if self._available() else None
+
+    def wake(self) -> None:
+        """Wake this consumer if it sleeps in ``next`` (from a signal handler of its own process)."""
+        self._items.post()
 
     def poll(self) -> RecordView | None:
         """The next unread record if one is published, without waiting."""
         if not self._available():
             return None
-        self._items.acquire(False)
         return self._parse()
 
     @property
@@ -371,7 +398,7 @@ class RingReader:
         if words[_W_READ_POS] < pos <= self._cursor:
             words[_W_READ_POS] = pos
             if words[_W_WAITING]:
-                self._space.release()
+                self._space.post()
 
     def skip_to(self, pos: int) -> None:
         """Treat everything before ring position ``pos`` as read and release it (a checkpoint covers it)."""
@@ -412,7 +439,7 @@ class RingReader:
         words[_W_RELEASED] += self._unreleased
         self._unreleased = 0
         if words[_W_WAITING]:
-            self._space.release()
+            self._space.post()
 
     def set_status(self, index: int, value: int) -> None:
         self._seg.words[_W_STATUS + index] = value
@@ -422,6 +449,7 @@ class RingReader:
             v.release()
         self._views.clear()
         self._data.release()
+        buf = self._seg.buf
         self._seg.release_views()
-        self._shm.close()
-        self._items = self._space = None
+        buf.release()
+        self._map.close()

@@ -1,10 +1,12 @@
 """Shared-memory segments: create (env side), attach (worker side), sweep.
 
 Rules (DESIGN.md): the env process creates every segment and alone unlinks
-it. Workers attach by name and must never let ``multiprocessing``'s resource
-tracker adopt the segment, or the tracker unlinks it (or warns about a
-"leak") when the worker exits (python/cpython#82300). On 3.13+ that is
-``SharedMemory(track=False)``; on 3.11/3.12 the attach registers nothing.
+it while it lives; once it is dead, the worker that drained the segment
+removes it on its way out, and ``sweep_orphans`` removes whatever a crash
+left behind. Workers map the segment through a descriptor they inherit
+(``map_segment``), never by name: so ``multiprocessing``'s resource tracker
+never adopts it in a worker (python/cpython#82300), and a worker can map it
+even if its owner died, and the name was removed, before the worker started.
 
 Names are ``envrec_<pid>_<hex>``: short (POSIX allows little on some
 systems), recognisable, and carrying the owner's pid so that ``sweep()`` can
@@ -14,16 +16,16 @@ remove what a crashed run left behind.
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import secrets
-import sys
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 
 import psutil
 
 from .errors import SharedMemoryError
 
-__all__ = ["SEGMENT_PREFIX", "create_segment", "attach_segment", "sweep_orphans", "list_segments"]
+__all__ = ["SEGMENT_PREFIX", "create_segment", "map_segment", "unlink_segment", "sweep_orphans", "list_segments"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,16 +82,18 @@ def create_segment(size: int) -> shared_memory.SharedMemory:
     return seg
 
 
-def attach_segment(name: str) -> shared_memory.SharedMemory:
-    """Attach to an existing segment without the resource tracker adopting it."""
-    if sys.version_info >= (3, 13):
-        return shared_memory.SharedMemory(name=name, track=False)
-    register = resource_tracker.register
-    resource_tracker.register = lambda *args, **kwargs: None  # worker processes are single-threaded here
+def map_segment(fd: int) -> mmap.mmap:
+    """Map a segment through an inherited descriptor (a worker's way in: no name, no resource tracker)."""
+    return mmap.mmap(fd, 0)
+
+
+def unlink_segment(name: str) -> bool:
+    """Remove a segment whose owner is gone (a worker outliving its env process); False if already gone."""
     try:
-        return shared_memory.SharedMemory(name=name)
-    finally:
-        resource_tracker.register = register
+        os.unlink(os.path.join(SHM_DIR, name))
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def list_segments() -> list[str]:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import multiprocessing as mp
 import time
+import warnings
 import weakref
 from typing import Any, Callable
 
@@ -27,12 +27,23 @@ from .shm import sweep_orphans
 from .stats import process_facts
 from .supervisor import Worker
 
-__all__ = ["Stream", "STATUS_CHECK_INTERVAL_S", "BACKPRESSURE_POLICIES", "register_closer"]
+__all__ = ["Stream", "STATUS_CHECK_INTERVAL_S", "BACKPRESSURE_POLICIES", "register_closer", "warn_start_method"]
 
 logger = logging.getLogger(__name__)
 
 STATUS_CHECK_INTERVAL_S = 0.5  # how late a dead or failed worker may be noticed while recording
 BACKPRESSURE_POLICIES = ("block", "drop")
+
+
+def warn_start_method(start_method: str | None, stacklevel: int = 3) -> None:
+    """The deprecated ``start_method`` option: accepted, ignored, and said so once per call site."""
+    if start_method is not None:
+        warnings.warn(
+            "start_method is deprecated and ignored: envrec's workers always start as fresh interpreters "
+            "(python -m envrec.workers), which needs no __main__ guard and works in daemonic processes and threads",
+            DeprecationWarning,
+            stacklevel=stacklevel,
+        )
 
 
 class Stream:
@@ -41,37 +52,36 @@ class Stream:
     def __init__(
         self,
         role: str,
-        target: Callable,
+        main: str,
         config: Any,
         *,
         ring_bytes: int,
         backpressure: str = "block",
         block_timeout_s: float | None = None,
         strict: bool = False,
-        start_method: str = "spawn",
         close_timeout_s: float = 60.0,
         successor_config: Any = None,
         max_restarts: int = 0,
         hang_timeout_s: float | None = None,
         where: str | None = None,
+        on_broken: Callable[[str], None] | None = None,
     ) -> None:
         if backpressure not in BACKPRESSURE_POLICIES:
             raise ConfigError(f"backpressure must be one of {BACKPRESSURE_POLICIES}, not {backpressure!r}")
-        self.role = role
-        self._target, self._config = target, config
+        self.role = role  # what messages call the worker
+        self._main, self._config = main, config  # which worker main runs (envrec.workers.entry.MAINS), with what
         # A worker that hands over (the serializer): a failed one is replaced at once, on the same ring,
         # by one started with ``successor_config``, at most ``max_restarts`` times.
         self._successor_config = successor_config
         self.max_restarts = max_restarts
         self.hang_timeout_s = hang_timeout_s  # a worker whose heartbeat stops this long is killed
         self.where = where  # the output folder, named in a broken stream's reason
+        self._on_broken = on_broken  # told the reason once the stream is broken (e.g. to write it into the folder)
         self.ring_bytes = ring_bytes
         self.backpressure = backpressure
         self.block_timeout_s = block_timeout_s
         self.strict = strict
-        self.start_method = start_method
         self.close_timeout_s = close_timeout_s
-        self._ctx = mp.get_context(start_method)
         self.records_dropped = 0
         self.records_lost = 0  # left in the ring of a worker that died (counted at its restart)
         self._old_rings = (0, 0.0, 0)  # records sent, seconds blocked, high water of rings replaced
@@ -87,9 +97,9 @@ class Stream:
         self._start()
 
     def _start(self) -> None:
-        self.ring = RingWriter(self.ring_bytes, self._ctx)
+        self.ring = RingWriter(self.ring_bytes)
         try:
-            self.worker = Worker(self.role, self._target, self._config, self.ring, self._ctx, self.start_method)
+            self.worker = Worker(self.role, self._main, self._config, self.ring)
         except BaseException:
             self.ring.close()
             raise
@@ -163,6 +173,8 @@ class Stream:
             self.broken,
             f"\nWorker traceback:{cause}" if cause is not None else "",
         )
+        if self._on_broken is not None:
+            self._on_broken(self.broken)
 
     def _hand_over(self, why: str, cause: BaseException | None) -> None:
         """Start a successor on the same ring: it resumes from the failed worker's last checkpoint."""
@@ -173,7 +185,7 @@ class Stream:
             "envrec: %s%s; a fresh %s takes over its ring from its last checkpoint (restart %d of %d)",
             why, self._last_line(cause), self.role, self.restarts, self.max_restarts,
         )
-        self.worker = Worker(self.role, self._target, self._successor_config, self.ring, self._ctx, self.start_method)
+        self.worker = Worker(self.role, self._main, self._successor_config, self.ring)
         self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
 
     def restart(self) -> bool:

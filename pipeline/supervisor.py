@@ -17,24 +17,18 @@ worker's traceback as a ``RemoteTraceback``), once.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
-from multiprocessing.context import BaseContext
 from typing import Any, Callable
 
 from .errors import RemoteTraceback
+from .launcher import WorkerProcess
 from .records import Status
 from .ring import RingWriter
 
 __all__ = ["Worker", "signal_name"]
 
 logger = logging.getLogger(__name__)
-
-_SPAWN_HINT = (
-    "; it never started: with the 'spawn' start method the worker re-imports your main script, "
-    "so guard the script's top-level code with `if __name__ == '__main__':`"
-)
 
 
 def signal_name(exitcode: int | None) -> str:
@@ -52,34 +46,24 @@ def signal_name(exitcode: int | None) -> str:
 class Worker:
     """One worker process, its ring and its report pipe."""
 
-    def __init__(self, role: str, target: Callable, config: Any, ring: RingWriter, ctx: BaseContext, start_method: str) -> None:
+    def __init__(self, role: str, main: str, config: Any, ring: RingWriter) -> None:
         self.role = role
         self.ring = ring
-        self.start_method = start_method
-        self._conn, child_conn = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(
-            target=target,
-            args=(config, ring.spec, child_conn, os.getpid()),
-            name=f"envrec-{role}",
-            daemon=True,
-        )
-        try:
-            self._proc.start()
-        finally:
-            child_conn.close()
+        self._proc: WorkerProcess | None = WorkerProcess(role, main, config, ring.spec, ring.fds)
         self.pid: int = self._proc.pid
         self.exitcode: int | None = None
         self.summary: dict | None = None
         self._traceback: str | None = None
         self.hang_reason: str | None = None
+        self._early: str | None = None  # why it ended before it was ready, judged when it was stopped
         self._beat, self._beat_at = -1, time.monotonic()
 
     def alive(self) -> bool:
-        return self._proc is not None and self._proc.exitcode is None
+        return self._proc is not None and self._proc.returncode is None
 
     def hung(self, timeout_s: float) -> bool:
         """True once a started worker's heartbeat has not moved for ``timeout_s`` (it is then killed)."""
-        if self._proc is None or self._proc.exitcode is not None or not self.ring.status(Status.READY):
+        if self._proc is None or self._proc.returncode is not None or not self.ring.status(Status.READY):
             return False
         beat, now = self.ring.status(Status.HEARTBEAT), time.monotonic()
         if beat != self._beat:
@@ -90,7 +74,7 @@ class Worker:
         self.hang_reason = f"the {self.role} made no progress for {timeout_s:g} s (hung) and was killed"
         logger.error("envrec: %s", self.hang_reason)
         self._proc.kill()
-        self._proc.join(5.0)
+        self._proc.wait(5.0)
         return True
 
     def usable(self) -> bool:
@@ -98,9 +82,12 @@ class Worker:
         return self.alive() and not self.ring.status(Status.BROKEN)
 
     def _read_messages(self) -> None:
+        conn = self._proc.conn if self._proc is not None else None
+        if conn is None:
+            return
         try:
-            while self._conn.poll():
-                what, payload = self._conn.recv()
+            while conn.poll():
+                what, payload = conn.recv()
                 if what == "error":
                     self._traceback = payload
                 elif what == "done":
@@ -115,19 +102,29 @@ class Worker:
         self._read_messages()
         if self._traceback is not None or self.ring.status(Status.BROKEN):
             return f"the {self.role} failed", RemoteTraceback(self._traceback) if self._traceback else None
-        code = self._proc.exitcode
+        code = self._proc.returncode
         if code is not None and self.hang_reason is not None:
             return self.hang_reason, None
         if code is not None and self.summary is None:
-            # The spawn-bootstrap failure of an unguarded main script exits with code 1, before READY.
-            hint = "" if self.ring.status(Status.READY) or self.start_method == "fork" or code != 1 else _SPAWN_HINT
-            return f"the {self.role} process died ({signal_name(code)}){hint}", None
+            if not self.ring.status(Status.READY):
+                return self._early_death(self._proc), None
+            return f"the {self.role} process died ({signal_name(code)})", None
         return None
+
+    def _early_death(self, proc: WorkerProcess) -> str:
+        """Why a worker ended before it was ready: it could not be executed, or what it last wrote."""
+        if proc.start_error is not None:
+            return proc.start_error
+        tail = proc.output_tail()
+        output = f"; its last output:\n{tail}" if tail.strip() else "; it wrote nothing"
+        return f"the {self.role} process died ({signal_name(proc.returncode)}) before it started{output}"
 
     def failure_after_close(self) -> tuple[str, BaseException | None] | None:
         """Why the worker did not finish cleanly, judged after ``close``."""
         if self._traceback is not None:
             return f"the {self.role} failed", RemoteTraceback(self._traceback)
+        if self._early is not None:
+            return self._early, None
         if self.summary is None:
             return f"the {self.role} ended without finishing ({signal_name(self.exitcode)})", None
         return None
@@ -139,21 +136,22 @@ class Worker:
         try:
             if self.alive():
                 close_record()
-                self._proc.join(timeout_s)
+                self._proc.wait(timeout_s)
             self._read_messages()
         finally:
             self._stop(timeout_s)
 
     def _stop(self, timeout_s: float) -> None:
         proc = self._proc
-        if proc.exitcode is None:
+        if proc.returncode is None:
             logger.warning("envrec: the %s did not finish within %.0f s; terminating it", self.role, timeout_s)
             proc.terminate()
-            proc.join(2.0)
-        if proc.exitcode is None:
+            proc.wait(2.0)
+        if proc.returncode is None:
             proc.kill()
-            proc.join(2.0)
-        self.exitcode = proc.exitcode
+            proc.wait(2.0)
+        self.exitcode = proc.returncode
+        if self.summary is None and self._traceback is None and not self.ring.status(Status.READY):
+            self._early = self._early_death(proc)
         proc.close()
-        self._proc = None  # it holds the ring's semaphores, unlinked once unreferenced
-        self._conn.close()
+        self._proc = None

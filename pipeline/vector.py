@@ -31,7 +31,7 @@ from .infos import pack_info
 from .recorder import DEFAULT_RING_BYTES, check_folder
 from .records import Kind
 from .schema import describe_space, leaf_values, leaves
-from .stream import Stream, register_closer, unregister_closer
+from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix, default_prefix, manifest_name
 
 __all__ = ["RecordVectorTrace", "batched_leaves", "autoreset_name"]
@@ -78,10 +78,10 @@ class RecordVectorTrace(VectorWrapper):
         backpressure: str = "block",
         block_timeout_s: float | None = None,
         strict: bool = False,
-        start_method: str = "spawn",
+        start_method: str | None = None,
     ) -> None:
+        warn_start_method(start_method)
         super().__init__(env)
-        from envrec.workers.entry import vector_serializer_main
         from envrec.workers.vector_serializer import VectorSerializerConfig
 
         self.directory = check_folder(directory)
@@ -103,8 +103,8 @@ class RecordVectorTrace(VectorWrapper):
              "autoreset_mode": self.autoreset_mode},
         )
         self._stream = Stream(
-            "vector serializer", vector_serializer_main, cfg, ring_bytes=ring_bytes, backpressure=backpressure,
-            block_timeout_s=block_timeout_s, strict=strict, start_method=start_method,
+            "vector serializer", "vector-serializer", cfg, ring_bytes=ring_bytes, backpressure=backpressure,
+            block_timeout_s=block_timeout_s, strict=strict,
         )
         self._steps = 0
         register_closer(self)

@@ -32,7 +32,7 @@ from .ffmpeg import VideoSettings, find_ffmpeg
 from .recorder import check_folder
 from .records import FRAME_SHAPE, Kind, Status
 from .stats import CallTimes, process_facts, summary_line
-from .stream import Stream, register_closer, unregister_closer
+from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix
 
 __all__ = ["VideoRecorder", "DEFAULT_FRAME_RING_BYTES", "check_text_frame"]
@@ -100,14 +100,14 @@ class VideoRecorder:
         backpressure: str = "block",
         block_timeout_s: float | None = None,
         strict: bool = False,
-        start_method: str = "spawn",
+        start_method: str | None = None,
         close_timeout_s: float = 60.0,
         max_restarts: int = MAX_RESTARTS,
         timing: bool = True,
     ) -> None:
         from envrec.workers.encoder import EncoderConfig
-        from envrec.workers.entry import encoder_main
 
+        warn_start_method(start_method)
         if fps <= 0:
             raise ConfigError(f"fps must be positive, not {fps}")
         self.folder = check_folder(folder)
@@ -120,13 +120,12 @@ class VideoRecorder:
         cfg = EncoderConfig(self.folder, self.ffmpeg, self.backend, self.settings, env_id)
         self._stream = Stream(
             "encoder",
-            encoder_main,
+            "encoder",
             cfg,
             ring_bytes=ring_bytes,
             backpressure=backpressure,
             block_timeout_s=block_timeout_s,
             strict=strict,
-            start_method=start_method,
             close_timeout_s=close_timeout_s,
         )
         self.times = CallTimes() if timing else None

@@ -11,6 +11,7 @@ import gymnasium as gym
 
 from .ffmpeg import VideoSettings
 from .recorder import DEFAULT_RING_BYTES, TraceRecorder
+from .stream import warn_start_method
 from .trace_format import check_prefix
 from .video import DEFAULT_FRAME_RING_BYTES, VideoRecorder
 
@@ -49,7 +50,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         backpressure: str = "block",
         block_timeout_s: float | None = None,
         strict: bool = False,
-        start_method: str = "spawn",
+        start_method: str | None = None,
         recorder: TraceRecorder | None = None,
         timing: bool = True,
         max_restarts: int = 3,
@@ -63,8 +64,8 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             backpressure=backpressure,
             block_timeout_s=block_timeout_s,
             strict=strict,
-            start_method=start_method,
         )
+        warn_start_method(start_method)
         gym.Wrapper.__init__(self, env)
         if (directory is None) == (recorder is None):
             raise TypeError("RecordTrace needs exactly one of directory= or recorder=")
@@ -82,7 +83,6 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 backpressure=backpressure,
                 block_timeout_s=block_timeout_s,
                 strict=strict,
-                start_method=start_method,
                 timing=timing,
                 max_restarts=max_restarts,
             )
@@ -146,7 +146,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         backpressure: str = "block",
         block_timeout_s: float | None = None,
         strict: bool = False,
-        start_method: str = "spawn",
+        start_method: str | None = None,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -159,6 +159,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             disable_logger=disable_logger,
             gc_trigger=gc_trigger,
         )
+        warn_start_method(start_method)
         gym.Wrapper.__init__(self, env)
         if env.render_mode in {None, "human"}:
             raise ValueError(
@@ -202,7 +203,6 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             backpressure=backpressure,
             block_timeout_s=block_timeout_s,
             strict=strict,
-            start_method=start_method,
         )
         self._text = env.render_mode == "ansi"
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,12 +17,10 @@ from envrec import shm
 from envrec.errors import RecordTooLargeError, SharedMemoryError
 from envrec.ring import ConsumerGone, RingReader, RingWriter, record_size
 
-CTX = mp.get_context("spawn")
-
 
 @pytest.fixture
 def ring():
-    w = RingWriter(8192, CTX)
+    w = RingWriter(8192)
     r = RingReader(w.spec)
     yield w, r
     r.close()
@@ -146,14 +145,13 @@ def test_blocked_writer_raises_when_consumer_is_gone(ring):
 def test_creation_fails_clearly_when_dev_shm_is_too_small(monkeypatch):
     monkeypatch.setattr(shm, "shm_free_bytes", lambda: 1 << 20)
     with pytest.raises(SharedMemoryError, match=r"64\.0 MiB.*1\.0 MiB free"):
-        RingWriter(64 << 20, CTX)
+        RingWriter(64 << 20)
 
 
 def test_sweep_removes_segments_of_dead_owners_only(ring):
     w, _ = ring
-    dead = CTX.Process(target=time.sleep, args=(0,))
-    dead.start()
-    dead.join()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(10)
     name = f"envrec_{dead.pid}_deadbeef"
     fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_RDWR, 0o600)
     os.close(fd)

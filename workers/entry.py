@@ -1,13 +1,16 @@
-"""Process entry points of the workers (top-level functions, so ``spawn`` finds them).
+"""Main functions of the workers, one per role (``MAINS``), run by ``python -m envrec.workers``.
 
 Shutdown protocol of a worker (the env side's is in ``envrec.supervisor``):
 
 1. Normal: the recorder posts a CLOSE record. The worker finalizes what is
    open (episode and batch, or clip), writes its final files, sends
    ``("done", summary)`` on its pipe and exits 0.
-2. The env process died (its pid is no longer our parent): the worker
-   drains every record already published, finalizes as in 1 but records that
-   the recording did not close cleanly, and exits 0.
+2. The env process died (its pid is no longer our parent; the kernel's
+   parent-death signal wakes the worker at once, ``os.getppid()`` checked
+   every ``PARENT_CHECK_S`` covers systems without it): the worker drains
+   every record already published, finalizes as in 1 but records that the
+   recording did not close cleanly, unlinks the ring its dead owner can no
+   longer unlink, and exits 0.
 3. The worker itself fails (an exception: disk full, permission denied...):
    it sends ``("error", traceback)``, raises the BROKEN status word, drops its
    temporary files, keeps what was committed, and goes on consuming and
@@ -28,12 +31,14 @@ import time
 import traceback
 from typing import Any, Callable
 
+from envrec.faults import NO_FAULT
 from envrec.records import Kind, Status
 from envrec.ring import RingReader, RingSpec
+from envrec.shm import unlink_segment
 
 from .resources import resources
 
-__all__ = ["serializer_main", "encoder_main", "vector_serializer_main"]
+__all__ = ["serializer_main", "encoder_main", "vector_serializer_main", "MAINS"]
 
 logger = logging.getLogger("envrec.workers")
 
@@ -48,31 +53,40 @@ def serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
     """Run a trace serializer until its recorder closes or its env process dies."""
     from .serializer import Serializer
 
-    _run(lambda status: Serializer(cfg, status=status), ring_spec, conn, parent_pid, hands_over=True)
+    _run(cfg, lambda status: Serializer(cfg, status=status), ring_spec, conn, parent_pid, hands_over=True)
 
 
 def encoder_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
     """Run a video encoder until its recorder closes or its env process dies."""
     from .encoder import Encoder
 
-    _run(lambda status: Encoder(cfg, status=status), ring_spec, conn, parent_pid)
+    _run(cfg, lambda status: Encoder(cfg, status=status), ring_spec, conn, parent_pid)
 
 
 def vector_serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
     """Run a vector trace serializer (one trace per sub-env) until its recorder closes or its env process dies."""
     from .vector_serializer import VectorSerializer
 
-    _run(lambda status: VectorSerializer(cfg, status=status), ring_spec, conn, parent_pid)
+    _run(cfg, lambda status: VectorSerializer(cfg, status=status), ring_spec, conn, parent_pid)
 
 
-def _run(make: Callable[[Callable], Any], ring_spec: RingSpec, conn, parent_pid: int, hands_over: bool = False) -> None:
+MAINS: dict[str, Callable[[Any, RingSpec, Any, int], None]] = {
+    "serializer": serializer_main,
+    "encoder": encoder_main,
+    "vector-serializer": vector_serializer_main,
+}
+
+
+def _run(cfg, make: Callable[[Callable], Any], ring_spec: RingSpec, conn, parent_pid: int, hands_over: bool = False) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()
     reader = RingReader(ring_spec)
     handler = None
     failed = False
+    orphaned = False
     try:
         try:
+            getattr(cfg, "faults", NO_FAULT).injector().point("start")
             handler = make(reader.set_status)
         except Exception:
             _fail(conn, reader, None)
@@ -80,9 +94,12 @@ def _run(make: Callable[[Callable], Any], ring_spec: RingSpec, conn, parent_pid:
         if not failed:
             reader.set_status(Status.READY, 1)
             failed = _loop(reader, handler, conn, parent_pid)
+        orphaned = _parent_gone(parent_pid)
     finally:
         reader.close()
         conn.close()
+    if orphaned:
+        unlink_segment(ring_spec.name)  # its owner is dead and no successor can be started
     if failed:
         sys.exit(1)  # handed over: a non-zero exit says the work is not finished
 

@@ -1,0 +1,165 @@
+"""Env side: start a worker as a fresh interpreter, ``python -m envrec.workers ROLE``.
+
+Why not ``multiprocessing``: its ``spawn`` re-imports the user's main module
+in the child (a script without a ``__main__`` guard runs its training loop
+again), ``fork`` copies a process that may hold threads (PyTorch, a
+simulator), and neither may start children from a daemonic process (the
+sub-processes of ``AsyncVectorEnv``, SB3's ``SubprocVecEnv``, pool workers).
+A worker started here imports only envrec and what envrec imports, in any
+host process.
+
+What a worker gets, all inherited explicitly (``pass_fds``), nothing else:
+
+* ``--config-fd``: an anonymous memory file (``memfd``) holding the pickled
+  ``(role, config, ring spec, env pid)``; pickles of envrec's own data
+  classes and plain data only, never the user's objects.
+* ``--report-fd``: the write end of a pipe, wrapped in a
+  ``multiprocessing.connection.Connection`` on both ends (just framing and
+  pickle over a file descriptor), for ``("error", traceback)`` and
+  ``("done", summary)``.
+* the ring's two wake-up eventfds (``RingSpec``).
+* stdout and stderr: one pipe that a thread here drains, keeping the last
+  lines (quoted when the worker dies) and logging every line at DEBUG under
+  ``envrec.workers.<role>``; a worker never blocks on a full pipe.
+
+The interpreter is ``sys.executable`` unless ``ENVREC_PYTHON`` names
+another (embedded interpreters, where ``sys.executable`` is the host
+program). The worker sees the same ``sys.path`` as this process (through
+``PYTHONPATH``), minus the current folder (``-P``), so it finds envrec and
+its dependencies where this process found them.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .ring import RingSpec
+
+__all__ = ["WorkerProcess", "PYTHON_ENV_VAR", "STDERR_TAIL_LINES"]
+
+PYTHON_ENV_VAR = "ENVREC_PYTHON"
+STDERR_TAIL_LINES = 20  # lines of a worker's output kept to explain its death
+
+
+def python_executable() -> str:
+    """The interpreter that runs workers."""
+    return os.environ.get(PYTHON_ENV_VAR) or sys.executable
+
+
+def _child_environment() -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [p for p in dict.fromkeys(sys.path) if p and os.path.exists(p)]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+def _config_file(payload: bytes) -> int:
+    fd = os.memfd_create("envrec-worker-config", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class WorkerProcess:
+    """One worker interpreter: its pid, exit status, report pipe and the tail of its output.
+
+    ``start_error`` is set (and the object otherwise inert, as a process
+    that died at once) when the interpreter could not even be executed.
+    """
+
+    def __init__(self, role: str, main: str, config: Any, ring: RingSpec, fds: tuple[int, ...]) -> None:
+        self.role = role
+        self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.start_error: str | None = None
+        self.conn: Connection | None = None
+        self._proc: subprocess.Popen | None = None
+        self._drain: threading.Thread | None = None
+        self.pid = -1
+        payload = pickle.dumps((main, config, ring, os.getpid()), protocol=pickle.HIGHEST_PROTOCOL)
+        config_fd = _config_file(payload)
+        report_r, report_w = os.pipe()
+        out_r, out_w = os.pipe()
+        python = python_executable()
+        argv = [python, "-P", "-m", "envrec.workers", main, f"--config-fd={config_fd}", f"--report-fd={report_w}"]
+        try:
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=out_w,
+                pass_fds=(config_fd, report_w, *fds),
+                env=_child_environment(),
+            )
+        except OSError as exc:
+            self.start_error = f"cannot start the {role} with {python!r}: {exc}"
+            os.close(report_r)
+            os.close(out_r)
+        else:
+            self.pid = self._proc.pid
+            self.conn = Connection(report_r, writable=False)
+            self._drain = threading.Thread(target=self._read_output, args=(out_r,), name=f"envrec-{role}-output", daemon=True)
+            self._drain.start()
+        finally:
+            for fd in (config_fd, report_w, out_w):
+                os.close(fd)
+
+    def _read_output(self, fd: int) -> None:
+        log = logging.getLogger(f"envrec.workers.{self.role.replace(' ', '-')}")
+        with open(fd, "rb", buffering=0) as f:
+            for raw in iter(f.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip()
+                if line:
+                    self.tail.append(line)
+                    log.debug("[pid %d] %s", self.pid, line)
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit status (negative: killed by that signal), or None while running; 1 if it never started."""
+        if self._proc is None:
+            return 1
+        return self._proc.poll()
+
+    def wait(self, timeout_s: float) -> int | None:
+        if self._proc is None:
+            return 1
+        try:
+            return self._proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+
+    def terminate(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+
+    def output_tail(self) -> str:
+        """The worker's last lines of output (after it exited: all of them), or the start error."""
+        if self.start_error is not None:
+            return self.start_error
+        if self._drain is not None and self.returncode is not None:
+            self._drain.join(1.0)  # the pipe closes with the worker (or its last child)
+        return "\n".join(self.tail)
+
+    def close(self) -> None:
+        """Forget a finished worker: its report pipe closes; its output thread ends with the pipe."""
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
