@@ -382,7 +382,7 @@ def main(args: Any) -> int:
         print(f"envrec bench: unknown variant(s) {unknown}; known: {', '.join(VARIANTS + EXTRA_VARIANTS)}", file=sys.stderr)
         return 2
     total = args.rounds * (len(variants) + ("none" not in variants))
-    with tqdm(total=total, desc=f"bench {label}", disable=args.json or args.quiet, unit="run") as bar:
+    with tqdm(total=total, desc=f"bench {label}", disable=True if args.json or args.quiet else None, unit="run") as bar:
 
         def progress(what: str) -> None:
             bar.set_postfix_str(what)

@@ -23,7 +23,17 @@ def _human(n: float) -> str:
     return str(n)
 
 
+def headless_display() -> None:
+    """With no display to draw on, make SDL (pygame's rendering, used by Gymnasium's classic envs) draw
+    off screen, before pygame loads: no window is needed for ``rgb_array`` frames, and SDL's complaints
+    about a missing display or ``XDG_RUNTIME_DIR`` stay out of the output. A user's own setting wins."""
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+
+
 def _record(args: argparse.Namespace) -> int:
+    headless_display()
     import gymnasium as gym
     from tqdm import tqdm
 
@@ -49,7 +59,9 @@ def _record(args: argparse.Namespace) -> int:
         return 2
     episodes = steps = 0
     total = args.steps if args.steps else args.episodes
-    bar = tqdm(total=total, unit="step" if args.steps else "episode", desc=f"recording {args.env}", disable=args.quiet)
+    bar = tqdm(total=total, unit="step" if args.steps else "episode", desc=f"recording {args.env}",
+                # None: no bar when stdout is not a terminal (a log file, CI), so logs are not flooded
+                disable=True if args.quiet else None)
     try:
         env.action_space.seed(args.seed)
         seed = args.seed
@@ -123,7 +135,7 @@ def _inspect(args: argparse.Namespace) -> int:
         frames = sum(c.get("frames_written") or c.get("frames_sent") or 0 for c in s.clips)
         print(f"clips: {len(s.clips)}, frames: {frames}, broken: {len(broken)}")
         for c in broken:
-            print(f"  broken clip {c['name']}: {c.get('reason')}")
+            print(f"  broken clip {c['name']}: {c.get('error') or c.get('reason')}")
     if s.problems:
         print("problems:", file=sys.stderr)
         for p in s.problems:
@@ -169,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    headless_display()
     from .bench import main as bench_main
 
     if args.rounds < 1 or args.seconds <= 0:

@@ -92,6 +92,13 @@ class TraceReader:
             for entry in manifest["batches"]:
                 self._batches.append(_BatchRef(manifest, entry, n))
                 n += entry["len"]
+        if n == 0:
+            failed = [(p, m["error"]) for p, m in zip(paths, self.manifests) if m.get("error")]
+            if failed:
+                raise TraceError(
+                    "no episode was recorded: "
+                    + "; ".join(f"{os.path.basename(p)} says the recording failed: {why}" for p, why in failed)
+                )
         self._len = n
         self._cache = None
 

@@ -24,9 +24,9 @@ from .records import Status
 from .schema import describe_space
 from .stats import CallTimes, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
-from .trace_format import check_prefix, default_prefix, manifest_name
+from .trace_format import check_prefix, default_prefix, manifest_document, manifest_name
 
-__all__ = ["TraceRecorder", "DEFAULT_RING_BYTES", "check_folder"]
+__all__ = ["TraceRecorder", "DEFAULT_RING_BYTES", "check_folder", "record_failure_in_manifest"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,27 @@ def check_folder(directory: str | os.PathLike) -> str:
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ConfigError(f"the output folder {directory} is not writable by this process")
     return directory
+
+
+def record_failure_in_manifest(path: str, reason: str, **document: Any) -> None:
+    """Say in a manifest why its recording stopped (its batches stay as the last worker committed them).
+
+    When no serializer ever wrote the manifest, the env process writes one
+    with no batches (``document``: the fields of ``manifest_document``) and
+    the reason, which ``TraceReader`` quotes. Never raises: it is logged.
+    """
+    try:
+        try:
+            with open(path, "rb") as f:
+                manifest = json.load(f)
+        except FileNotFoundError:
+            manifest = manifest_document(**document)
+        if manifest.get("error"):
+            return
+        manifest["error"] = reason
+        write_atomic(path, json.dumps(manifest, indent=1).encode("utf-8"))
+    except (OSError, ValueError) as exc:
+        logger.error("envrec: could not record the failure in %s: %s", path, exc)
 
 
 class TraceRecorder:
@@ -98,7 +119,7 @@ class TraceRecorder:
 
         from envrec.workers.serializer import SerializerConfig
 
-        cfg = SerializerConfig(
+        self._cfg = cfg = SerializerConfig(
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),
             faults=faults or from_env() or NO_FAULT,
         )
@@ -115,6 +136,7 @@ class TraceRecorder:
             max_restarts=max_restarts,
             hang_timeout_s=hang_timeout_s,
             where=self.directory,
+            on_broken=self._record_failure_if_nothing_written,
         )
         self.times = CallTimes() if timing else None
         self._episode = -1
@@ -240,17 +262,17 @@ class TraceRecorder:
         logger.info("envrec: trace of %d episode(s) in %s: %s", self._episode + 1, self.manifest_path, summary_line(self.stats()))
         return summary
 
+    def _record_failure_if_nothing_written(self, reason: str) -> None:
+        """A serializer that never started wrote no manifest: say why in one, so the folder tells."""
+        if not os.path.exists(self.manifest_path):
+            self._record_failure_in_manifest(reason)
+
     def _record_failure_in_manifest(self, reason: str) -> None:
-        """Say in the manifest why the recording stopped (its batches stay as the last worker committed them)."""
-        try:
-            with open(self.manifest_path, "rb") as f:
-                manifest = json.load(f)
-            if manifest.get("error"):
-                return
-            manifest["error"] = reason
-            write_atomic(self.manifest_path, json.dumps(manifest, indent=1).encode("utf-8"))
-        except (OSError, ValueError) as exc:
-            logger.error("envrec: could not record the failure in %s: %s", self.manifest_path, exc)
+        cfg = self._cfg
+        record_failure_in_manifest(
+            self.manifest_path, reason, prefix=cfg.prefix, env_id=cfg.env_id,
+            observation_space=cfg.observation_space, action_space=cfg.action_space, settings=cfg.settings,
+        )
 
     def _env_stats(self) -> dict[str, Any]:
         """What only the env process knows, for the final manifest."""

@@ -186,7 +186,7 @@ class RingWriter:
 
     @property
     def spec(self) -> RingSpec:
-        return RingSpec(self._shm.name, self.capacity, self._shm._fd, self._items.fd, self._space.fd)  # noqa: SLF001
+        return RingSpec(self._shm.name, self.capacity, self._shm.fd, self._items.fd, self._space.fd)
 
     @property
     def fds(self) -> tuple[int, int, int]:

@@ -3,10 +3,10 @@
 Rules (DESIGN.md): the env process creates every segment and alone unlinks
 it while it lives; once it is dead, the worker that drained the segment
 removes it on its way out, and ``sweep_orphans`` removes whatever a crash
-left behind. Workers map the segment through a descriptor they inherit
-(``map_segment``), never by name: so ``multiprocessing``'s resource tracker
-never adopts it in a worker (python/cpython#82300), and a worker can map it
-even if its owner died, and the name was removed, before the worker started.
+left behind. No ``multiprocessing`` here: no resource tracker process, no
+adopted segments (python/cpython#82300). Workers map the segment through a
+descriptor they inherit (``map_segment``), never by name, so a worker can
+map it even if its owner died, and the name was removed, before it started.
 
 Names are ``envrec_<pid>_<hex>``: short (POSIX allows little on some
 systems), recognisable, and carrying the owner's pid so that ``sweep()`` can
@@ -19,13 +19,12 @@ import logging
 import mmap
 import os
 import secrets
-from multiprocessing import shared_memory
 
 import psutil
 
 from .errors import SharedMemoryError
 
-__all__ = ["SEGMENT_PREFIX", "create_segment", "map_segment", "unlink_segment", "sweep_orphans", "list_segments"]
+__all__ = ["SEGMENT_PREFIX", "Segment", "create_segment", "map_segment", "unlink_segment", "sweep_orphans", "list_segments"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +53,45 @@ def shm_free_bytes() -> int | None:
     return st.f_bavail * st.f_frsize
 
 
-def create_segment(size: int) -> shared_memory.SharedMemory:
+class Segment:
+    """A POSIX shared-memory segment this process created and owns: ``name``, ``fd``, ``buf``.
+
+    Not ``multiprocessing.shared_memory.SharedMemory``: that registers every
+    segment with the resource tracker, a helper process started with
+    ``sys.executable`` (which is not Python in an embedded interpreter), and
+    warns about "leaked" segments after a crash that envrec's workers and
+    ``sweep_orphans`` clean up themselves.
+    """
+
+    def __init__(self, name: str, size: int) -> None:
+        self.name = name
+        self.size = size
+        self.fd = os.open(os.path.join(SHM_DIR, name), os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        try:
+            # Reserve the pages now: tmpfs allocates lazily, and a page it cannot
+            # allocate later kills the process with SIGBUS instead of raising.
+            os.posix_fallocate(self.fd, 0, size)
+            self._map = mmap.mmap(self.fd, size)
+        except BaseException:
+            os.close(self.fd)
+            os.unlink(os.path.join(SHM_DIR, name))
+            raise
+        self.buf = memoryview(self._map)
+
+    def close(self) -> None:
+        """Stop using the segment here (every view of ``buf`` must be released first)."""
+        if self.buf is not None:
+            self.buf.release()
+            self.buf = None
+            self._map.close()
+            os.close(self.fd)
+
+    def unlink(self) -> None:
+        """Remove the name (the owner's job, once); mappings elsewhere stay valid."""
+        os.unlink(os.path.join(SHM_DIR, self.name))
+
+
+def create_segment(size: int) -> Segment:
     """Create a segment of ``size`` bytes whose pages are reserved up front.
 
     Fails with ``SharedMemoryError`` naming the size asked and the size free,
@@ -67,19 +104,13 @@ def create_segment(size: int) -> shared_memory.SharedMemory:
             f"{_format_bytes(free)} free. Ask for a smaller ring (ring_bytes=...) or give "
             f"{SHM_DIR} more room (e.g. docker run --shm-size=1g)."
         )
-    seg = shared_memory.SharedMemory(name=_new_name(), create=True, size=size)
     try:
-        # Reserve the pages now: tmpfs allocates lazily, and a page it cannot
-        # allocate later kills the process with SIGBUS instead of raising.
-        os.posix_fallocate(seg._fd, 0, size)  # noqa: SLF001 - the fd is only exposed privately
+        return Segment(_new_name(), size)
     except OSError as exc:
-        seg.close()
-        seg.unlink()
         raise SharedMemoryError(
             f"cannot reserve {_format_bytes(size)} in {SHM_DIR} ({exc.strerror}); "
             f"{_format_bytes(shm_free_bytes() or 0)} free. Ask for a smaller ring (ring_bytes=...)."
         ) from exc
-    return seg
 
 
 def map_segment(fd: int) -> mmap.mmap:

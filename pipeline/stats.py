@@ -69,7 +69,7 @@ class CallTimes:
 
 def process_facts(pid: int | None) -> dict[str, float] | None:
     """CPU seconds (user + system, threads included) and RSS of a live process, or None."""
-    if not pid:
+    if not pid or pid < 0:  # never started (the launcher's -1)
         return None
     try:
         p = psutil.Process(pid)

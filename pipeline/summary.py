@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .reader import TraceReader
+from .reader import TraceError, TraceReader
 
 __all__ = ["TraceSummary", "summarize"]
 
@@ -33,10 +33,16 @@ class TraceSummary:
 
 def summarize(directory: str) -> TraceSummary:
     """Read every manifest in ``directory``, check each batch's files, gather episode figures."""
-    reader = TraceReader(directory)
     s = TraceSummary(os.path.abspath(directory))
+    try:
+        reader = TraceReader(directory)
+    except TraceError as exc:
+        if not os.path.isdir(directory) or not any(n.endswith(".meta.json") for n in os.listdir(directory)):
+            raise
+        reader = None  # a folder of clips only, or a trace that never started: the clips still tell
+        s.problems.append(str(exc))
     damaged = set()
-    for m in reader.manifests:
+    for m in reader.manifests if reader is not None else []:
         s.recordings.append(
             {
                 "prefix": m.get("prefix"),
@@ -68,7 +74,7 @@ def summarize(directory: str) -> TraceSummary:
         path = clip.get("path")
         if path and not os.path.exists(os.path.join(directory, path)):
             s.problems.append(f"{path}: missing (named by {clip.get('name')}.meta.json)")
-    if not damaged:
+    if reader is not None and not damaged:
         for ep in reader:
             s.episodes += 1
             s.steps += ep.length

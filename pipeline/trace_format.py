@@ -37,6 +37,7 @@ __all__ = [
     "manifest_name",
     "batch_names",
     "ndarray_descriptor",
+    "manifest_document",
 ]
 
 FORMAT_NAME = "envrec.trace"
@@ -84,4 +85,41 @@ def ndarray_descriptor(shape, dtype: str, npyfile: str, offset: int, size: int) 
         "npyfile": npyfile,
         "npyoff": offset,
         "size": size,
+    }
+
+
+def manifest_document(
+    *,
+    prefix: str,
+    env_id: str | None,
+    observation_space: dict,
+    action_space: dict,
+    settings: dict,
+    batches: list | None = None,
+    counters: dict | None = None,
+    complete: bool = False,
+    closed_cleanly: bool = False,
+    stats: dict | None = None,
+    error: str | None = None,
+) -> dict:
+    """A manifest, with every key a reader may look for (the serializer's, or the env process's own
+    when its serializer never started)."""
+    from envrec import __version__
+
+    batches = batches or []
+    return {
+        "batches": batches,
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "prefix": prefix,
+        "env_id": env_id,
+        "observation_space": observation_space,
+        "action_space": action_space,
+        "settings": settings,
+        "counters": counters or {"episodes": sum(b["len"] for b in batches), "steps": 0, "bytes": 0, "orphan_steps": 0},
+        "complete": complete,
+        "closed_cleanly": complete and closed_cleanly,
+        "stats": stats,
+        "error": error,
+        "writer": {"envrec": __version__, "pid": os.getpid()},
     }

@@ -28,7 +28,7 @@ from gymnasium.vector import AutoresetMode, VectorWrapper
 
 from .errors import ConfigError, RecordError
 from .infos import pack_info
-from .recorder import DEFAULT_RING_BYTES, check_folder
+from .recorder import DEFAULT_RING_BYTES, check_folder, record_failure_in_manifest
 from .records import Kind
 from .schema import describe_space, leaf_values, leaves
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
@@ -97,14 +97,14 @@ class RecordVectorTrace(VectorWrapper):
         self._act_leaves = batched_leaves(self._act_spec, n)
         self.autoreset_mode = autoreset_name(env)
         env_id = env.spec.id if env.spec is not None else None
-        cfg = VectorSerializerConfig(
+        self._cfg = cfg = VectorSerializerConfig(
             self.directory, self.prefix, n, self.autoreset_mode, self._obs_spec, self._act_spec, batch_bytes, env_id,
             {"batch_bytes": batch_bytes, "ring_bytes": ring_bytes, "backpressure": backpressure, "num_envs": n,
              "autoreset_mode": self.autoreset_mode},
         )
         self._stream = Stream(
             "vector serializer", "vector-serializer", cfg, ring_bytes=ring_bytes, backpressure=backpressure,
-            block_timeout_s=block_timeout_s, strict=strict,
+            block_timeout_s=block_timeout_s, strict=strict, where=self.directory, on_broken=self._record_failure,
         )
         self._steps = 0
         register_closer(self)
@@ -149,6 +149,17 @@ class RecordVectorTrace(VectorWrapper):
     def prefix_of(self, sub_env: int) -> str:
         """The file prefix of sub-env ``sub_env``'s trace (for ``TraceReader(directory, prefix=...)``)."""
         return f"{self.prefix}.env{sub_env}"
+
+    def _record_failure(self, reason: str) -> None:
+        """Each sub-env's manifest that no serializer wrote says why (a worker that never started)."""
+        for i in range(self.num_envs):
+            prefix = f"{self.prefix}.env{i}"
+            path = os.path.join(self.directory, manifest_name(prefix))
+            if not os.path.exists(path):
+                record_failure_in_manifest(
+                    path, reason, prefix=prefix, env_id=self._cfg.env_id, observation_space=self._obs_spec,
+                    action_space=self._act_spec, settings=self._cfg.settings,
+                )
 
     def close(self, **kwargs) -> None:
         try:

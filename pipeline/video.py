@@ -298,6 +298,7 @@ class VideoRecorder:
             "empty": clip.frames == 0,
             "broken": True,
             "reason": self._stream.broken,
+            "error": self._stream.broken,
             "written_by": "env process (the encoder died before finishing this clip)",
         }
         try:

@@ -19,7 +19,7 @@ from envrec.atomic import TMP_SUFFIX, discard_file, remove_stale_tmp, write_atom
 from envrec.infos import encode_json, unpack_info
 from envrec.records import Kind, Status, TraceLayout
 from envrec.schema import Leaf, decode_reward
-from envrec.trace_format import FORMAT_NAME, FORMAT_VERSION, manifest_name
+from envrec.trace_format import manifest_document, manifest_name
 
 from .resources import resources
 from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, BatchWriter, EpisodeFields, JsonField
@@ -424,30 +424,25 @@ class Serializer:
         }
 
     def write_manifest(self, complete: bool, clean: bool = True) -> None:
-        from envrec import __version__
-
         cfg = self.cfg
-        manifest = {
-            "batches": self.batches,
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "prefix": cfg.prefix,
-            "env_id": cfg.env_id,
-            "observation_space": cfg.observation_space,
-            "action_space": cfg.action_space,
-            "settings": cfg.settings,
-            "counters": {
+        manifest = manifest_document(
+            prefix=cfg.prefix,
+            env_id=cfg.env_id,
+            observation_space=cfg.observation_space,
+            action_space=cfg.action_space,
+            settings=cfg.settings,
+            batches=self.batches,
+            counters={
                 "episodes": sum(b["len"] for b in self.batches),
                 "steps": self.steps_committed,
                 "bytes": self.bytes_committed,
                 "orphan_steps": self.orphan_steps,
             },
-            "complete": complete,
-            "closed_cleanly": complete and clean,
-            "stats": {"env_process": self.env_stats, "serializer": {**self.summary(), "process": resources()}}
+            complete=complete,
+            closed_cleanly=clean,
+            stats={"env_process": self.env_stats, "serializer": {**self.summary(), "process": resources()}}
             if complete
             else None,
-            "error": self.error,
-            "writer": {"envrec": __version__, "pid": os.getpid()},
-        }
+            error=self.error,
+        )
         write_atomic(self.manifest_path, json.dumps(manifest, allow_nan=False, indent=1).encode("utf-8"))
