@@ -41,6 +41,8 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
+import psutil
+
 from .ring import RingSpec
 
 __all__ = ["WorkerProcess", "PYTHON_ENV_VAR", "STDERR_TAIL_LINES"]
@@ -143,8 +145,20 @@ class WorkerProcess:
             return None
 
     def kill(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
+        """SIGKILL the worker and its children (the encoder's ffmpeg runs in a process group of its own,
+        so it would not go with the worker, and a hung one would never see its input close)."""
+        if self._proc is None or self._proc.poll() is not None:
+            return
+        try:
+            children = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            children = []
+        self._proc.kill()
+        for child in children:
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
 
     def terminate(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -259,8 +259,26 @@ class TraceRecorder:
                     logger.info("envrec: removed %d unfinished file(s) of the dead serializer", len(removed))
             if self._stream.broken is not None:
                 self._record_failure_in_manifest(self._stream.broken)
+            elif self._episode < 0:
+                self._remove_empty_manifest()
         logger.info("envrec: trace of %d episode(s) in %s: %s", self._episode + 1, self.manifest_path, summary_line(self.stats()))
         return summary
+
+    def _remove_empty_manifest(self) -> None:
+        """A recorder closed before any reset recorded nothing: leave no empty recording behind.
+
+        Gymnasium's ``AsyncVectorEnv`` builds its first sub-env once in the
+        parent process only to read its spaces and closes it at once; a
+        wrapper in that thunk must not leave a recording of nothing beside the
+        sub-envs' real ones.
+        """
+        try:
+            with open(self.manifest_path, "rb") as f:
+                if json.load(f)["batches"]:
+                    return
+            os.unlink(self.manifest_path)
+        except (OSError, ValueError, KeyError):
+            pass
 
     def _record_failure_if_nothing_written(self, reason: str) -> None:
         """A serializer that never started wrote no manifest: say why in one, so the folder tells."""

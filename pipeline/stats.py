@@ -1,4 +1,4 @@
-"""Cheap statistics kept on the env-side hot path, and process facts read with psutil.
+"""Cheap statistics kept on the env-side hot path (process facts come from ``procinfo``).
 
 ``CallTimes`` records how long each call into envrec took in the env process
 (count, total, max, and a histogram for percentiles). Adding one duration
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-import psutil
+from .procinfo import process_facts
 
 __all__ = ["CallTimes", "process_facts", "summary_line"]
 
@@ -65,19 +65,6 @@ class CallTimes:
             "call_p99_us": self.percentile(99),
             "call_max_us": self.max_ns / 1e3,
         }
-
-
-def process_facts(pid: int | None) -> dict[str, float] | None:
-    """CPU seconds (user + system, threads included) and RSS of a live process, or None."""
-    if not pid or pid < 0:  # never started (the launcher's -1)
-        return None
-    try:
-        p = psutil.Process(pid)
-        with p.oneshot():
-            cpu = p.cpu_times()
-            return {"cpu_s": cpu.user + cpu.system, "rss_bytes": p.memory_info().rss}
-    except psutil.Error:
-        return None
 
 
 def summary_line(stats: dict) -> str:

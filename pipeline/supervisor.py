@@ -17,30 +17,18 @@ worker's traceback as a ``RemoteTraceback``), once.
 from __future__ import annotations
 
 import logging
-import signal
 import time
 from typing import Any, Callable
 
 from .errors import RemoteTraceback
 from .launcher import WorkerProcess
+from .procinfo import signal_name
 from .records import Status
 from .ring import RingWriter
 
 __all__ = ["Worker", "signal_name"]
 
 logger = logging.getLogger(__name__)
-
-
-def signal_name(exitcode: int | None) -> str:
-    """'SIGKILL(-9)' for a process killed by a signal, 'exit code 3' otherwise."""
-    if exitcode is None:
-        return "still running"
-    if exitcode < 0:
-        try:
-            return f"{signal.Signals(-exitcode).name}({exitcode})"
-        except ValueError:
-            return f"signal {-exitcode}"
-    return f"exit code {exitcode}"
 
 
 class Worker:

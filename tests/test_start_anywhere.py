@@ -102,6 +102,7 @@ def test_async_vector_env_thunks_record_each_sub_env(tmp_path, context):
     finally:
         env.close()
     for i, seed in enumerate([10, 20]):
+        assert len(list((tmp_path / f"env{i}").glob("*.manifest.json"))) == 1
         reference = reference_episodes(seed, actions[:, i])
         assert_trace_equals(tmp_path / f"env{i}", reference)
     clips = sorted((tmp_path / "video0").glob("*.meta.json"))
@@ -301,7 +302,10 @@ def test_sigkill_of_an_async_vector_env_sub_process_leaves_nothing_running(tmp_p
         env.close(terminate=True)
     # everything the host had sent was drained and finalized by its workers, bit for bit
     assert_trace_equals(tmp_path / "env0", reference_episodes(1, actions[:, 0]))
-    manifest = json.loads(next((tmp_path / "env0").glob("*.manifest.json")).read_text())
+    # one recording per sub-env: the env AsyncVectorEnv builds in this process to read the spaces left none
+    manifests = list((tmp_path / "env0").glob("*.manifest.json"))
+    assert len(manifests) == 1 and manifests[0].name.endswith(f".{host.pid}.manifest.json")
+    manifest = json.loads(manifests[0].read_text())
     assert manifest["complete"] and not manifest["closed_cleanly"]
     for path in sorted((tmp_path / "video0").glob("*.meta.json")):
         m = json.loads(path.read_text())

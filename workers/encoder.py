@@ -24,11 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from envrec.atomic import TMP_SUFFIX, commit_file, write_atomic
+from envrec.atomic import commit_file, tmp_path_for, write_atomic
 from envrec.ffmpeg import VideoSettings, encode_command, encoded_size, remux_command
 from envrec.records import FRAME_SHAPE, Kind, Status
-from envrec.stats import process_facts
-from envrec.supervisor import signal_name
+from envrec.procinfo import process_facts, signal_name
 
 from .ffmpeg_process import FfmpegError, FfmpegProcess
 
@@ -132,7 +131,7 @@ class Encoder:
         self.clip = _Clip(desc["name"], desc.get("kind", "video"), float(desc["fps"]), desc.get("episode_id"))
         self.clip.extra = {k: v for k, v in desc.items() if k not in ("name", "kind", "fps", "episode_id")}
         if self.clip.kind == "ansi":
-            path = self._path(self.clip.name, ".cast.events" + f".{os.getpid()}{TMP_SUFFIX}")
+            path = tmp_path_for(self._path(self.clip.name, ".cast.events"))
             self.clip.cast_events = open(path, "w+", encoding="utf-8")
 
     def _count_frame(self, clip: _Clip, step: int) -> None:
@@ -246,7 +245,7 @@ class Encoder:
         self._status(Status.CLIPS, self.clips)
 
     def _remux(self, clip: _Clip, path: str) -> None:
-        tmp = os.path.join(self.cfg.folder, f".{clip.name}.mp4.{os.getpid()}{TMP_SUFFIX}")
+        tmp = tmp_path_for(path)
         try:
             out = subprocess.run(
                 remux_command(self.cfg.ffmpeg, path, tmp), capture_output=True, timeout=REMUX_TIMEOUT_S, process_group=0
@@ -274,7 +273,7 @@ class Encoder:
                 "title": clip.name,
                 "env": {"TERM": "xterm-256color"},
             }
-            tmp = self._path(clip.name, f".cast.{os.getpid()}{TMP_SUFFIX}")
+            tmp = tmp_path_for(path)
             with open(tmp, "w", encoding="utf-8") as out:
                 out.write(json.dumps(header) + "\n")
                 events.seek(0)

@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 
-from envrec.supervisor import signal_name
+from envrec.procinfo import signal_name
 
 __all__ = ["FfmpegError", "FfmpegProcess", "WRITE_STALL_S"]
 
