@@ -42,6 +42,7 @@ class VideoSettings:
     scaler: str = "fast_bilinear"  # swscale's cheapest conversion; with fewer threads ~19 % less CPU a frame
     keyframe_interval_s: float = 1.0  # fragment length: what a kill can cost at most
     nice: int = 10  # ffmpeg's niceness: on a busy machine the env's process gets the CPU first
+    stall_timeout_s: float = 10.0  # ffmpeg taking no input this long is hung: killed, its clip broken
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
 

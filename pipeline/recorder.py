@@ -164,6 +164,11 @@ class TraceRecorder:
         return self._stream.closed
 
     @property
+    def backlog_bytes(self) -> int:
+        """Bytes of records sent that the serializer has not taken yet: 0 when it has caught up."""
+        return self._stream.backlog_bytes
+
+    @property
     def worker_pid(self) -> int:
         """The serializer's pid (a successor's after a hand-over)."""
         return self._stream.worker_pid

@@ -11,7 +11,7 @@ Byte layout of a segment (all integers little-endian, words are u64)::
     0       magic b"ENVRECR1"                      creator
     8       capacity: bytes in the data area       creator
     64      write_pos: bytes ever published        producer   (own cache line)
-    72      producer_waiting: 1 while blocked      producer
+    72      producer_waiting: bytes it waits for   producer   (0 when not waiting)
     128     read_pos: bytes ever released          consumer   (own cache line)
     136     records_released                       consumer
     144     consumer_sleeping: 1 while it sleeps   consumer
@@ -41,8 +41,9 @@ cursor. Wake-ups are two eventfds (``envrec.wakeup``), inherited by the
 worker, so nothing depends on multiprocessing's semaphores: ``items`` wakes
 a consumer that raised ``consumer_sleeping`` and found nothing (the producer
 posts it after a publish only while the flag is up), ``space`` wakes a
-producer that raised ``producer_waiting`` (the consumer posts it after a
-release while the flag is up). A flag and the position it guards can be seen
+producer that set ``producer_waiting`` to the room it needs (the consumer
+posts it after a release that leaves at least that much room, so a
+producer waiting for a large frame is woken once, not at every release). A flag and the position it guards can be seen
 out of order (x86 reorders a store with a later load), so a wake-up can be
 missed: every sleep is therefore bounded (``WAIT_SLICE_S`` for the producer,
 the caller's timeout for the consumer), which also notices a dead peer, and
@@ -198,6 +199,10 @@ class RingWriter:
     def name(self) -> str:
         return self._shm.name
 
+    def used(self) -> int:
+        """Bytes published that no consumer has released yet (0 once the worker has caught up)."""
+        return self._write_pos - self._seg.words[_W_READ_POS] if not self.closed else 0
+
     def status(self, index: int) -> int:
         """Read one of the consumer's status words."""
         return self._seg.words[_W_STATUS + index]
@@ -289,7 +294,7 @@ class RingWriter:
         words, space, cap = self._seg.words, self._space, self.capacity
         start = time.monotonic()
         deadline = None if timeout_s is None else start + timeout_s
-        words[_W_WAITING] = 1
+        words[_W_WAITING] = need
         try:
             while True:
                 space.clear()  # drop stale wake-ups
@@ -397,8 +402,7 @@ class RingReader:
         words = self._seg.words
         if words[_W_READ_POS] < pos <= self._cursor:
             words[_W_READ_POS] = pos
-            if words[_W_WAITING]:
-                self._space.post()
+            self._wake_producer(words)
 
     def skip_to(self, pos: int) -> None:
         """Treat everything before ring position ``pos`` as read and release it (a checkpoint covers it)."""
@@ -438,7 +442,12 @@ class RingReader:
         words[_W_READ_POS] = self._cursor
         words[_W_RELEASED] += self._unreleased
         self._unreleased = 0
-        if words[_W_WAITING]:
+        self._wake_producer(words)
+
+    def _wake_producer(self, words) -> None:
+        """Post ``space`` when a waiting producer now has the room it waits for."""
+        need = words[_W_WAITING]
+        if need and self.capacity - (words[_W_WRITE_POS] - words[_W_READ_POS]) >= need:
             self._space.post()
 
     def set_status(self, index: int, value: int) -> None:

@@ -221,6 +221,11 @@ class Stream:
         return self._old_rings[1] + self.ring.blocked_s
 
     @property
+    def backlog_bytes(self) -> int:
+        """Bytes in the ring the worker has not taken yet."""
+        return self.ring.used()
+
+    @property
     def high_water(self) -> int:
         return max(self._old_rings[2], self.ring.high_water)
 

@@ -145,6 +145,11 @@ class VideoRecorder:
         return self._stream.closed
 
     @property
+    def backlog_bytes(self) -> int:
+        """Bytes of records sent that the encoder has not taken yet: 0 when it has caught up."""
+        return self._stream.backlog_bytes
+
+    @property
     def recording(self) -> bool:
         return self.clip is not None
 

@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 import envrec
-from envrec.bench_variants import FrameEnv
+from envrec.bench.variants import FrameEnv
 from envrec.ffmpeg import VideoSettings, encode_command, find_ffmpeg
 from envrec.records import Status
 

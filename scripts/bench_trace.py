@@ -22,7 +22,7 @@ import argparse
 import gymnasium as gym
 
 from envrec.bench import format_table, rows_json, run_bench
-from envrec.bench_variants import FrameEnv
+from envrec.bench.variants import FrameEnv
 
 
 def stats_cost(rounds: int = 21, calls: int = 20000) -> tuple[float, float]:

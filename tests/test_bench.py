@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from envrec.bench import format_table, parse_frames, run_bench
-from envrec.bench_variants import FrameEnv, InProcessTrace, SyncPipe
+from envrec.bench.variants import FrameEnv, InProcessTrace, SyncPipe
 
 from .video_helpers import decode
 

@@ -148,3 +148,33 @@ def test_a_second_encoder_death_is_handled_like_the_first(tmp_path):
         assert meta(tmp_path, f"doomed{k}")["broken"]
         m = meta(tmp_path, f"fine{k}")
         assert not m["broken"] and m["frames_written"] == 10 and "written_by" not in m
+
+
+def test_hung_ffmpeg_is_killed_after_the_stall_timeout_and_the_next_clip_is_fine(tmp_path, caplog):
+    """ffmpeg stopped (SIGSTOP): its input pipe fills, the worker's blocked write is ended by the watchdog."""
+    settings = envrec.VideoSettings(stall_timeout_s=1.0)
+    rec = envrec.VideoRecorder(tmp_path, fps=25, settings=settings)
+    big = np.full((480, 640, 3), 90, np.uint8)  # 0.9 MB: two frames fill ffmpeg's 1 MiB pipe
+    rec.start_clip("hung")
+    rec.add_frame(big, 0)
+    assert wait_for(lambda: rec._stream.status(Status.ENCODER_PID) != 0)
+    ffmpeg = psutil.Process(rec._stream.status(Status.ENCODER_PID))
+    ffmpeg.suspend()
+    t0 = time.monotonic()
+    for i in range(1, 12):
+        rec.add_frame(big, i)  # never blocks the env: the frames wait in the ring
+    assert time.monotonic() - t0 < 1.0
+    assert wait_for(lambda: not ffmpeg.is_running() or ffmpeg.status() == psutil.STATUS_ZOMBIE, 10.0)
+    rec.end_clip()
+    rec.start_clip("after")
+    for i in range(5):
+        rec.add_frame(big, i)
+    rec.end_clip()
+    rec.close()
+    m = meta(tmp_path, "hung")
+    assert m["broken"] and "took no input for 1 s" in m["reason"]
+    assert m["frames_written"] + m["frames_dropped"] == 12
+    m2 = meta(tmp_path, "after")
+    assert not m2["broken"] and m2["frames_written"] == 5
+    assert len(decode(tmp_path / "after.mp4", 640, 480)) == 5
+    assert rec.stats()["restarts"] == 0

@@ -177,7 +177,7 @@ class Encoder:
         clip.shape = shape
         clip.cmdline = encode_command(self.cfg.ffmpeg, w, h, c, clip.fps, self._video_path(clip), self.cfg.settings)
         try:
-            clip.proc = FfmpegProcess(clip.cmdline, self.cfg.settings.nice)
+            clip.proc = FfmpegProcess(clip.cmdline, self.cfg.settings.nice, self.cfg.settings.stall_timeout_s)
         except OSError as exc:
             self._break(f"could not start {self.cfg.ffmpeg}: {exc}")
             return

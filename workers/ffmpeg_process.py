@@ -4,9 +4,11 @@
   reach it: the encoder decides when a clip ends.
 * A thread drains its stderr continuously (a full stderr pipe would stall
   it) and keeps the last lines for error messages.
-* Frames are written to a non-blocking stdin; a pipe that takes nothing for
-  ``WRITE_STALL_S`` means ffmpeg hangs: it is killed and the clip is broken,
-  so the env process is never blocked by it for longer.
+* Frames are written to its stdin with blocking writes (one system call a
+  frame: the kernel waits for room instead of the worker polling); a
+  watchdog thread kills ffmpeg when one write has waited
+  ``stall_timeout_s`` (ffmpeg hangs), which ends the write with an error and
+  breaks the clip, so the env process is never blocked by it for longer.
 * ``finish`` closes stdin, waits up to a timeout, then kills — and says so.
 """
 
@@ -15,7 +17,6 @@ from __future__ import annotations
 import collections
 import fcntl
 import os
-import select
 import subprocess
 import threading
 import time
@@ -24,7 +25,8 @@ from envrec.procinfo import signal_name
 
 __all__ = ["FfmpegError", "FfmpegProcess", "WRITE_STALL_S"]
 
-WRITE_STALL_S = 10.0  # ffmpeg taking no input this long is considered hung
+WRITE_STALL_S = 10.0  # ffmpeg taking no input this long is considered hung (VideoSettings.stall_timeout_s)
+WATCH_INTERVAL_S = 0.25  # how often the watchdog looks at a write in progress
 FINISH_TIMEOUT_S = 30.0  # how long a clip's last frames may take to encode after stdin closes
 STDERR_TAIL_LINES = 20
 PIPE_BYTES = 1 << 20  # Linux's default cap for an unprivileged pipe size (/proc/sys/fs/pipe-max-size)
@@ -35,8 +37,9 @@ class FfmpegError(Exception):
 
 
 class FfmpegProcess:
-    def __init__(self, cmd: list[str], nice: int = 0) -> None:
+    def __init__(self, cmd: list[str], nice: int = 0, stall_timeout_s: float = WRITE_STALL_S) -> None:
         self.cmd = cmd
+        self.stall_timeout_s = stall_timeout_s
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.PIPE,
@@ -55,12 +58,24 @@ class FfmpegProcess:
         self._drainer = threading.Thread(target=self._drain, name="envrec-ffmpeg-stderr", daemon=True)
         self._drainer.start()
         self._fd = self.proc.stdin.fileno()
-        os.set_blocking(self._fd, False)
         try:  # a whole frame per write instead of 16 wake-ups of 64 KiB
             fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:
             pass
         self.killed_reason: str | None = None
+        # Writes block (one system call a frame, the kernel waits for ffmpeg); the watchdog bounds them.
+        self._writing_since: float | None = None
+        self._done = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="envrec-ffmpeg-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def _watch(self) -> None:
+        """Kill ffmpeg when one write has waited ``stall_timeout_s``: the blocked write then fails."""
+        while not self._done.wait(WATCH_INTERVAL_S):
+            since = self._writing_since
+            if since is not None and time.monotonic() - since > self.stall_timeout_s:
+                self.kill(f"ffmpeg took no input for {self.stall_timeout_s:g} s")
+                return
 
     def _drain(self) -> None:
         for line in self.proc.stderr:
@@ -74,26 +89,17 @@ class FfmpegProcess:
     def write(self, data) -> None:
         """Write all of ``data`` to ffmpeg's stdin; FfmpegError if it died or hangs."""
         view = memoryview(data)
-        stalled_since = None
-        while len(view):
-            try:
-                n = os.write(self._fd, view)
-            except BlockingIOError:
-                n = 0
-            except (BrokenPipeError, OSError) as exc:
-                self.proc.wait(5)
-                self._drainer.join(1)
-                raise FfmpegError(self.describe(f"ffmpeg stopped taking frames ({exc.strerror or exc})")) from None
-            if n:
-                view = view[n:]
-                stalled_since = None
-                continue
-            now = time.monotonic()
-            stalled_since = stalled_since or now
-            if now - stalled_since > WRITE_STALL_S:
-                self.kill(f"ffmpeg took no input for {WRITE_STALL_S:.0f} s")
-                raise FfmpegError(self.describe(self.killed_reason))
-            select.select([], [self._fd], [], 0.1)
+        self._writing_since = time.monotonic()
+        try:
+            while len(view):
+                view = view[os.write(self._fd, view):]
+        except OSError as exc:
+            self.proc.wait(5)
+            self._drainer.join(1)
+            reason = self.killed_reason or f"ffmpeg stopped taking frames ({exc.strerror or exc})"
+            raise FfmpegError(self.describe(reason)) from None
+        finally:
+            self._writing_since = None
 
     def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> int:
         """Close stdin and wait for ffmpeg to exit (killing it after ``timeout_s``); its exit code."""
@@ -105,12 +111,14 @@ class FfmpegProcess:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill(f"ffmpeg did not finish within {timeout_s:.0f} s of its input ending")
+        self._done.set()
         self._drainer.join(2)
         self.proc.stderr.close()
         return self.proc.returncode
 
     def kill(self, reason: str) -> None:
         self.killed_reason = reason
+        self._done.set()
         try:
             self.proc.kill()
         except ProcessLookupError:

@@ -22,6 +22,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from ..ffmpeg import VideoSettings, encode_command, find_ffmpeg
+
 __all__ = ["FrameEnv", "RenderEveryStep", "SyncPipe", "InProcessTrace"]
 
 
@@ -72,28 +74,26 @@ class RenderEveryStep(gym.Wrapper):
 
 
 class SyncPipe(gym.Wrapper):
-    """Old gym's VideoRecorder: an ffmpeg per episode, fed from inside step()."""
+    """Old gym's VideoRecorder: an ffmpeg per episode, fed from inside step().
 
-    def __init__(self, env, folder: str) -> None:
+    With envrec's encoder settings (codec, preset, threads, conversion) unless
+    told otherwise, so a comparison measures the hand-off alone."""
+
+    def __init__(self, env, folder: str, settings: VideoSettings | None = None) -> None:
         super().__init__(env)
-        import imageio_ffmpeg
-
         os.makedirs(folder, exist_ok=True)
         self.folder, self.n, self.proc = folder, 0, None
-        self.exe = imageio_ffmpeg.get_ffmpeg_exe()
+        self.exe, _ = find_ffmpeg()
+        self.settings = settings or VideoSettings()  # envrec's own encoder settings: only the hand-off differs
         self.fps = env.metadata.get("render_fps", 30)
 
     def _frame(self):
         frame = self.env.render()
         if self.proc is None:
-            h, w, _ = frame.shape
+            h, w, c = frame.shape
             path = os.path.join(self.folder, f"sync-{self.n}.mp4")
-            self.proc = subprocess.Popen(
-                [self.exe, "-nostdin", "-loglevel", "error", "-y", "-f", "rawvideo", "-pix_fmt", "rgb24",
-                 "-s", f"{w}x{h}", "-framerate", str(self.fps), "-i", "pipe:0",
-                 "-vf", "pad=ceil(iw/2)*2:ceil(ih/2)*2", "-c:v", "libx264", "-pix_fmt", "yuv420p", path],
-                stdin=subprocess.PIPE,
-            )
+            cmd = encode_command(self.exe, w, h, c, self.fps, path, self.settings)
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
         self.proc.stdin.write(frame.tobytes())
 
     def _close_clip(self):
