@@ -54,6 +54,7 @@ had read but not released.
 
 from __future__ import annotations
 
+import functools
 import struct
 import time
 from dataclasses import dataclass
@@ -330,7 +331,13 @@ class RingWriter:
         self._space.close()
 
 
-@dataclass
+@functools.lru_cache(maxsize=64)
+def _sizes_struct(nparts: int) -> struct.Struct:
+    """The u32 part sizes of a record header with ``nparts`` parts (compiled once per count)."""
+    return struct.Struct(f"<{nparts}I")
+
+
+@dataclass(slots=True)
 class RecordView:
     """One record as the consumer sees it; its parts are views into the ring."""
 
@@ -421,13 +428,12 @@ class RingReader:
             self._cursor += length
             off = 0
             length, kind, nparts, episode, step = _REC_HEAD.unpack_from(data, off)
-        sizes = struct.unpack_from(f"<{nparts}I", data, off + REC_HEAD_BYTES)
-        pos = off + align(REC_HEAD_BYTES + 4 * nparts)
+        sizes = _sizes_struct(nparts).unpack_from(data, off + REC_HEAD_BYTES)
+        pos = off + ((REC_HEAD_BYTES + 4 * nparts + 7) & ~7)
         parts = []
         for s in sizes:
-            v = data[pos : pos + s]
-            parts.append(v)
-            pos += align(s)
+            parts.append(data[pos : pos + s])
+            pos += (s + 7) & ~7
         self._views.extend(parts)
         self._unreleased += 1
         self._cursor += length

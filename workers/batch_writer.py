@@ -85,10 +85,13 @@ class JsonField:
     spill: Any = None
 
     def write(self, obj: Any) -> None:
-        text = json.dumps(obj, allow_nan=False, separators=(",", ":"))
+        self.write_json_text(json.dumps(obj, allow_nan=False, separators=(",", ":")).encode("utf-8"))
+
+    def write_json_text(self, text: bytes) -> None:
+        """Append one item already encoded as JSON."""
         if self.items:
-            text = "," + text
-        self.spill.write(text.encode("utf-8"))
+            self.spill.write(b",")
+        self.spill.write(text)
         self.items += 1
 
 
@@ -212,7 +215,7 @@ class BatchWriter:
             before, after = text.split(tok, 1)
             self._write_json(before.encode("utf-8") + b"[")
             jf.spill.flush()
-            n = os.fstat(jf.spill.fileno()).st_size
+            n = jf.spill.tell()  # the episode's items; a reused spill may hold an older episode's beyond
             if n:
                 self.json.flush()
                 append_file(jf.spill.fileno(), self.json.fileno(), n)

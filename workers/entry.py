@@ -134,12 +134,17 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
         start = reader.cursor
         rec = reader.poll()
         if rec is None:
+            wait_s = PARENT_CHECK_S
             if hands_over and not broken and reader.held_bytes():
-                handler.checkpoint(reader.cursor)  # idle: make what was handled durable, free the ring
-                reader.release()
+                due_in = handler.idle_checkpoint_in()
+                if due_in <= 0:
+                    handler.checkpoint(reader.cursor)  # idle: make what was handled durable, free the ring
+                    reader.release()
+                else:
+                    wait_s = due_in  # come back for it even if no record arrives
             time.sleep(COALESCE_S)
             start = reader.cursor
-            rec = reader.poll() or reader.next(PARENT_CHECK_S)
+            rec = reader.poll() or reader.next(wait_s)
         if rec is None:
             if _parent_gone(parent_pid):
                 break
