@@ -35,7 +35,36 @@ def test_run_bench_interleaves_variants_and_reports_each(tmp_path):
     assert trace.envrec["TraceRecorder"]["steps_committed"] > 0 and trace.envrec["TraceRecorder"]["call_p50_us"] > 0
     assert video.video_bytes > 0 and video.envrec["VideoRecorder"]["frames_written"] > 0
     table = format_table(rows)
-    assert "envrec-trace" in table and "inside envrec per call" in table
+    assert "envrec-trace" in table and "inside envrec per call" in table and "CPU µs/step" in table
+    # CPU per step, split by process: the env thread for every variant, envrec's workers and ffmpeg where they ran
+    assert all(r.env_cpu_us > 0 for r in rows)
+    assert none.worker_cpu_us is None and none.ffmpeg_cpu_us is None
+    assert trace.worker_cpu_us > 0 and trace.ffmpeg_cpu_us is None
+    assert video.worker_cpu_us > 0 and video.ffmpeg_cpu_us > 0
+    assert rows[3].worker_cpu_us is None  # the in-process writer has no worker
+
+
+def test_rounds_end_when_the_workers_have_caught_up(tmp_path):
+    """A variant's backlog is worked off inside its own round, never in the next variant's."""
+    from envrec.bench.runner import envrec_parts, make_variant, wait_for_workers
+
+    env = make_variant("envrec-video", lambda: FrameEnv(120, 160, length=400), str(tmp_path))
+    env.reset()
+    for _ in range(300):
+        env.step(0)
+    (recorder,) = envrec_parts(env)
+    waited = wait_for_workers(env)
+    assert recorder.backlog_bytes == 0 and waited >= 0
+    assert recorder.stats()["frames_written"] == 301
+    env.close()
+
+
+def test_sync_pipe_uses_envrec_encoder_settings(tmp_path):
+    """The synchronous pipe runs envrec's own encoder command: a comparison measures the hand-off alone."""
+    env = SyncPipe(FrameEnv(24, 32, length=3), str(tmp_path))
+    env.reset()
+    assert "-preset" in env.proc.args and "ultrafast" in env.proc.args
+    env.close()
 
 
 def test_alternatives_write_what_they_claim(tmp_path):
