@@ -270,6 +270,16 @@ def _descendants(pid: int) -> list[psutil.Process]:
     return psutil.Process(pid).children(recursive=True)
 
 
+def _has_ffmpeg(pid: int) -> bool:
+    for p in _descendants(pid):
+        try:
+            if "ffmpeg" in p.name():
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
 def _gone(proc: psutil.Process) -> bool:
     try:
         return proc.status() == psutil.STATUS_ZOMBIE
@@ -287,10 +297,11 @@ def test_sigkill_of_an_async_vector_env_sub_process_leaves_nothing_running(tmp_p
             env.step(a)
         host = env.processes[0]
         assert host.daemon
+        # the encoder starts the current clip's ffmpeg when it reaches the clip's first frame
+        assert wait_for(lambda: _has_ffmpeg(host.pid), 15.0)
         left = _descendants(host.pid)
         names = sorted(" ".join(p.cmdline()[:5]) for p in left)
-        assert any("envrec.workers serializer" in c for c in names) and any("encoder" in c for c in names)
-        assert any("ffmpeg" in p.name() for p in left), names
+        assert any("envrec.workers serializer" in c for c in names) and any("encoder" in c for c in names), names
         segments_before = set(list_segments())
         os.kill(host.pid, signal.SIGKILL)
         t0 = time.monotonic()

@@ -230,3 +230,24 @@ def test_encode_command_is_pure_and_pads_odd_sizes():
     assert encoded_size(7, 5, "yuv420p") == (8, 6) and encoded_size(7, 5, "yuv444p") == (7, 5)
     with pytest.raises(ValueError):
         encode_command("ffmpeg", 8, 8, 2, 30, "o.mp4", s)
+
+
+def test_faststart_off_keeps_the_fragmented_clip_without_a_second_ffmpeg_run(tmp_path):
+    rec = envrec.VideoRecorder(tmp_path, fps=25, settings=envrec.VideoSettings(faststart=False))
+    rec.start_clip("frag")
+    for i in range(12):
+        rec.add_frame(np.full((48, 64, 3), (10 * i) % 256, np.uint8), i)
+    rec.end_clip()
+    rec.close()
+    m = meta(tmp_path, "frag")
+    assert m["fragmented"] and not m["broken"] and m["frames_written"] == 12
+    assert len(decode(tmp_path / "frag.mp4", 64, 48)) == 12
+    head = (tmp_path / "frag.mp4").read_bytes()[:4096]
+    assert b"mvex" in head  # a fragmented MP4: its moov announces movie fragments
+    on = envrec.VideoRecorder(tmp_path / "std", fps=25)
+    on.start_clip("std")
+    on.add_frame(np.zeros((48, 64, 3), np.uint8), 0)
+    on.end_clip()
+    on.close()
+    assert not meta(tmp_path / "std", "std")["fragmented"]
+    assert b"mvex" not in (tmp_path / "std" / "std.mp4").read_bytes()[:4096]

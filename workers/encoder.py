@@ -2,7 +2,8 @@
 
 Per clip: ffmpeg starts at the clip's first frame (its size is known then);
 each frame is written to ffmpeg's stdin straight from the ring; at the clip's
-end ffmpeg finishes, the fragmented MP4 is remuxed into a standard one, and
+end ffmpeg finishes, the fragmented MP4 is remuxed into a standard one (unless
+``VideoSettings.faststart`` is False), and
 ``NAME.meta.json`` is written beside it. A clip whose ffmpeg dies, hangs or
 refuses its input, or whose frames change shape, is *broken*: what ffmpeg
 wrote is kept (a fragmented MP4 decodes up to its last complete fragment),
@@ -232,7 +233,9 @@ class Encoder:
             if rc != 0:
                 clip.broken = clip.broken or proc.describe(proc.killed_reason or "ffmpeg failed")
             else:
-                self._remux(clip, path)
+                if self.cfg.settings.faststart:
+                    self._remux(clip, path)
+                clip.extra["fragmented"] = not self.cfg.settings.faststart or "remux_error" in clip.extra
         self.clip = None
         empty = clip.frames == 0
         if empty and os.path.exists(path):

@@ -19,7 +19,9 @@ Variants:
 ``inprocess-trace``  gym-recording's way: lists in the env process, batches written at episode ends
 
 Not run unless asked for: ``envrec-trace-untimed``, ``envrec.RecordTrace`` with
-its built-in call timing off (beside ``envrec-trace`` it shows what the stats cost).
+its built-in call timing off (beside ``envrec-trace`` it shows what the stats cost),
+and ``envrec-video-fragmented``, ``envrec.RecordVideo`` keeping fragmented MP4s
+(``VideoSettings(faststart=False)``: no second ffmpeg run per clip).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any, Callable
 import gymnasium as gym
 import psutil
 
+from ..ffmpeg import VideoSettings
 from .monitor import MIB, CpuMeter, PeakRss
 from .variants import InProcessTrace, RenderEveryStep, SyncPipe
 
@@ -51,7 +54,7 @@ VARIANTS = (
     "sync-pipe",
     "inprocess-trace",
 )
-EXTRA_VARIANTS = ("envrec-trace-untimed",)
+EXTRA_VARIANTS = ("envrec-trace-untimed", "envrec-video-fragmented")
 
 
 @dataclass
@@ -87,6 +90,8 @@ def make_variant(name: str, make_env: Callable[[], gym.Env], folder: str) -> gym
         return RecordTrace(make_env(), sub, timing=False)
     if name == "envrec-video":
         return RecordVideo(make_env(), sub, episode_trigger=every)
+    if name == "envrec-video-fragmented":
+        return RecordVideo(make_env(), sub, episode_trigger=every, settings=VideoSettings(faststart=False))
     if name == "envrec-both":
         return RecordTrace(RecordVideo(make_env(), sub, episode_trigger=every), sub)
     if name == "gymnasium-video":
