@@ -26,7 +26,6 @@ from .start_anywhere_helpers import (
     actions_for,
     assert_trace_equals,
     record_in_pool_worker,
-    recording_cartpole,
     reference_episodes,
 )
 from .video_helpers import decode, meta

@@ -26,20 +26,17 @@ and ``envrec-video-fragmented``, ``envrec.RecordVideo`` keeping fragmented MP4s
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 import gymnasium as gym
-import psutil
 
 from ..ffmpeg import VideoSettings
-from .monitor import MIB, CpuMeter, PeakRss
+from .monitor import CpuMeter, PeakRss
 from .variants import InProcessTrace, RenderEveryStep, SyncPipe
 
 __all__ = ["VARIANTS", "EXTRA_VARIANTS", "BenchRow", "run_bench", "run_for", "make_variant", "envrec_parts"]
