@@ -49,6 +49,7 @@ __all__ = ["WorkerProcess", "PYTHON_ENV_VAR", "STDERR_TAIL_LINES"]
 
 PYTHON_ENV_VAR = "ENVREC_PYTHON"
 STDERR_TAIL_LINES = 20  # lines of a worker's output kept to explain its death
+CHILD_GRACE_S = 2.0  # how long a killed worker's children (ffmpeg) get to finish on their own
 
 
 def python_executable() -> str:
@@ -75,6 +76,15 @@ def _config_file(payload: bytes) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _kill_survivors(children: list[psutil.Process]) -> None:
+    _, alive = psutil.wait_procs(children, timeout=CHILD_GRACE_S)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.Error:
+            pass
 
 
 class WorkerProcess:
@@ -145,8 +155,13 @@ class WorkerProcess:
             return None
 
     def kill(self) -> None:
-        """SIGKILL the worker and its children (the encoder's ffmpeg runs in a process group of its own,
-        so it would not go with the worker, and a hung one would never see its input close)."""
+        """SIGKILL the worker, then its children that have not exited ``CHILD_GRACE_S`` later.
+
+        The encoder's ffmpeg runs in a process group of its own, so it would
+        not go with the worker; a healthy one finishes its clip (playable) when
+        its input closes with the worker's death, a hung one never would. The
+        grace period runs in a thread: the env process does not wait for it.
+        """
         if self._proc is None or self._proc.poll() is not None:
             return
         try:
@@ -154,11 +169,8 @@ class WorkerProcess:
         except psutil.Error:
             children = []
         self._proc.kill()
-        for child in children:
-            try:
-                child.kill()
-            except psutil.Error:
-                pass
+        if children:
+            threading.Thread(target=_kill_survivors, args=(children,), name="envrec-reap", daemon=True).start()
 
     def terminate(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -65,6 +65,7 @@ class Stream:
         hang_timeout_s: float | None = None,
         where: str | None = None,
         on_broken: Callable[[str], None] | None = None,
+        restart_config: Any = None,
     ) -> None:
         if backpressure not in BACKPRESSURE_POLICIES:
             raise ConfigError(f"backpressure must be one of {BACKPRESSURE_POLICIES}, not {backpressure!r}")
@@ -77,6 +78,7 @@ class Stream:
         self.hang_timeout_s = hang_timeout_s  # a worker whose heartbeat stops this long is killed
         self.where = where  # the output folder, named in a broken stream's reason
         self._on_broken = on_broken  # told the reason once the stream is broken (e.g. to write it into the folder)
+        self._restart_config = restart_config  # what restart() starts the fresh worker with (an injected fault fires once)
         self.ring_bytes = ring_bytes
         self.backpressure = backpressure
         self.block_timeout_s = block_timeout_s
@@ -204,6 +206,8 @@ class Stream:
             max(self._old_rings[2], self.ring.high_water),
         )
         self._shutdown()
+        if self._restart_config is not None:
+            self._config = self._restart_config
         self._start()
         self.restarts += 1
         self.broken = self.broken_cause = None

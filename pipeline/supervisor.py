@@ -88,6 +88,8 @@ class Worker:
         if self._proc is None:
             return None
         self._read_messages()
+        if self._traceback is None and self.ring.status(Status.BROKEN):
+            self._read_messages()  # a worker sends its traceback before it raises BROKEN
         if self._traceback is not None or self.ring.status(Status.BROKEN):
             return f"the {self.role} failed", RemoteTraceback(self._traceback) if self._traceback else None
         code = self._proc.returncode

@@ -15,6 +15,7 @@ fresh worker (at most ``max_restarts`` times).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ import numpy as np
 
 from .atomic import remove_stale_tmp, write_atomic
 from .errors import ConfigError, RecordError, RecordTooLargeError
+from .faults import NO_FAULT, FaultSpec, from_env
 from .ffmpeg import VideoSettings, find_ffmpeg
 from .recorder import check_folder
 from .records import FRAME_SHAPE, Kind, Status
@@ -104,6 +106,8 @@ class VideoRecorder:
         close_timeout_s: float = 60.0,
         max_restarts: int = MAX_RESTARTS,
         timing: bool = True,
+        faults: FaultSpec | None = None,
+        hang_timeout_s: float | None = 60.0,
     ) -> None:
         from envrec.workers.encoder import EncoderConfig
 
@@ -117,7 +121,12 @@ class VideoRecorder:
         self.ffmpeg, self.backend = find_ffmpeg(ffmpeg)
         self.strict = strict
         self.max_restarts = max_restarts
-        cfg = EncoderConfig(self.folder, self.ffmpeg, self.backend, self.settings, env_id)
+        if hang_timeout_s is not None and hang_timeout_s <= self.settings.stall_timeout_s:
+            raise ConfigError(
+                f"hang_timeout_s ({hang_timeout_s:g}) must exceed VideoSettings.stall_timeout_s "
+                f"({self.settings.stall_timeout_s:g}): the encoder may wait that long for ffmpeg"
+            )
+        cfg = EncoderConfig(self.folder, self.ffmpeg, self.backend, self.settings, env_id, faults or from_env() or NO_FAULT)
         self._stream = Stream(
             "encoder",
             "encoder",
@@ -127,6 +136,8 @@ class VideoRecorder:
             block_timeout_s=block_timeout_s,
             strict=strict,
             close_timeout_s=close_timeout_s,
+            hang_timeout_s=hang_timeout_s,
+            restart_config=dataclasses.replace(cfg, faults=NO_FAULT),  # a fault fires once
         )
         self.times = CallTimes() if timing else None
         self._first_frame_at: float | None = None
@@ -275,8 +286,9 @@ class VideoRecorder:
         if self._stream.broken is None:
             return
         if self._stream.restarts < self.max_restarts:
-            self._stream.restart()
-            # The dead worker finished none of the clips still unreported; the env side wrote their metadata.
+            reason = self._stream.broken
+            self._stream.restart()  # the failed worker is gone after this: what it did not finish stays unfinished
+            self._write_unfinished_meta(reason)
             self._unreported.clear()
             self._clips_seen = self._stream.status(Status.CLIPS)
             self._base = (self.clips_started, self._clips_seen)  # what the new worker is measured from
@@ -284,11 +296,19 @@ class VideoRecorder:
             self._warned_broken = True
             logger.error("envrec: the encoder failed %d times; no more clips will be recorded", self.max_restarts + 1)
 
-    def _write_broken_meta(self, clip: _ClipState) -> None:
+    def _write_unfinished_meta(self, reason: str | None) -> None:
+        """Metadata for every clip sent to a failed worker that it never finished (clips queued behind
+        the one it failed on included), so no clip is left without a ``.meta.json`` saying why."""
+        for clip in self._unreported:
+            if not os.path.exists(os.path.join(self.folder, clip.name + ".meta.json")):
+                self._write_broken_meta(clip, reason, finished_check=False)
+
+    def _write_broken_meta(self, clip: _ClipState, reason: str | None = None, finished_check: bool = True) -> None:
         """The metadata of a clip whose worker died before writing it."""
         started, finished = self._base
-        if self._stream.status(Status.CLIPS) - finished >= self.clips_started - started:
+        if finished_check and self._stream.status(Status.CLIPS) - finished >= self.clips_started - started:
             return  # the worker finished this clip before it failed
+        reason = reason or self._stream.broken
         path = os.path.join(self.folder, clip.name + ".meta.json")
         ext = ".cast" if clip.kind == "ansi" else ".mp4"
         video = os.path.join(self.folder, clip.name + ext)
@@ -302,8 +322,8 @@ class VideoRecorder:
             "fps": clip.fps,
             "empty": clip.frames == 0,
             "broken": True,
-            "reason": self._stream.broken,
-            "error": self._stream.broken,
+            "reason": reason,
+            "error": reason,
             "written_by": "env process (the encoder died before finishing this clip)",
         }
         try:
@@ -346,8 +366,10 @@ class VideoRecorder:
         if clip is not None:
             self._send(Kind.CLIP_END, 0, 0, (self._clip_end_part(clip),))
         summary = self._stream.close(final_stats=self.stats())
-        if clip is not None and self._stream.broken is not None:
-            self._write_broken_meta(clip)
+        if self._stream.broken is not None:
+            if clip is not None:
+                self._write_broken_meta(clip)
+            self._write_unfinished_meta(self._stream.broken)  # the worker is gone: the rest are unfinished
         self._report_finished()
         logger.info("envrec: %d clip(s) in %s: %s", self.clips_started, self.folder, summary_line(self.stats()))
         return summary

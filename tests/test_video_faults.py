@@ -178,3 +178,42 @@ def test_hung_ffmpeg_is_killed_after_the_stall_timeout_and_the_next_clip_is_fine
     assert not m2["broken"] and m2["frames_written"] == 5
     assert len(decode(tmp_path / "after.mp4", 640, 480)) == 5
     assert rec.stats()["restarts"] == 0
+
+
+VIDEO_CASES = [(p, h) for p in ("record", "frame", "clip:end", "clip:meta") for h in ("raise", "exit", "kill")] + [
+    ("frame", "hang"),
+    ("clip:end", "hang"),
+]
+VIDEO_REPORTED = {"raise": "InjectedFault", "exit": "exit code 3", "kill": "SIGKILL(-9)", "hang": "made no progress"}
+FAULT_AFTER = {"record": 15, "frame": 12, "clip:end": 2, "clip:meta": 2}  # each lands in the second clip
+
+
+@pytest.mark.parametrize("point, how", VIDEO_CASES, ids=[f"{p}-{h}" for p, h in VIDEO_CASES])
+def test_encoder_fault_battery(tmp_path, point, how):
+    """An encoder that raises, exits, is killed or hangs at a named point of the second of three clips:
+    the first clip is intact, the second has metadata saying why, the third is recorded by a fresh worker."""
+    from envrec.faults import FaultSpec
+
+    rec = envrec.VideoRecorder(
+        tmp_path, fps=25, faults=FaultSpec(at=point, after=FAULT_AFTER[point], how=how),
+        settings=envrec.VideoSettings(stall_timeout_s=0.5), hang_timeout_s=1.0,
+    )
+    fill_clip(rec, "c0", 10)
+    rec.end_clip()
+    fill_clip(rec, "c1", 10)  # the env goes on: no exception
+    rec.end_clip()
+    assert wait_for(lambda: rec._stream.check() or rec._stream.broken is not None, 15)
+    reason = rec._stream.broken
+    fill_clip(rec, "c2", 10)  # a fresh encoder, without the fault
+    rec.end_clip()
+    rec.close()
+    assert VIDEO_REPORTED[how] in reason
+    assert rec.stats()["restarts"] == 1
+    for name in ("c0", "c2"):
+        m = meta(tmp_path, name)
+        assert not m["broken"] and m["frames_written"] == 10, (name, m)
+        assert len(decode(tmp_path / f"{name}.mp4", 64, 48)) == 10
+    m1 = meta(tmp_path, "c1")
+    assert m1["broken"] and VIDEO_REPORTED[how] in (m1.get("error") or m1["reason"]), m1
+    if m1["path"] is not None:  # what ffmpeg encoded before the fault is kept playable
+        assert 0 < len(decode(tmp_path / m1["path"], 64, 48)) <= 10

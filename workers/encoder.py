@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envrec.atomic import commit_file, tmp_path_for, write_atomic
+from envrec.faults import NO_FAULT, FaultSpec
 from envrec.ffmpeg import VideoSettings, encode_command, encoded_size, remux_command
 from envrec.records import FRAME_SHAPE, Kind, Status
 from envrec.procinfo import process_facts, signal_name
@@ -47,6 +48,7 @@ class EncoderConfig:
     backend: str
     settings: VideoSettings = field(default_factory=VideoSettings)
     env_id: str | None = None
+    faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.faults)
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Encoder:
         self.frames_dropped = 0
         self.records = 0
         self.error: str | None = None
+        self.faults = cfg.faults.injector()
         self._version: str | None = None
 
     # -- paths ---------------------------------------------------------------
@@ -104,6 +107,7 @@ class Encoder:
 
     # -- records -------------------------------------------------------------
     def handle(self, rec) -> bool:
+        self.faults.point("record")
         self.records += 1
         kind = rec.kind
         if kind == Kind.FRAME:
@@ -165,6 +169,7 @@ class Encoder:
             self._break(f"frame {clip.frames} has shape {shape}, the clip started with {clip.shape}")
             self._drop(clip)
             return
+        self.faults.point("frame")
         try:
             clip.proc.write(rec.parts[1])
         except FfmpegError as exc:
@@ -219,6 +224,7 @@ class Encoder:
         if clip.started_at is not None and clip.frames:
             clip.extra["encode_wall_s"] = time.monotonic() - clip.started_at
         path = self._video_path(clip)
+        self.faults.point("clip:end")
         if clip.kind == "ansi":
             self._finish_cast(clip, path)
         elif clip.proc is not None:
@@ -243,6 +249,7 @@ class Encoder:
         if clip.broken is not None:
             self.clips_broken += 1
             self._status(Status.CLIPS_BROKEN, self.clips_broken)
+        self.faults.point("clip:meta")
         self._write_meta(clip, path, empty, dropped_env)
         self.clips += 1
         self._status(Status.CLIPS, self.clips)

@@ -111,13 +111,13 @@ def _run(cfg, make: Callable[[Callable], Any], ring_spec: RingSpec, conn, parent
 def _fail(conn, reader: RingReader, handler, hand_over: bool = False) -> None:
     tb = traceback.format_exc()
     logger.error("envrec worker failed; its stream is broken:\n%s", tb)
-    reader.set_status(Status.BROKEN, 1)
-    if handler is not None and not hand_over:
-        handler.abort(tb.strip().splitlines()[-1])
-    try:
+    try:  # the traceback first: whoever sees BROKEN then finds it in the pipe
         conn.send(("error", tb))
     except OSError:
         pass
+    reader.set_status(Status.BROKEN, 1)
+    if handler is not None and not hand_over:
+        handler.abort(tb.strip().splitlines()[-1])
 
 
 def _parent_gone(parent_pid: int) -> bool:
