@@ -132,7 +132,7 @@ class WorkerProcess:
 
     def _read_output(self, fd: int) -> None:
         log = logging.getLogger(f"envrec.workers.{self.role.replace(' ', '-')}")
-        with open(fd, "rb", buffering=0) as f:
+        with open(fd, "rb") as f:  # a pipe: each read returns what has arrived, a line is never held back
             for raw in iter(f.readline, b""):
                 line = raw.decode("utf-8", "replace").rstrip()
                 if line:
