@@ -75,3 +75,16 @@ def test_inspect_finds_a_changed_byte_by_its_checksum(tmp_path):
     with pytest.raises(envrec.TraceError, match="CRC-32"):
         envrec.TraceReader(folder)[0]
     assert envrec.TraceReader(folder, verify=False)[0].length > 0  # asked not to check: read as is
+
+
+def test_record_off_a_terminal_without_a_display_prints_no_bar_and_no_sdl_noise(tmp_path):
+    """stdout and stderr are pipes here (as in CI or a log file), and no display is set."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER")}
+    env.pop("XDG_RUNTIME_DIR", None)  # what makes SDL complain when it looks for a display
+    out = subprocess.run(
+        [sys.executable, "-m", "envrec", "record", "--episodes", "2", "--out", str(tmp_path / "rec")],
+        capture_output=True, text=True, timeout=TIMEOUT_S, env={**env, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == "", out.stderr  # no progress bar, no "XDG_RUNTIME_DIR is invalid", no pygame banner
+    assert "recorded 2 episode(s)" in out.stdout and "video: 2 clip(s)" in out.stdout

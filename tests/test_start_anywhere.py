@@ -322,3 +322,19 @@ def test_sigkill_of_an_async_vector_env_sub_process_leaves_nothing_running(tmp_p
         assert m["frames_written"] > 0
         assert len(decode(tmp_path / "video0" / m["path"], 600, 400)) == m["frames_written"]
     assert_trace_equals(tmp_path / "env1", reference_episodes(2, actions[:, 1]))
+
+
+def test_start_method_is_deprecated_and_ignored(tmp_path):
+    with pytest.warns(DeprecationWarning, match="start_method is deprecated and ignored"):
+        env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path / "t", start_method="fork")
+    with pytest.warns(DeprecationWarning, match="start_method"):
+        rec = envrec.TraceRecorder(tmp_path / "r", gym.spaces.Discrete(2), gym.spaces.Discrete(2), start_method="spawn")
+    with pytest.warns(DeprecationWarning, match="start_method"):
+        video = envrec.RecordVideo(
+            gym.make("CartPole-v1", render_mode="rgb_array"), str(tmp_path / "v"), start_method="forkserver"
+        )
+    _step_episodes(env, 1)
+    env.close()
+    rec.close()
+    video.close()
+    assert len(envrec.TraceReader(tmp_path / "t")) == 1  # recorded as usual
