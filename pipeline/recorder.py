@@ -45,16 +45,20 @@ def check_folder(directory: str | os.PathLike) -> str:
     return directory
 
 
-def record_failure_in_manifest(path: str, reason: str, **document: Any) -> None:
+def record_failure_in_manifest(path: str, reason: str, *, only_if_missing: bool = False, **document: Any) -> None:
     """Say in a manifest why its recording stopped (its batches stay as the last worker committed them).
 
     When no serializer ever wrote the manifest, the env process writes one
     with no batches (``document``: the fields of ``manifest_document``) and
-    the reason, which ``TraceReader`` quotes. Never raises: it is logged.
+    the reason, which ``TraceReader`` quotes. ``only_if_missing``: leave an
+    existing manifest to its worker (while one may still write it). Never
+    raises: it is logged.
     """
     try:
         try:
             with open(path, "rb") as f:
+                if only_if_missing:
+                    return
                 manifest = json.load(f)
         except FileNotFoundError:
             manifest = manifest_document(**document)
@@ -136,7 +140,7 @@ class TraceRecorder:
             max_restarts=max_restarts,
             hang_timeout_s=hang_timeout_s,
             where=self.directory,
-            on_broken=self._record_failure_if_nothing_written,
+            on_broken=lambda reason: self._record_failure_in_manifest(reason, only_if_missing=True),
         )
         self.times = CallTimes() if timing else None
         self._episode = -1
@@ -264,36 +268,15 @@ class TraceRecorder:
                     logger.info("envrec: removed %d unfinished file(s) of the dead serializer", len(removed))
             if self._stream.broken is not None:
                 self._record_failure_in_manifest(self._stream.broken)
-            elif self._episode < 0:
-                self._remove_empty_manifest()
         logger.info("envrec: trace of %d episode(s) in %s: %s", self._episode + 1, self.manifest_path, summary_line(self.stats()))
         return summary
 
-    def _remove_empty_manifest(self) -> None:
-        """A recorder closed before any reset recorded nothing: leave no empty recording behind.
-
-        Gymnasium's ``AsyncVectorEnv`` builds its first sub-env once in the
-        parent process only to read its spaces and closes it at once; a
-        wrapper in that thunk must not leave a recording of nothing beside the
-        sub-envs' real ones.
-        """
-        try:
-            with open(self.manifest_path, "rb") as f:
-                if json.load(f)["batches"]:
-                    return
-            os.unlink(self.manifest_path)
-        except (OSError, ValueError, KeyError):
-            pass
-
-    def _record_failure_if_nothing_written(self, reason: str) -> None:
-        """A serializer that never started wrote no manifest: say why in one, so the folder tells."""
-        if not os.path.exists(self.manifest_path):
-            self._record_failure_in_manifest(reason)
-
-    def _record_failure_in_manifest(self, reason: str) -> None:
+    def _record_failure_in_manifest(self, reason: str, only_if_missing: bool = False) -> None:
+        """The reason in the manifest; ``only_if_missing`` when the stream breaks (a serializer that never
+        started wrote none), always at close."""
         cfg = self._cfg
         record_failure_in_manifest(
-            self.manifest_path, reason, prefix=cfg.prefix, env_id=cfg.env_id,
+            self.manifest_path, reason, only_if_missing=only_if_missing, prefix=cfg.prefix, env_id=cfg.env_id,
             observation_space=cfg.observation_space, action_space=cfg.action_space, settings=cfg.settings,
         )
 

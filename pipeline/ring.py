@@ -385,10 +385,6 @@ class RingReader:
             words[_W_SLEEPING] = 0
         return self._parse() if self._available() else None
 
-    def wake(self) -> None:
-        """Wake this consumer if it sleeps in ``next`` (from a signal handler of its own process)."""
-        self._items.post()
-
     def poll(self) -> RecordView | None:
         """The next unread record if one is published, without waiting."""
         if not self._available():

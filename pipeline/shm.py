@@ -65,7 +65,6 @@ class Segment:
 
     def __init__(self, name: str, size: int) -> None:
         self.name = name
-        self.size = size
         self.fd = os.open(os.path.join(SHM_DIR, name), os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
         try:
             # Reserve the pages now: tmpfs allocates lazily, and a page it cannot
@@ -150,9 +149,8 @@ def sweep_orphans() -> list[str]:
         if pid is None or psutil.pid_exists(pid):
             continue
         try:
-            os.unlink(os.path.join(SHM_DIR, name))
-        except FileNotFoundError:
-            continue
+            if not unlink_segment(name):
+                continue
         except OSError as exc:
             logger.warning("could not remove orphaned shared-memory segment %s: %s", name, exc)
             continue

@@ -153,13 +153,12 @@ class RecordVectorTrace(VectorWrapper):
     def _record_failure(self, reason: str) -> None:
         """Each sub-env's manifest that no serializer wrote says why (a worker that never started)."""
         for i in range(self.num_envs):
-            prefix = f"{self.prefix}.env{i}"
-            path = os.path.join(self.directory, manifest_name(prefix))
-            if not os.path.exists(path):
-                record_failure_in_manifest(
-                    path, reason, prefix=prefix, env_id=self._cfg.env_id, observation_space=self._obs_spec,
-                    action_space=self._act_spec, settings=self._cfg.settings,
-                )
+            prefix = self.prefix_of(i)
+            record_failure_in_manifest(
+                os.path.join(self.directory, manifest_name(prefix)), reason, only_if_missing=True, prefix=prefix,
+                env_id=self._cfg.env_id, observation_space=self._obs_spec, action_space=self._act_spec,
+                settings=self._cfg.settings,
+            )
 
     def close(self, **kwargs) -> None:
         try:

@@ -148,7 +148,6 @@ class VideoRecorder:
         self._warned_broken = False
         self._unreported: deque[_ClipState] = deque()  # clips sent, not yet known finished
         self._clips_seen = 0
-        self._base = (0, 0)  # clips started and finished before the current worker
         register_closer(self)
 
     @property
@@ -236,7 +235,7 @@ class VideoRecorder:
         self._send(Kind.CLIP_END, 0, 0, (self._clip_end_part(clip),))
         self._stream.check()
         if self._stream.broken is not None:
-            self._write_broken_meta(clip)
+            self._write_unfinished_meta(self._stream.broken)
 
     def _clip_end_part(self, clip: _ClipState) -> bytes:
         """What the env side knows of a clip, for its ``.meta.json``."""
@@ -291,24 +290,19 @@ class VideoRecorder:
             self._write_unfinished_meta(reason)
             self._unreported.clear()
             self._clips_seen = self._stream.status(Status.CLIPS)
-            self._base = (self.clips_started, self._clips_seen)  # what the new worker is measured from
         elif not self._warned_broken:
             self._warned_broken = True
             logger.error("envrec: the encoder failed %d times; no more clips will be recorded", self.max_restarts + 1)
 
     def _write_unfinished_meta(self, reason: str | None) -> None:
-        """Metadata for every clip sent to a failed worker that it never finished (clips queued behind
-        the one it failed on included), so no clip is left without a ``.meta.json`` saying why."""
+        """Metadata for every clip sent to a failed worker that it did not finish (the one it failed on
+        and those queued behind it): a clip whose ``.meta.json`` the worker never wrote gets one saying why."""
         for clip in self._unreported:
             if not os.path.exists(os.path.join(self.folder, clip.name + ".meta.json")):
-                self._write_broken_meta(clip, reason, finished_check=False)
+                self._write_broken_meta(clip, reason)
 
-    def _write_broken_meta(self, clip: _ClipState, reason: str | None = None, finished_check: bool = True) -> None:
-        """The metadata of a clip whose worker died before writing it."""
-        started, finished = self._base
-        if finished_check and self._stream.status(Status.CLIPS) - finished >= self.clips_started - started:
-            return  # the worker finished this clip before it failed
-        reason = reason or self._stream.broken
+    def _write_broken_meta(self, clip: _ClipState, reason: str | None) -> None:
+        """The metadata of a clip whose worker failed before writing it."""
         path = os.path.join(self.folder, clip.name + ".meta.json")
         ext = ".cast" if clip.kind == "ansi" else ".mp4"
         video = os.path.join(self.folder, clip.name + ext)
@@ -367,9 +361,7 @@ class VideoRecorder:
             self._send(Kind.CLIP_END, 0, 0, (self._clip_end_part(clip),))
         summary = self._stream.close(final_stats=self.stats())
         if self._stream.broken is not None:
-            if clip is not None:
-                self._write_broken_meta(clip)
-            self._write_unfinished_meta(self._stream.broken)  # the worker is gone: the rest are unfinished
+            self._write_unfinished_meta(self._stream.broken)  # the worker is gone: what it left is unfinished
         self._report_finished()
         logger.info("envrec: %d clip(s) in %s: %s", self.clips_started, self.folder, summary_line(self.stats()))
         return summary

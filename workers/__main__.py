@@ -19,6 +19,8 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
+from envrec.wakeup import Wakeup
+
 from .entry import MAINS
 
 PR_SET_PDEATHSIG = 1  # prctl(2) option: a signal this process gets when its parent exits
@@ -47,7 +49,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"config is for a {role}, not a {args.role}")
     conn = Connection(args.report_fd, readable=False)
     # The signal may come from a thread of the parent exiting (prctl is per thread): it only wakes us.
-    signal.signal(PARENT_DEATH_SIGNAL, lambda *_: os.eventfd_write(ring_spec.items_fd, 1))
+    wake_consumer = Wakeup(ring_spec.items_fd).post  # what the producer posts to wake a sleeping consumer
+    signal.signal(PARENT_DEATH_SIGNAL, lambda *_: wake_consumer())
     _ask_for_parent_death_signal()
     MAINS[role](config, ring_spec, conn, parent_pid)
 

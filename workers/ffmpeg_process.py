@@ -23,9 +23,8 @@ import time
 
 from envrec.procinfo import signal_name
 
-__all__ = ["FfmpegError", "FfmpegProcess", "WRITE_STALL_S"]
+__all__ = ["FfmpegError", "FfmpegProcess"]
 
-WRITE_STALL_S = 10.0  # ffmpeg taking no input this long is considered hung (VideoSettings.stall_timeout_s)
 WATCH_INTERVAL_S = 0.25  # how often the watchdog looks at a write in progress
 FINISH_TIMEOUT_S = 30.0  # how long a clip's last frames may take to encode after stdin closes
 STDERR_TAIL_LINES = 20
@@ -37,7 +36,8 @@ class FfmpegError(Exception):
 
 
 class FfmpegProcess:
-    def __init__(self, cmd: list[str], nice: int = 0, stall_timeout_s: float = WRITE_STALL_S) -> None:
+    def __init__(self, cmd: list[str], nice: int, stall_timeout_s: float) -> None:
+        """Start ffmpeg; ``stall_timeout_s`` (``VideoSettings.stall_timeout_s``): no input taken that long is a hang."""
         self.cmd = cmd
         self.stall_timeout_s = stall_timeout_s
         self.proc = subprocess.Popen(

@@ -128,9 +128,10 @@ class CpuMeter:
         self.base_worker_s[variant] = worker
         self.base_ffmpeg_s[variant] = ffmpeg
 
-    def window(self, variant: str) -> "_Window":
-        """Context manager around a variant's stepping (or its close)."""
-        return _Window(self, variant)
+    def window(self, variant: str, count_env: bool = True) -> "_Window":
+        """Context manager around a variant's stepping, or its close (``count_env=False``: that work is
+        not a step's, only the children it reaps count)."""
+        return _Window(self, variant, count_env)
 
     def split(self, variant: str, envrec_stats: dict) -> dict[str, float | None]:
         """CPU seconds of the variant's env-process windows, workers and ffmpeg, since the baseline."""
@@ -144,9 +145,8 @@ class CpuMeter:
 
 
 class _Window:
-    def __init__(self, meter: CpuMeter, variant: str) -> None:
-        self.meter, self.variant = meter, variant
-        self.count_env = True
+    def __init__(self, meter: CpuMeter, variant: str, count_env: bool) -> None:
+        self.meter, self.variant, self.count_env = meter, variant, count_env
 
     def __enter__(self) -> "_Window":
         self.self0 = time.thread_time()

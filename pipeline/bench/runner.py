@@ -223,8 +223,7 @@ def run_bench(
             for name, env in envs.items():
                 recs = envrec_parts(env)
                 closed.add(name)
-                with cpu.window(name) as w:
-                    w.count_env = False  # the close's own work in this process is not a step's
+                with cpu.window(name, count_env=False):
                     env.close()
                 if recs:
                     envrec_stats[name] = {type(r).__name__: r.stats() for r in recs}
