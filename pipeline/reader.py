@@ -1,6 +1,8 @@
 """Reading traces back: ``TraceReader`` and gym-recording's ``scan_recorded_traces``.
 
-Arrays are memory-mapped from the ``.bin`` files (no copy, read-only). Only
+Arrays are memory-mapped from the ``.bin`` files (no copy, read-only);
+compressed ones (see ``envrec.compression``) are decompressed when their
+episode is read, each array once while it stays in a small cache. Only
 batches the manifest names are read, so a recording still running is read up
 to its last committed batch; ``refresh()`` picks up batches committed since.
 A batch whose files are missing, not the size the manifest says, or (with
@@ -14,6 +16,7 @@ import glob
 import json
 import mmap
 import os
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -21,10 +24,11 @@ import numpy as np
 
 from .errors import EnvrecError
 from .atomic import file_crc32
+from .compression import decompress_into
 from .infos import decode_json
-from .trace_format import MANIFEST_SUFFIX
+from .trace_format import MANIFEST_SUFFIX, is_segment, recording_batches
 
-__all__ = ["TraceReader", "Episode", "TraceError", "scan_recorded_traces"]
+__all__ = ["TraceReader", "Episode", "Recording", "TraceError", "scan_recorded_traces"]
 
 
 class TraceError(EnvrecError):
@@ -52,6 +56,25 @@ class Episode:
     extra: dict = field(default_factory=dict)
 
 
+DECODED_CACHE_BYTES = 256 << 20  # decompressed arrays kept for episodes read again
+
+
+@dataclass(frozen=True)
+class _Packed:
+    """A compressed array's descriptor, decompressed when its episode is read."""
+
+    desc: dict
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One recording in the folder: its head manifest and every batch entry it names, oldest first."""
+
+    path: str
+    manifest: dict
+    batches: list[dict]
+
+
 @dataclass(frozen=True)
 class _BatchRef:
     manifest: dict
@@ -68,32 +91,55 @@ class TraceReader:
         self.verify = verify  # check each batch's CRC-32 when it is first loaded (reads its files once)
         self._maps: dict[str, Any] = {}
         self._cache: tuple[int, list] | None = None
-        self.manifests: list[dict] = []
+        self._decoded: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
+        self._decoded_bytes = 0
+        self.manifests: list[dict] = []  # the head manifests
+        self.recordings: list[Recording] = []
         self._batches: list[_BatchRef] = []
         self.refresh()
 
     def refresh(self) -> None:
         """Re-read the manifests (a recording may have committed batches since)."""
+        for _ in range(3):  # a file named by a head we read may be evicted before we read it: read again
+            try:
+                self._read_manifests()
+                return
+            except FileNotFoundError as exc:
+                missing = exc
+        raise TraceError(f"a manifest segment in {self.directory} keeps vanishing while it is read: {missing}")
+
+    def _read_manifests(self) -> None:
         pattern = f"{glob.escape(self.prefix)}{MANIFEST_SUFFIX}" if self.prefix else f"*{MANIFEST_SUFFIX}"
         paths = sorted(glob.glob(os.path.join(glob.escape(self.directory), pattern)))
-        if not paths:
-            raise TraceError(f"no trace manifest ({pattern}) in {self.directory}")
-        self.manifests, self._batches = [], []
-        n = 0
+        heads: list[tuple[str, dict]] = []
         for path in paths:
             try:
                 with open(path, "rb") as f:
                     manifest = json.load(f)
+            except FileNotFoundError:
+                raise
             except (OSError, ValueError) as exc:
                 raise TraceError(f"cannot read the manifest {path}: {exc}") from exc
-            if "batches" not in manifest:
+            if not isinstance(manifest, dict) or "batches" not in manifest:
                 raise TraceError(f"{path} is not a trace manifest (no 'batches')")
+            if not is_segment(manifest):  # segments are read through the head that counts them
+                heads.append((path, manifest))
+        if not heads:
+            raise TraceError(f"no trace manifest ({pattern}) in {self.directory}")
+        self.manifests, self.recordings, self._batches = [], [], []
+        n = 0
+        for path, manifest in heads:
+            try:
+                entries = recording_batches(self.directory, manifest)
+            except ValueError as exc:
+                raise TraceError(f"cannot read a manifest segment of {path}: {exc}") from exc
             self.manifests.append(manifest)
-            for entry in manifest["batches"]:
+            self.recordings.append(Recording(path, manifest, entries))
+            for entry in entries:
                 self._batches.append(_BatchRef(manifest, entry, n))
                 n += entry["len"]
         if n == 0:
-            failed = [(p, m["error"]) for p, m in zip(paths, self.manifests) if m.get("error")]
+            failed = [(p, m["error"]) for p, m in heads if m.get("error")]
             if failed:
                 raise TraceError(
                     "no episode was recorded: "
@@ -160,9 +206,47 @@ class TraceReader:
         if o.get("__type") != "ndarray":
             return o
         shape, dtype = tuple(o["shape"]), np.dtype(o["dtype"])
+        if "codec" in o:
+            return _Packed(o)
         if o["size"] == 0:
             return np.empty(shape, dtype)
         arr = np.ndarray(shape, dtype=dtype, buffer=self._map(o["npyfile"]), offset=o["npyoff"], order="C")
+        return arr
+
+    def _unpack(self, value: Any) -> Any:
+        """``value`` with every compressed array in it decompressed."""
+        if isinstance(value, _Packed):
+            return self._decompress(value.desc)
+        if isinstance(value, dict):
+            return {k: self._unpack(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._unpack(v) for v in value]
+        return value
+
+    def _decompress(self, o: dict) -> np.ndarray:
+        key = (o["npyfile"], o["npyoff"])
+        arr = self._decoded.get(key)
+        if arr is not None:
+            self._decoded.move_to_end(key)
+            return arr
+        shape, dtype = tuple(o["shape"]), np.dtype(o["dtype"])
+        arr = np.empty(shape, dtype)
+        if arr.nbytes != o.get("raw_size", arr.nbytes):
+            raise TraceError(f"{o['npyfile']}: a compressed array of shape {shape} says it holds {o['raw_size']} bytes")
+        row_bytes = arr.nbytes // shape[0] if shape and shape[0] else 0
+        with memoryview(self._map(o["npyfile"])) as whole, whole[o["npyoff"] : o["npyoff"] + o["size"]] as stored:
+            try:
+                decompress_into(memoryview(arr).cast("B"), stored, o["codec"], o["chunks"], row_bytes)
+            except Exception as exc:  # the codecs' errors have no common base class
+                raise TraceError(
+                    f"{o['npyfile']}: a {o['codec']} array at offset {o['npyoff']} does not decompress: {exc}"
+                ) from exc
+        arr.flags.writeable = False  # as read-only as the memory-mapped ones
+        self._decoded[key] = arr
+        self._decoded_bytes += arr.nbytes
+        while self._decoded_bytes > DECODED_CACHE_BYTES and len(self._decoded) > 1:
+            _, old = self._decoded.popitem(last=False)
+            self._decoded_bytes -= old.nbytes
         return arr
 
     def _map(self, name: str):
@@ -181,18 +265,19 @@ class TraceReader:
             "observations", "actions", "rewards", "terminations", "truncations", "infos", "episode_id",
             "seed", "options", "length", "return", "ended_by", "complete",
         }
+        rewards = self._unpack(raw["rewards"])
         return Episode(
             index=index,
             episode_id=raw.get("episode_id", index),
-            observations=_shape(raw["observations"], m.get("observation_space")),
-            actions=_shape(raw["actions"], m.get("action_space")),
-            rewards=raw["rewards"],
-            terminations=raw.get("terminations"),
-            truncations=raw.get("truncations"),
+            observations=_shape(self._unpack(raw["observations"]), m.get("observation_space")),
+            actions=_shape(self._unpack(raw["actions"]), m.get("action_space")),
+            rewards=rewards,
+            terminations=self._unpack(raw.get("terminations")),
+            truncations=self._unpack(raw.get("truncations")),
             infos=[decode_json(i) for i in raw.get("infos", [])],
             seed=raw.get("seed"),
             options=decode_json(raw.get("options")),
-            length=raw.get("length", len(raw["rewards"])),
+            length=raw.get("length", len(rewards)),
             total_reward=raw.get("return"),
             ended_by=raw.get("ended_by", "unknown"),
             complete=raw.get("complete", True),
@@ -203,6 +288,8 @@ class TraceReader:
         """Forget the memory maps (arrays handed out keep theirs alive)."""
         self._maps.clear()
         self._cache = None
+        self._decoded.clear()
+        self._decoded_bytes = 0
 
     def __enter__(self) -> "TraceReader":
         return self

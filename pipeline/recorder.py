@@ -16,6 +16,7 @@ from time import perf_counter_ns
 from typing import Any
 
 from .atomic import remove_stale_tmp, write_atomic
+from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .infos import pack_info
@@ -26,7 +27,7 @@ from .stats import CallTimes, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix, default_prefix, manifest_document, manifest_name
 
-__all__ = ["TraceRecorder", "DEFAULT_RING_BYTES", "check_folder", "record_failure_in_manifest"]
+__all__ = ["TraceRecorder", "DEFAULT_RING_BYTES", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,19 @@ def check_folder(directory: str | os.PathLike) -> str:
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ConfigError(f"the output folder {directory} is not writable by this process")
     return directory
+
+
+def check_max_bytes(max_bytes: int | None, unit_bytes: int, unit: str = "batch_bytes") -> None:
+    """A disk budget must hold at least two units (batches or clips): the newest is never evicted."""
+    if max_bytes is None:
+        return
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
+        raise ConfigError(f"max_bytes must be a positive number of bytes or None, not {max_bytes!r}")
+    if max_bytes < 2 * unit_bytes:
+        raise ConfigError(
+            f"max_bytes={max_bytes} cannot hold two batches of {unit}={unit_bytes}: the budget keeps the newest "
+            f"whole and evicts older ones; raise max_bytes or lower {unit}"
+        )
 
 
 def record_failure_in_manifest(path: str, reason: str, *, only_if_missing: bool = False, **document: Any) -> None:
@@ -78,7 +92,7 @@ class TraceRecorder:
     says what happens when the ring is full: ``"block"`` waits for room
     (nothing is lost; ``block_timeout_s`` bounds the wait, after which the
     record is dropped and counted), ``"drop"`` drops the record at once and
-    counts it.
+    counts it. ``compression`` and ``max_bytes``: see ``RecordTrace``.
     """
 
     def __init__(
@@ -100,10 +114,14 @@ class TraceRecorder:
         max_restarts: int = 3,
         faults: FaultSpec | None = None,
         hang_timeout_s: float | None = 60.0,
+        compression: str | Compression | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         warn_start_method(start_method)
         if batch_bytes <= 0:
             raise ConfigError(f"batch_bytes must be positive, not {batch_bytes}")
+        check_max_bytes(max_bytes, batch_bytes)
+        compression = parse_compression(compression)
         self.directory = check_folder(directory)
         self.prefix = self._choose_prefix(name_prefix)
         obs_spec, act_spec = describe_space(observation_space), describe_space(action_space)
@@ -118,6 +136,8 @@ class TraceRecorder:
             "ring_bytes": ring_bytes,
             "backpressure": backpressure,
             "block_timeout_s": block_timeout_s,
+            "compression": compression.describe() if compression is not None else None,
+            "max_bytes": max_bytes,
         }
         remove_stale_tmp(self.directory, self.prefix)
 
@@ -125,7 +145,7 @@ class TraceRecorder:
 
         self._cfg = cfg = SerializerConfig(
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),
-            faults=faults or from_env() or NO_FAULT,
+            faults=faults or from_env() or NO_FAULT, compression=compression, max_bytes=max_bytes,
         )
         self._stream = Stream(
             "serializer",
@@ -233,6 +253,10 @@ class TraceRecorder:
             "batches": s.status(Status.BATCHES),
             "bytes_committed": s.status(Status.BYTES),
             "records_discarded": s.status(Status.DISCARDED),
+            "batches_evicted": s.status(Status.EVICTED),
+            "bytes_evicted": s.status(Status.BYTES_EVICTED),
+            "commits": s.status(Status.COMMITS),
+            "commit_us_total": s.status(Status.COMMIT_US),
         }
         if s.closed and s.broken is not None:
             out.update(self._committed_from_manifest())  # the last worker's words may not be the last commit's
@@ -241,15 +265,18 @@ class TraceRecorder:
     def _committed_from_manifest(self) -> dict[str, int]:
         try:
             with open(self.manifest_path, "rb") as f:
-                batches = json.load(f)["batches"]
-        except (OSError, ValueError, KeyError):
+                manifest = json.load(f)
+            named, evicted = manifest["counters"], manifest.get("evicted") or {}
+            return {
+                "batches": named["batches"] + evicted.get("batches", 0),
+                "episodes_written": named["episodes"] + evicted.get("episodes", 0),
+                "steps_committed": named["steps"] + evicted.get("steps", 0),
+                "bytes_committed": named["bytes"] + evicted.get("bytes", 0),
+                "batches_evicted": evicted.get("batches", 0),
+                "bytes_evicted": evicted.get("bytes", 0),
+            }
+        except (OSError, ValueError, KeyError, TypeError):
             return {}
-        return {
-            "batches": len(batches),
-            "episodes_written": sum(b["len"] for b in batches),
-            "steps_committed": sum(b["steps"] for b in batches),
-            "bytes_committed": sum(b["json_bytes"] + b["bin_bytes"] for b in batches),
-        }
 
     def close(self) -> dict | None:
         """Flush everything, stop the worker, free the ring. Harmless when repeated."""

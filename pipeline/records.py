@@ -84,6 +84,11 @@ class Status(IntEnum):
     ENCODER_PID = 12  # pid of the running ffmpeg, 0 when none
     CLIPS_BROKEN = 13  # clips that ended broken
     HEARTBEAT = 14  # bumped at least every PARENT_CHECK_S by a live worker loop (hang detection)
+    # disk budgets and commit cost
+    COMMITS = 15  # batch commits (trace stream)
+    COMMIT_US = 16  # microseconds spent in those commits, in total (batch files, manifest, eviction)
+    EVICTED = 17  # batches (trace) or clips (video) deleted to keep the folder within max_bytes / keep_last_clips
+    BYTES_EVICTED = 18  # bytes of files so deleted
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,15 @@ class TraceSummary:
     steps: int = 0
     batches: int = 0
     bytes: int = 0
+    raw_bytes: int = 0  # the same data uncompressed
     lengths: list[int] = field(default_factory=list)
     returns: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     clips: list[dict] = field(default_factory=list)
+
+    @property
+    def compression_ratio(self) -> float | None:
+        return self.raw_bytes / self.bytes if self.bytes else None
 
     @property
     def ok(self) -> bool:
@@ -42,7 +47,8 @@ def summarize(directory: str) -> TraceSummary:
         reader = None  # a folder of clips only, or a trace that never started: the clips still tell
         s.problems.append(str(exc))
     damaged = set()
-    for m in reader.manifests if reader is not None else []:
+    for rec in reader.recordings if reader is not None else []:
+        m = rec.manifest
         s.recordings.append(
             {
                 "prefix": m.get("prefix"),
@@ -50,17 +56,20 @@ def summarize(directory: str) -> TraceSummary:
                 "complete": m.get("complete"),
                 "closed_cleanly": m.get("closed_cleanly"),
                 "error": m.get("error"),
-                "batches": len(m["batches"]),
-                "episodes": sum(b["len"] for b in m["batches"]),
+                "batches": len(rec.batches),
+                "episodes": sum(b["len"] for b in rec.batches),
+                "compression": (m.get("settings") or {}).get("compression"),
+                "evicted": m.get("evicted"),
             }
         )
-        for entry in m["batches"]:
+        for entry in rec.batches:
             s.batches += 1
             problems = reader.check_batch(entry)
             s.problems.extend(problems)
             if problems:
                 damaged.add(entry["fn"])
             s.bytes += entry.get("json_bytes", 0) + entry.get("bin_bytes", 0)
+            s.raw_bytes += entry.get("array_bytes", entry.get("bin_bytes", 0)) + entry.get("json_bytes", 0)
         if m.get("error"):
             s.problems.append(f"{m.get('prefix')}: the recorder reported an error: {m['error']}")
     for name in sorted(os.listdir(directory)):

@@ -8,6 +8,13 @@ envrec traces unchanged when the default prefix is kept:
   recorder ``settings``, ``counters`` and ``complete``. Each batch entry also
   names its ``bin`` file and both files' sizes, so a reader can tell a
   complete batch from a damaged one.
+* ``PREFIX.mNNNNNN.manifest.json``: closed manifest *segments*. The head
+  manifest lists the batches of the segment being filled; once it holds
+  ``SEGMENT_BATCHES`` of them they move to a segment file of their own, which
+  is never rewritten again (except to drop evicted batches), and the head
+  counts the segments (``segments: {"first", "next"}``). A commit therefore
+  rewrites at most one segment's worth of entries however long the recording.
+  Readers take the segments ``first..next-1`` in order, then the head's.
 * ``PREFIX.epNNNNNNNNN.json``: ``{"episodes": [...]}`` where every array is
   ``{"__type": "ndarray", "shape", "order", "dtype", "npyfile", "npyoff",
   "size"}`` pointing into ``PREFIX.epNNNNNNNNN.bin`` (little-endian, offsets
@@ -38,11 +45,16 @@ __all__ = [
     "batch_names",
     "ndarray_descriptor",
     "manifest_document",
+    "segment_name",
+    "segment_document",
+    "is_segment",
+    "SEGMENT_BATCHES",
 ]
 
 FORMAT_NAME = "envrec.trace"
 FORMAT_VERSION = 1
 MANIFEST_SUFFIX = ".manifest.json"
+SEGMENT_BATCHES = 256  # batch entries in a manifest segment
 GYM_RECORDING_PREFIX = "openaigym.trace"
 
 _prefix_counter = 0
@@ -101,6 +113,8 @@ def manifest_document(
     closed_cleanly: bool = False,
     stats: dict | None = None,
     error: str | None = None,
+    segments: dict | None = None,
+    evicted: dict | None = None,
 ) -> dict:
     """A manifest, with every key a reader may look for (the serializer's, or the env process's own
     when its serializer never started)."""
@@ -116,10 +130,43 @@ def manifest_document(
         "observation_space": observation_space,
         "action_space": action_space,
         "settings": settings,
-        "counters": counters or {"episodes": sum(b["len"] for b in batches), "steps": 0, "bytes": 0, "orphan_steps": 0},
+        "counters": counters or {"batches": len(batches), "episodes": sum(b["len"] for b in batches), "steps": 0, "bytes": 0, "orphan_steps": 0},
+        "segments": segments or {"first": 0, "next": 0},
+        "evicted": evicted or {"batches": 0, "episodes": 0, "steps": 0, "bytes": 0},
         "complete": complete,
         "closed_cleanly": complete and closed_cleanly,
         "stats": stats,
         "error": error,
         "writer": {"envrec": __version__, "pid": os.getpid()},
     }
+
+
+def segment_name(prefix: str, index: int) -> str:
+    """A closed manifest segment: it still ends in ``.manifest.json`` and has a ``batches`` list, so
+    gym-recording's glob-and-concatenate reader reads it as one more manifest."""
+    return f"{prefix}.m{index:06d}{MANIFEST_SUFFIX}"
+
+
+def is_segment(document: dict) -> bool:
+    return "segment_of" in document
+
+
+def segment_document(prefix: str, index: int, batches: list) -> dict:
+    return {"batches": batches, "segment_of": prefix, "segment": index, "format": FORMAT_NAME, "version": FORMAT_VERSION}
+
+
+def recording_batches(folder: str, manifest: dict) -> list[dict]:
+    """Every batch entry a head manifest names, oldest first: its closed segments', then its own.
+
+    ``FileNotFoundError`` when a segment it counts is gone: evicted after the
+    head was read; read the head again.
+    """
+    import json
+
+    seg = manifest.get("segments") or {"first": 0, "next": 0}
+    out: list[dict] = []
+    for k in range(seg["first"], seg["next"]):
+        with open(os.path.join(folder, segment_name(manifest["prefix"], k)), "rb") as f:
+            out.extend(json.load(f)["batches"])
+    out.extend(manifest["batches"])
+    return out

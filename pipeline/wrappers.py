@@ -9,6 +9,7 @@ from typing import Any, Callable, SupportsFloat
 
 import gymnasium as gym
 
+from .compression import Compression
 from .ffmpeg import VideoSettings
 from .recorder import DEFAULT_RING_BYTES, TraceRecorder
 from .stream import warn_start_method
@@ -28,6 +29,12 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
     (the reset's first), N actions, rewards, terminations and truncations, and
     N+1 infos. Files are named ``openaigym.trace.<n>.<pid>.*`` unless
     ``name_prefix`` is given, so gym-recording's playback reads them as is.
+
+    ``compression="zstd"`` (or ``"zstd:LEVEL"``, ``"lz4"``, a ``Compression``)
+    stores arrays compressed in chunks, in the serializer worker; the default
+    ``None`` keeps the files readable by gym-recording's playback.
+    ``max_bytes`` is a disk budget for this recording's batches: beyond it
+    the oldest whole batches are evicted (``batches_evicted`` in ``stats()``).
 
     ``close()`` flushes everything, waits for the serializer and frees the
     shared memory; it then closes ``env`` as every Gymnasium wrapper does.
@@ -54,6 +61,8 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         recorder: TraceRecorder | None = None,
         timing: bool = True,
         max_restarts: int = 3,
+        compression: str | Compression | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -64,6 +73,8 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             backpressure=backpressure,
             block_timeout_s=block_timeout_s,
             strict=strict,
+            compression=compression,
+            max_bytes=max_bytes,
         )
         warn_start_method(start_method)
         gym.Wrapper.__init__(self, env)
@@ -85,6 +96,8 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 strict=strict,
                 timing=timing,
                 max_restarts=max_restarts,
+                compression=compression,
+                max_bytes=max_bytes,
             )
         self.recorder = recorder
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from envrec.compression import Compression, compressor
 from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir
 from envrec.trace_format import batch_names, ndarray_descriptor
 
@@ -55,6 +57,48 @@ def append_file(src_fd: int, dst_fd: int, n: int) -> None:
         done += len(chunk)
 
 
+CHUNK_INDEX = struct.Struct("<qq")  # one compressed chunk: rows, stored bytes
+
+
+class ChunkPacker:
+    """Rows of one array field gathered into chunks and compressed (see ``envrec.compression``).
+
+    The chunk being filled is the only buffer (its size fixed when the
+    recording starts); the index of the episode's chunks goes to a spill
+    file of its own, so nothing in memory grows with an episode's length.
+    """
+
+    def __init__(self, compression: Compression, row_bytes: int, index_spill) -> None:
+        self.compress = compressor(compression)
+        self.row_bytes = row_bytes
+        self.rows_per_chunk = compression.chunk_rows(row_bytes)
+        self.buffer = bytearray(self.rows_per_chunk * row_bytes)
+        self.view = memoryview(self.buffer)
+        self.rows = 0  # rows waiting in the buffer
+        self.index = index_spill
+
+    def add(self, mv) -> bool:
+        """Copy one row in; True when the chunk is full."""
+        start = self.rows * self.row_bytes
+        self.view[start : start + self.row_bytes] = mv
+        self.rows += 1
+        return self.rows == self.rows_per_chunk
+
+    def take(self) -> bytes:
+        """The waiting rows compressed as one chunk (recorded in the index); the buffer is empty after."""
+        data = self.compress(self.view[: self.rows * self.row_bytes])
+        self.index.write(CHUNK_INDEX.pack(self.rows, len(data)))
+        self.rows = 0
+        return data
+
+    def chunk_list(self) -> list[list[int]]:
+        """The episode's chunks, ``[rows, stored_bytes]`` each, read back from the index spill."""
+        self.index.flush()
+        n = self.index.tell()
+        raw = os.pread(self.index.fileno(), n, 0)
+        return [list(t) for t in CHUNK_INDEX.iter_unpack(raw)]
+
+
 @dataclass
 class ArrayField:
     """Rows of one fixed-shape array field of the current episode."""
@@ -66,14 +110,45 @@ class ArrayField:
     direct: bool = False
     rows: int = 0
     offset: int = 0  # where its data starts in the .bin (direct fields: set at episode start)
+    stored: int = 0  # bytes of the episode's data written so far (compressed ones: once compressed)
     spill: Any = None  # buffered spill file (not direct)
+    packer: ChunkPacker | None = None  # compressed fields only
+    codec: str = ""
 
     def write(self, mv, sink) -> None:
-        if self.direct:
-            sink.write_bin(mv)
-        else:
-            self.spill.write(mv)
         self.rows += 1
+        if self.packer is not None:
+            if self.packer.add(mv):
+                self._out(self.packer.take(), sink)
+            return
+        self._out(mv, sink)
+
+    def _out(self, data, sink) -> None:
+        if self.direct:
+            sink.write_bin(data)
+        else:
+            self.spill.write(data)
+        self.stored += len(data) if isinstance(data, bytes) else data.nbytes
+
+    def flush_chunk(self, sink) -> None:
+        """Compress the rows waiting in a partial chunk (before a checkpoint, at the episode's end)."""
+        if self.packer is not None and self.packer.rows:
+            self._out(self.packer.take(), sink)
+
+    def start_episode(self, bin_size: int) -> None:
+        self.rows = self.stored = 0
+        self.offset = bin_size if self.direct else 0
+        if self.packer is not None:
+            self.packer.rows = 0
+            self.packer.index.seek(0)
+
+    def descriptor(self, npyfile: str) -> dict:
+        d = ndarray_descriptor((self.rows, *self.shape), self.dtype, npyfile, self.offset, self.stored)
+        if self.packer is not None:
+            d["codec"] = self.codec
+            d["raw_size"] = self.rows * self.row_bytes
+            d["chunks"] = self.packer.chunk_list()
+        return d
 
 
 @dataclass
@@ -116,6 +191,7 @@ class BatchWriter:
         self.json_size = 0
         self.episodes = 0
         self.steps = 0
+        self.array_bytes = 0  # the episodes' arrays uncompressed (for the compression ratio)
         self._write_json(b'{"episodes": [')
 
     @classmethod
@@ -139,6 +215,7 @@ class BatchWriter:
             f.truncate(size)
             f.seek(size)
         self.episodes, self.steps = state["episodes"], state["steps"]
+        self.array_bytes = state["array_bytes"]
         return self
 
     def state(self) -> dict:
@@ -153,6 +230,7 @@ class BatchWriter:
             "json_size": self.json_size,
             "episodes": self.episodes,
             "steps": self.steps,
+            "array_bytes": self.array_bytes,
         }
 
     # -- writing ---------------------------------------------------------
@@ -183,18 +261,15 @@ class BatchWriter:
         shapes whose leaves are field keys; ``meta`` holds the scalar keys.
         """
         for f in fields.arrays:
+            f.flush_chunk(self)
             if f.direct:
                 continue
             self.pad_bin()
             f.offset = self.bin_size
-            n = f.rows * f.row_bytes
-            if n:
-                self.append_spill(f.spill, n)
-        by_key: dict[tuple, Any] = {}
-        for f in fields.arrays:
-            by_key[f.key] = ndarray_descriptor(
-                (f.rows, *f.shape), f.dtype, self.bin_name, f.offset, f.rows * f.row_bytes
-            )
+            if f.stored:
+                self.append_spill(f.spill, f.stored)
+        by_key: dict[tuple, Any] = {f.key: f.descriptor(self.bin_name) for f in fields.arrays}
+        self.array_bytes += sum(f.rows * f.row_bytes for f in fields.arrays)
         tokens = {}
         for i, jf in enumerate(fields.jsons):
             token = f"\0envrec-stream-{i}\0"
@@ -248,6 +323,7 @@ class BatchWriter:
             "steps": self.steps,
             "json_bytes": self.json_size,
             "bin_bytes": self.bin_size,
+            "array_bytes": self.array_bytes,
             "json_crc32": file_crc32(os.path.join(self.folder, self.json_name)),
             "bin_crc32": file_crc32(os.path.join(self.folder, self.bin_name)),
         }

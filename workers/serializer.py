@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from envrec.compression import Compression
 from envrec.faults import NO_FAULT, FaultSpec
 from envrec.atomic import discard_file, remove_stale_tmp, tmp_path_for, write_atomic
 from envrec.infos import encode_json, unpack_info
@@ -23,7 +24,8 @@ from envrec.schema import Leaf, decode_reward
 from envrec.trace_format import manifest_document, manifest_name
 
 from .resources import resources
-from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, BatchWriter, EpisodeFields, JsonField
+from .manifest_writer import ManifestWriter
+from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, BatchWriter, ChunkPacker, EpisodeFields, JsonField
 
 __all__ = ["SerializerConfig", "Serializer"]
 
@@ -61,6 +63,8 @@ class SerializerConfig:
     resume: bool = False  # a restarted serializer: go on from the manifest a dead one left
     faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.faults)
     checkpoints: bool = True  # off where no successor can take over (the vector serializer's sub-writers)
+    compression: Compression | None = None  # arrays compressed in chunks (see envrec.compression)
+    max_bytes: int | None = None  # disk budget: the oldest batches are evicted beyond it
 
 
 def _structure(spec: dict, key: tuple) -> Any:
@@ -96,18 +100,18 @@ class Serializer:
             self._close_spills()
             raise
         self.batch: BatchWriter | None = None
-        self.batches: list[dict] = []
+        self.faults = cfg.faults.injector()
+        self.manifest = ManifestWriter(cfg.folder, cfg.prefix, self.faults.point)
+        self.commits = 0
+        self.commit_us = 0
         self.episode_open = False
         self.episodes_written = 0
         self.steps_total = 0
         self.records = 0
         self.orphan_steps = 0
         self.env_stats: dict = {}
-        self.bytes_committed = 0
-        self.steps_committed = 0
         self._ep: dict = {}
         self.error: str | None = None
-        self.faults = cfg.faults.injector()
         self._since_checkpoint = 0
         self._checkpoint_at = 0.0
         self._cp_fd: int | None = None  # the checkpoint file, written in place
@@ -148,6 +152,9 @@ class Serializer:
         """Flush every file and record where they stand; records before ``cursor`` may then be released."""
         if not self.cfg.checkpoints:
             return
+        if self.episode_open:
+            for af in self.fields.arrays:
+                af.flush_chunk(self.batch)  # rows waiting to be compressed are in no file yet
         for f, _ in self._spills:
             f.flush()
         state = {
@@ -160,7 +167,7 @@ class Serializer:
             "batch": self.batch.state() if self.batch is not None else None,
             "episode_open": self.episode_open,
             "ep": self._ep,
-            "arrays": [[f.rows, f.offset] for f in self.fields.arrays],
+            "arrays": [[f.rows, f.offset, f.stored] for f in self.fields.arrays],
             "jsons": [jf.items for jf in self.fields.jsons],
             "spills": [[path, f.tell() if self.episode_open else 0] for f, path in self._spills],
         }
@@ -202,10 +209,9 @@ class Serializer:
         """Take over from the serializer this one replaces: its manifest, then its last checkpoint."""
         try:
             with open(self.manifest_path, "rb") as f:
-                manifest = json.load(f)
+                self.manifest.load(json.load(f))
         except FileNotFoundError:
-            manifest = {"batches": [], "counters": {}}
-        self.batches = list(manifest["batches"])
+            pass
         try:
             with open(self.checkpoint_path) as f:
                 cp = json.load(f)
@@ -213,15 +219,15 @@ class Serializer:
             cp = None
         if cp is not None:
             pending = cp["pending"]
-            if pending is not None and all(b["fn"] != pending["fn"] for b in self.batches):
-                self.batches.append(pending)  # it died between a batch commit and the manifest
+            if pending is not None and not self.manifest.names(pending["fn"]):
+                self.manifest.add(pending)  # it died between a batch commit and the manifest
             self.records, self.steps_total = cp["records"], cp["steps_total"]
             self.orphan_steps, self.episodes_written = cp["orphan_steps"], cp["episodes_written"]
             if cp["batch"] is not None:
                 self.batch = BatchWriter.reopen(self.cfg.folder, self.cfg.prefix, cp["batch"])
             self.episode_open, self._ep = cp["episode_open"], cp["ep"]
-            for f, (rows, offset) in zip(self.fields.arrays, cp["arrays"]):
-                f.rows, f.offset = rows, offset
+            for f, (rows, offset, stored) in zip(self.fields.arrays, cp["arrays"]):
+                f.rows, f.offset, f.stored = rows, offset, stored
             for jf, items in zip(self.fields.jsons, cp["jsons"]):
                 jf.items = items
             for (f, _), (old_path, size) in zip(self._spills, cp["spills"]):
@@ -234,19 +240,14 @@ class Serializer:
             for old_path, _ in cp["spills"]:
                 os.unlink(old_path)
         else:
-            self.episodes_written = sum(b["len"] for b in self.batches)
-        self.bytes_committed = sum(b["json_bytes"] + b["bin_bytes"] for b in self.batches)
-        self.steps_committed = sum(b["steps"] for b in self.batches)
+            self.episodes_written = self.manifest.named.episodes + self.manifest.evicted.episodes
         remove_stale_tmp(self.cfg.folder, self.cfg.prefix)  # what the dead worker left and nothing needs
-        for index, value in (
-            (Status.RECORDS, self.records),
-            (Status.STEPS, self.steps_total),
-            (Status.EPISODES, self.episodes_written),
-            (Status.BATCHES, len(self.batches)),
-            (Status.BYTES, self.bytes_committed),
-            (Status.STEPS_COMMITTED, self.steps_committed),
-        ):
-            self._status(index, value)
+        if self.cfg.max_bytes is not None:
+            self.manifest.sweep_evicted(keep=set())  # what an interrupted eviction left
+        self._status(Status.RECORDS, self.records)
+        self._status(Status.STEPS, self.steps_total)
+        self._status(Status.EPISODES, self.episodes_written)
+        self._publish_commits()
 
     # -- fields ----------------------------------------------------------
     def _spill(self) -> Any:
@@ -280,6 +281,9 @@ class Serializer:
         for f in self.fields.arrays:
             if not f.direct:
                 f.spill = self._spill()
+            if self.cfg.compression is not None:
+                f.packer = ChunkPacker(self.cfg.compression, f.row_bytes, self._spill())
+                f.codec = self.cfg.compression.codec
         special = {
             ("rst",): self._on_rst,
             ("infos",): self._on_info,
@@ -336,8 +340,7 @@ class Serializer:
             self.batch = BatchWriter(self.cfg.folder, self.cfg.prefix, self.episodes_written)
         self.batch.pad_bin()
         for f in self.fields.arrays:
-            f.rows = 0
-            f.offset = self.batch.bin_size if f.direct else 0
+            f.start_episode(self.batch.bin_size)
         for jf in self.fields.jsons:
             jf.items = 0
         self._ep = {"episode_id": rec.episode, "return": 0.0, "terminated": False, "truncated": False}
@@ -405,20 +408,31 @@ class Serializer:
             self._commit()
 
     def _commit(self) -> None:
+        t0 = time.perf_counter()
         batch = self.batch
         entry = batch.commit(self.faults.point)
         self.batch = None
         # The record being handled is not done yet: the checkpoint covers the ring up to its start.
         self.checkpoint(self.position, pending=entry)
-        self.batches.append(entry)
-        self.bytes_committed += entry["json_bytes"] + entry["bin_bytes"]
-        self.steps_committed += entry["steps"]
+        self.manifest.add(entry)
         self.faults.point("commit:manifest")
         self.write_manifest(complete=False)
         self.faults.point("commit:done")
-        self._status(Status.BATCHES, len(self.batches))
-        self._status(Status.BYTES, self.bytes_committed)
-        self._status(Status.STEPS_COMMITTED, self.steps_committed)
+        if self.cfg.max_bytes is not None:
+            self.manifest.evict(self.cfg.max_bytes, lambda: self.write_manifest(complete=False))
+        self.commits += 1
+        self.commit_us += round((time.perf_counter() - t0) * 1e6)
+        self._publish_commits()
+
+    def _publish_commits(self) -> None:
+        named, evicted = self.manifest.named, self.manifest.evicted
+        self._status(Status.BATCHES, named.batches + evicted.batches)
+        self._status(Status.BYTES, named.bytes + evicted.bytes)
+        self._status(Status.STEPS_COMMITTED, named.steps + evicted.steps)
+        self._status(Status.EVICTED, evicted.batches)
+        self._status(Status.BYTES_EVICTED, evicted.bytes)
+        self._status(Status.COMMITS, self.commits)
+        self._status(Status.COMMIT_US, self.commit_us)
 
     # -- ending ----------------------------------------------------------
     def finish(self, clean: bool) -> None:
@@ -441,7 +455,7 @@ class Serializer:
     def _recorded_nothing(self) -> bool:
         """Closed before any reset reached it: a recorder that recorded nothing leaves no recording behind
         (Gymnasium's AsyncVectorEnv builds its first sub-env once in the parent only to read its spaces)."""
-        return not self.batches and self.episodes_written == 0 and self.orphan_steps == 0 and self.error is None
+        return not self.manifest.named.batches and self.episodes_written == 0 and self.orphan_steps == 0 and self.error is None
 
     def _remove_manifest(self) -> None:
         try:
@@ -471,27 +485,31 @@ class Serializer:
         return {
             "episodes": self.episodes_written,
             "steps": self.steps_total,
-            "steps_committed": self.steps_committed,
-            "batches": len(self.batches),
-            "bytes": self.bytes_committed,
+            "steps_committed": self.manifest.named.steps + self.manifest.evicted.steps,
+            "batches": self.manifest.named.batches + self.manifest.evicted.batches,
+            "bytes": self.manifest.named.bytes + self.manifest.evicted.bytes,
+            "batches_evicted": self.manifest.evicted.batches,
+            "bytes_evicted": self.manifest.evicted.bytes,
+            "commits": self.commits,
+            "commit_us": self.commit_us,
             "records": self.records,
             "orphan_steps": self.orphan_steps,
             "error": self.error,
         }
 
     def write_manifest(self, complete: bool, clean: bool = True) -> None:
-        cfg = self.cfg
+        cfg, named = self.cfg, self.manifest.named
         manifest = manifest_document(
             prefix=cfg.prefix,
             env_id=cfg.env_id,
             observation_space=cfg.observation_space,
             action_space=cfg.action_space,
             settings=cfg.settings,
-            batches=self.batches,
             counters={
-                "episodes": sum(b["len"] for b in self.batches),
-                "steps": self.steps_committed,
-                "bytes": self.bytes_committed,
+                "batches": named.batches,
+                "episodes": named.episodes,
+                "steps": named.steps,
+                "bytes": named.bytes,
                 "orphan_steps": self.orphan_steps,
             },
             complete=complete,
@@ -501,4 +519,5 @@ class Serializer:
             else None,
             error=self.error,
         )
+        manifest.update(self.manifest.head_fields())
         write_atomic(self.manifest_path, json.dumps(manifest, allow_nan=False, indent=1).encode("utf-8"))

@@ -1,0 +1,174 @@
+"""The serializer's side of the manifest: segments, running counters and the disk budget.
+
+What a commit costs does not grow with the recording: the head manifest is
+rewritten with at most ``SEGMENT_BATCHES`` batch entries; full segments are
+written once to a file of their own (see ``envrec.trace_format``), and
+counters are kept running instead of summed over every batch.
+
+Every step is crash-safe: files are replaced atomically, a segment file is
+written before the head that counts it (a successor finds it and writes it
+again, identically), and evicted batches leave the manifest before their
+files are deleted (a successor deletes what an interrupted eviction left).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from envrec.atomic import write_atomic
+from envrec.trace_format import SEGMENT_BATCHES, recording_batches, segment_document, segment_name
+
+__all__ = ["ManifestWriter", "Totals"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Totals:
+    """Sums over a set of batch entries."""
+
+    batches: int = 0
+    episodes: int = 0
+    steps: int = 0
+    bytes: int = 0
+
+    def add(self, entry: dict, sign: int = 1) -> None:
+        self.batches += sign
+        self.episodes += sign * entry["len"]
+        self.steps += sign * entry["steps"]
+        self.bytes += sign * (entry["json_bytes"] + entry["bin_bytes"])
+
+
+class ManifestWriter:
+    """The batches a recording names, kept as segments plus the head's list."""
+
+    def __init__(self, folder: str, prefix: str, fault: Callable[[str], None] = lambda name: None) -> None:
+        self.folder = folder
+        self.prefix = prefix
+        self.fault = fault
+        self.batches: list[dict] = []  # the head's: the segment being filled
+        self.first_segment = 0
+        self.next_segment = 0
+        self.named = Totals()  # what the manifest names now
+        self.evicted = Totals()  # what disk budgets deleted
+
+    # -- state ---------------------------------------------------------------
+    def load(self, head: dict) -> None:
+        """Take over a dead serializer's manifest (counters recomputed from what it names)."""
+        seg = head.get("segments") or {"first": 0, "next": 0}
+        self.first_segment, self.next_segment = seg["first"], seg["next"]
+        self.batches = list(head["batches"])
+        self.named = Totals()
+        for entry in recording_batches(self.folder, head):
+            self.named.add(entry)
+        self.evicted = Totals(**head["evicted"]) if head.get("evicted") else Totals()
+
+    def head_fields(self) -> dict:
+        """The manifest keys this writer owns (see ``trace_format.manifest_document``)."""
+        return {
+            "batches": self.batches,
+            "segments": {"first": self.first_segment, "next": self.next_segment},
+            "evicted": asdict(self.evicted),
+        }
+
+    def names(self, fn: str) -> bool:
+        """Whether the head's list names the batch ``fn`` (where a pending batch would be)."""
+        return any(b["fn"] == fn for b in self.batches)
+
+    # -- commits ---------------------------------------------------------------
+    def add(self, entry: dict) -> None:
+        """Name a committed batch (the caller writes the head next)."""
+        if len(self.batches) >= SEGMENT_BATCHES:
+            write_atomic(self._segment_path(self.next_segment), self._dump(segment_document(self.prefix, self.next_segment, self.batches)))
+            self.fault("commit:segment")
+            self.next_segment += 1
+            self.batches = []
+        self.batches.append(entry)
+        self.named.add(entry)
+
+    # -- disk budget -----------------------------------------------------------
+    def evict(self, max_bytes: int, write_head: Callable[[], None]) -> Totals:
+        """Delete the oldest whole batches until what is named fits in ``max_bytes`` (the newest stays).
+
+        The manifest stops naming them first (a segment rewritten without
+        them, or the head written), then their files go. Returns what was
+        evicted by this call.
+        """
+        run = Totals()
+        doomed: list[dict] = []
+        dropped_segments: list[int] = []
+        while self.named.bytes > max_bytes and self.named.batches > 1:
+            if self.first_segment < self.next_segment:
+                k = self.first_segment
+                with open(self._segment_path(k), "rb") as f:
+                    entries = json.load(f)["batches"]
+                while entries and self.named.bytes > max_bytes and self.named.batches > 1:
+                    doomed.append(self._forget(entries.pop(0), run))
+                if entries:
+                    write_atomic(self._segment_path(k), self._dump(segment_document(self.prefix, k, entries)))
+                else:
+                    dropped_segments.append(k)
+                    self.first_segment += 1
+            else:
+                doomed.append(self._forget(self.batches.pop(0), run))
+        if not doomed:
+            return run
+        write_head()
+        self.fault("evict:manifest")
+        for k in dropped_segments:
+            _unlink(self._segment_path(k))
+        for entry in doomed:
+            for name in (entry["fn"], entry.get("bin")):
+                if name:
+                    _unlink(os.path.join(self.folder, name))
+            self.fault("evict:files")
+        logger.info(
+            "envrec: disk budget of %d bytes: evicted %d batch(es), %d bytes, of %s (%d bytes kept)",
+            max_bytes, run.batches, run.bytes, self.prefix, self.named.bytes,
+        )
+        return run
+
+    def _forget(self, entry: dict, run: Totals) -> dict:
+        self.named.add(entry, -1)
+        self.evicted.add(entry)
+        run.add(entry)
+        return entry
+
+    def sweep_evicted(self, keep: set[str]) -> list[str]:
+        """Delete what an interrupted eviction left: segment files below the first one the head counts, and
+        batch files of this prefix no entry names (``keep``: file names still in use, e.g. a reopened batch)."""
+        named = set(keep)
+        for entry in self.all_entries():
+            named.update(n for n in (entry["fn"], entry.get("bin")) if n)
+        batch_file = re.compile(re.escape(self.prefix) + r"\.ep\d{9}\.(json|bin)$")
+        seg_file = re.compile(re.escape(self.prefix) + r"\.m(\d{6})\.manifest\.json$")
+        removed = []
+        for name in os.listdir(self.folder):
+            m = seg_file.match(name)
+            if (m and int(m.group(1)) < self.first_segment) or (batch_file.match(name) and name not in named):
+                _unlink(os.path.join(self.folder, name))
+                removed.append(name)
+        return removed
+
+    def all_entries(self) -> list[dict]:
+        head = {"prefix": self.prefix, **self.head_fields()}
+        return recording_batches(self.folder, head)
+
+    def _segment_path(self, k: int) -> str:
+        return os.path.join(self.folder, segment_name(self.prefix, k))
+
+    @staticmethod
+    def _dump(doc: dict) -> bytes:
+        return json.dumps(doc, allow_nan=False, indent=1).encode("utf-8")
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
