@@ -28,7 +28,8 @@ from gymnasium.vector import AutoresetMode, VectorWrapper
 
 from .errors import ConfigError, RecordError
 from .infos import pack_info
-from .recorder import DEFAULT_RING_BYTES, check_folder, record_failure_in_manifest
+from .compression import Compression, parse_compression
+from .recorder import DEFAULT_RING_BYTES, check_folder, check_max_bytes, record_failure_in_manifest
 from .records import Kind
 from .schema import describe_space, leaf_values, leaves
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
@@ -65,7 +66,10 @@ def _as_part(x, dtype: str, shape: tuple, where: str) -> memoryview:
 
 
 class RecordVectorTrace(VectorWrapper):
-    """Records every sub-env of a vector env as its own trace (``PREFIX.envI.manifest.json`` ...)."""
+    """Records every sub-env of a vector env as its own trace (``PREFIX.envI.manifest.json`` ...).
+
+    ``compression`` and ``max_bytes`` as for ``RecordTrace``; the budget holds for each sub-env's trace.
+    """
 
     def __init__(
         self,
@@ -79,8 +83,12 @@ class RecordVectorTrace(VectorWrapper):
         block_timeout_s: float | None = None,
         strict: bool = False,
         start_method: str | None = None,
+        compression: str | Compression | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         warn_start_method(start_method)
+        check_max_bytes(max_bytes, batch_bytes)
+        compression = parse_compression(compression)
         super().__init__(env)
         from envrec.workers.vector_serializer import VectorSerializerConfig
 
@@ -100,7 +108,9 @@ class RecordVectorTrace(VectorWrapper):
         self._cfg = cfg = VectorSerializerConfig(
             self.directory, self.prefix, n, self.autoreset_mode, self._obs_spec, self._act_spec, batch_bytes, env_id,
             {"batch_bytes": batch_bytes, "ring_bytes": ring_bytes, "backpressure": backpressure, "num_envs": n,
-             "autoreset_mode": self.autoreset_mode},
+             "autoreset_mode": self.autoreset_mode,
+             "compression": compression.describe() if compression is not None else None, "max_bytes": max_bytes},
+            compression=compression, max_bytes=max_bytes,
         )
         self._stream = Stream(
             "vector serializer", "vector-serializer", cfg, ring_bytes=ring_bytes, backpressure=backpressure,

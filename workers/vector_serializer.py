@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from envrec.compression import Compression
 from envrec.infos import unpack_info
 from envrec.records import RST, Kind, Status, TraceLayout
 from envrec.schema import leaf_values
@@ -34,6 +35,8 @@ class VectorSerializerConfig:
     batch_bytes: int = 5_000_000
     env_id: str | None = None
     settings: dict = field(default_factory=dict)
+    compression: Compression | None = None
+    max_bytes: int | None = None
 
 
 @dataclass
@@ -76,6 +79,7 @@ class VectorSerializer:
                 SerializerConfig(
                     cfg.folder, f"{cfg.prefix}.env{i}", cfg.observation_space, cfg.action_space, cfg.batch_bytes,
                     cfg.env_id, {**cfg.settings, "sub_env": i}, checkpoints=False,
+                    compression=cfg.compression, max_bytes=cfg.max_bytes,
                 )
             )
             for i in range(cfg.num_envs)
