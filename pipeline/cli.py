@@ -23,6 +23,20 @@ def _human(n: float) -> str:
     return str(n)
 
 
+def _size(text: str) -> int:
+    """A byte count such as 1048576, 500M or 20G (powers of 1024)."""
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    unit = t[-1:] if t[-1:] in units else ""
+    try:
+        value = float(t[: len(t) - len(unit)]) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: use bytes or a number with K, M, G or T") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a size must be positive")
+    return int(value)
+
+
 def headless_display() -> None:
     """With no display to draw on, make SDL (pygame's rendering, used by Gymnasium's classic envs) draw
     off screen, before pygame loads: no window is needed for ``rgb_array`` frames, and SDL's complaints
@@ -50,8 +64,11 @@ def _record(args: argparse.Namespace) -> int:
         if args.video_every:
             every = args.video_every
             prefix = time.strftime("rl-video-%Y%m%d-%H%M%S")  # a second run must not overwrite the first's clips
-            video = env = RecordVideo(env, args.out, episode_trigger=lambda e: e % every == 0, name_prefix=prefix)
-        env = RecordTrace(env, args.out, name_prefix=args.name_prefix)
+            video = env = RecordVideo(
+                env, args.out, episode_trigger=lambda e: e % every == 0, name_prefix=prefix,
+                max_bytes=args.video_max_bytes, keep_last_clips=args.keep_last_clips,
+            )
+        env = RecordTrace(env, args.out, name_prefix=args.name_prefix, compression=args.compress, max_bytes=args.max_bytes)
     except (ConfigError, ValueError) as exc:
         if video is not None:
             video.close()
@@ -121,6 +138,13 @@ def _inspect(args: argparse.Namespace) -> int:
         if r["complete"] and not r["closed_cleanly"]:
             state = "finalized after its env process died"
         print(f"  {r['prefix']}: env {r['env_id']}, {r['episodes']} episode(s) in {r['batches']} batch(es), {state}")
+        if r["compression"]:
+            c = r["compression"]
+            print(f"    {c['codec']} level {c['level']}: {r['raw_bytes'] / max(1, r['bytes']):.1f}x smaller than raw "
+                  f"({_human(r['raw_bytes'])} -> {_human(r['bytes'])})")
+        if r["evicted"] and r["evicted"].get("batches"):
+            e = r["evicted"]
+            print(f"    disk budget: {e['batches']} older batch(es), {e['episodes']} episode(s), {_human(e['bytes'])} evicted")
     if s.lengths:
         import numpy as np
 
@@ -160,6 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--video-every", type=int, default=1, metavar="N", help="record a video of every Nth episode (default 1; 0: no video)"
     )
+    r.add_argument("--compress", default=None, metavar="CODEC[:LEVEL]", help="compress trace arrays: zstd, zstd:9, lz4 (default: none)")
+    r.add_argument("--max-bytes", type=_size, default=None, metavar="SIZE",
+                   help="disk budget of the trace, e.g. 500M or 20G (K, M, G, T: powers of 1024); the oldest batches are evicted beyond it")
+    r.add_argument("--video-max-bytes", type=_size, default=None, metavar="SIZE", help="disk budget of the clips; the oldest are evicted beyond it")
+    r.add_argument("--keep-last-clips", type=int, default=None, metavar="N", help="keep only the newest N clips")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_record)
     i = sub.add_parser("inspect", help="summarize a folder of traces and check its files")

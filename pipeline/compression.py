@@ -67,9 +67,10 @@ def parse_compression(value: "str | Compression | None") -> Compression | None:
         raise ConfigError(f"compression must be None, a codec name such as 'zstd' or a Compression, not {value!r}")
     codec, _, level = value.partition(":")
     try:
-        return Compression(codec, int(level) if level else None)
+        number = int(level) if level else None
     except ValueError:
         raise ConfigError(f"compression {value!r}: the level after ':' must be an integer") from None
+    return Compression(codec, number)
 
 
 def _module(codec: str):

@@ -60,6 +60,8 @@ def summarize(directory: str) -> TraceSummary:
                 "episodes": sum(b["len"] for b in rec.batches),
                 "compression": (m.get("settings") or {}).get("compression"),
                 "evicted": m.get("evicted"),
+                "bytes": sum(b.get("json_bytes", 0) + b.get("bin_bytes", 0) for b in rec.batches),
+                "raw_bytes": sum(b.get("array_bytes", b.get("bin_bytes", 0)) + b.get("json_bytes", 0) for b in rec.batches),
             }
         )
         for entry in rec.batches:

@@ -261,7 +261,8 @@ class BatchWriter:
         shapes whose leaves are field keys; ``meta`` holds the scalar keys.
         """
         for f in fields.arrays:
-            f.flush_chunk(self)
+            f.flush_chunk(self)  # the direct field's last chunk must follow its others, before any spill
+        for f in fields.arrays:
             if f.direct:
                 continue
             self.pad_bin()
