@@ -37,6 +37,7 @@ class Driver:
     """A serializer fed records built here: reset then steps, episode after episode."""
 
     def __init__(self, folder: str, *, max_bytes: int | None = None, compression=None, faults=None) -> None:
+        os.makedirs(folder, exist_ok=True)
         extra = {"faults": faults} if faults is not None else {}
         self.cfg = SerializerConfig(
             folder, "bench", describe_space(OBS), describe_space(ACT), batch_bytes=1, settings={},
@@ -92,8 +93,6 @@ def main() -> None:
     folder = tempfile.mkdtemp(prefix="bench-commit-", dir=args.folder or ".")
     try:
         t0 = time.monotonic()
-        for n in (args.small, args.big):
-            os.makedirs(os.path.join(folder, f"at{n}"))
         small, big = commit_latency(folder, args.small, args.big, args.window)
         files = sum(len(os.listdir(os.path.join(folder, sub))) for sub in os.listdir(folder))
     finally:
