@@ -12,6 +12,10 @@ process as a child. The worker calls ``point(name)`` at named places:
 ``commit:json``         both batch files in place, the folder not yet fsynced
 ``commit:manifest``     the batch committed, the manifest not yet replaced
 ``commit:done``         the manifest replaced and its folder fsynced
+``commit:segment``      a full manifest segment written to its own file, the head not yet replaced
+``evict:manifest``      a disk budget's eviction: the manifest no longer names the batches, their files remain
+``evict:files``         after each evicted batch's files are deleted
+``clip:evict``          (encoder) a clip complete, its recorder's clip budget not yet enforced
 
 and the fault fires at the ``after``-th visit of ``at`` (``how``: ``raise``
 an exception, ``exit`` via ``os._exit(3)``, ``kill`` itself with SIGKILL, or

@@ -31,7 +31,7 @@ from .atomic import remove_stale_tmp, write_atomic
 from .errors import ConfigError, RecordError, RecordTooLargeError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .ffmpeg import VideoSettings, find_ffmpeg
-from .recorder import check_folder
+from .recorder import check_folder, check_max_bytes
 from .records import FRAME_SHAPE, Kind, Status
 from .stats import CallTimes, process_facts, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
@@ -87,7 +87,9 @@ class VideoRecorder:
 
     ``start_clip(name)`` / ``add_frame(frame, step)`` / ``end_clip()``; a clip
     named NAME becomes ``NAME.mp4`` (``NAME.cast`` for text) and
-    ``NAME.meta.json`` in ``folder``.
+    ``NAME.meta.json`` in ``folder``. ``max_bytes`` and ``keep_last_clips``
+    bound the clips this recorder keeps: the worker deletes the oldest whole
+    clips beyond them (never the newest), counted in ``clips_evicted``.
     """
 
     def __init__(
@@ -108,12 +110,17 @@ class VideoRecorder:
         timing: bool = True,
         faults: FaultSpec | None = None,
         hang_timeout_s: float | None = 60.0,
+        max_bytes: int | None = None,
+        keep_last_clips: int | None = None,
     ) -> None:
         from envrec.workers.encoder import EncoderConfig
 
         warn_start_method(start_method)
         if fps <= 0:
             raise ConfigError(f"fps must be positive, not {fps}")
+        check_max_bytes(max_bytes, 0)
+        if keep_last_clips is not None and (not isinstance(keep_last_clips, int) or keep_last_clips < 1):
+            raise ConfigError(f"keep_last_clips must be a positive integer or None, not {keep_last_clips!r}")
         self.folder = check_folder(folder)
         remove_stale_tmp(self.folder)  # what a killed encoder of an earlier run left
         self.fps = fps
@@ -126,7 +133,11 @@ class VideoRecorder:
                 f"hang_timeout_s ({hang_timeout_s:g}) must exceed VideoSettings.stall_timeout_s "
                 f"({self.settings.stall_timeout_s:g}): the encoder may wait that long for ffmpeg"
             )
-        cfg = EncoderConfig(self.folder, self.ffmpeg, self.backend, self.settings, env_id, faults or from_env() or NO_FAULT)
+        self.recorder_id = f"{os.getpid()}-{time.time_ns()}-{id(self):x}"
+        cfg = EncoderConfig(
+            self.folder, self.ffmpeg, self.backend, self.settings, env_id, faults or from_env() or NO_FAULT,
+            recorder=self.recorder_id, max_bytes=max_bytes, keep_last_clips=keep_last_clips,
+        )
         self._stream = Stream(
             "encoder",
             "encoder",
@@ -339,6 +350,8 @@ class VideoRecorder:
             "frames_sent": self.frames_sent,
             "frames_written": written,
             "frames_dropped": self.frames_dropped + s.status(Status.FRAMES_DROPPED),
+            "clips_evicted": s.status(Status.EVICTED),
+            "bytes_evicted": s.status(Status.BYTES_EVICTED),
             **s.stats(),
             **(self.times.summary() if self.times is not None else {}),
             "ffmpeg": self.ffmpeg,

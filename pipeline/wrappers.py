@@ -138,7 +138,9 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
     encoded inside ``reset()``; each clip gets a ``.meta.json``; ``ansi``
     environments are recorded as asciicast (``.cast``); ``gc_trigger``
     defaults to ``None`` because no frames are held (a full collection per
-    clip would only stall the step). Options after ``gc_trigger`` are envrec's.
+    clip would only stall the step). Options after ``gc_trigger`` are envrec's;
+    ``max_bytes`` and ``keep_last_clips`` bound the clips kept on disk (the
+    oldest are deleted, never the newest; ``clips_evicted`` in ``stats()``).
     """
 
     def __init__(
@@ -160,6 +162,8 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         block_timeout_s: float | None = None,
         strict: bool = False,
         start_method: str | None = None,
+        max_bytes: int | None = None,
+        keep_last_clips: int | None = None,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -216,6 +220,8 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             backpressure=backpressure,
             block_timeout_s=block_timeout_s,
             strict=strict,
+            max_bytes=max_bytes,
+            keep_last_clips=keep_last_clips,
         )
         self._text = env.render_mode == "ansi"
 

@@ -251,3 +251,32 @@ def test_faststart_off_keeps_the_fragmented_clip_without_a_second_ffmpeg_run(tmp
     on.close()
     assert not meta(tmp_path / "std", "std")["fragmented"]
     assert b"mvex" not in (tmp_path / "std" / "std.mp4").read_bytes()[:4096]
+
+
+def test_keep_last_clips_and_max_bytes_delete_the_oldest_whole_clips(tmp_path):
+    env = envrec.RecordVideo(ColourEnv(episode_len=6), tmp_path / "last", episode_trigger=lambda e: True, keep_last_clips=2)
+    run_episodes(env, 5)
+    env.close()
+    assert sorted(os.listdir(tmp_path / "last")) == [f"rl-video-episode-{e}.{x}" for e in (3, 4) for x in ("meta.json", "mp4")]
+    s = env.stats()
+    assert s["clips_finished"] == 5 and s["clips_evicted"] == 3 and s["bytes_evicted"] > 0
+    for e in (3, 4):
+        assert len(decode(tmp_path / "last" / f"rl-video-episode-{e}.mp4", 64, 48)) == 7  # the kept ones are whole
+
+    one_clip = sum(os.path.getsize(tmp_path / "last" / n) for n in os.listdir(tmp_path / "last")) // 2
+    budget = 3 * one_clip + one_clip // 2
+    env = envrec.RecordVideo(ColourEnv(episode_len=6), tmp_path / "bytes", episode_trigger=lambda e: True, max_bytes=budget)
+    run_episodes(env, 7)
+    env.close()
+    names = sorted(os.listdir(tmp_path / "bytes"))
+    kept = sorted({n.split(".")[0] for n in names})
+    assert 2 <= len(kept) <= 3 and kept[-1] == "rl-video-episode-6"  # the newest is always kept
+    assert all(f"{k}.mp4" in names and f"{k}.meta.json" in names for k in kept)  # never half a clip
+    assert sum(os.path.getsize(tmp_path / "bytes" / n) for n in names) <= budget
+    assert env.stats()["clips_evicted"] == 7 - len(kept)
+
+
+def test_clip_budgets_refuse_bad_values(tmp_path):
+    for kwargs, message in (({"keep_last_clips": 0}, "keep_last_clips"), ({"max_bytes": 0}, "max_bytes")):
+        with pytest.raises(envrec.ConfigError, match=message):
+            envrec.RecordVideo(ColourEnv(), tmp_path, **kwargs)

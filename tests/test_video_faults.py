@@ -217,3 +217,22 @@ def test_encoder_fault_battery(tmp_path, point, how):
     assert m1["broken"] and VIDEO_REPORTED[how] in (m1.get("error") or m1["reason"]), m1
     if m1["path"] is not None:  # what ffmpeg encoded before the fault is kept playable
         assert 0 < len(decode(tmp_path / m1["path"], 64, 48)) <= 10
+
+
+def test_an_encoder_killed_before_enforcing_its_clip_budget_is_finished_by_its_successor(tmp_path):
+    """The successor finds the clips its predecessor finished (by their recorder id) and keeps to the budget."""
+    from envrec.faults import FaultSpec
+
+    rec = envrec.VideoRecorder(tmp_path, fps=25, keep_last_clips=2, faults=FaultSpec(at="clip:evict", after=3, how="kill"))
+    for i in range(3):
+        fill_clip(rec, f"c{i}", 5)
+        rec.end_clip()
+    assert wait_for(lambda: rec._stream.check() or rec._stream.broken is not None, 15)
+    for i in range(3, 5):
+        fill_clip(rec, f"c{i}", 5)
+        rec.end_clip()
+    rec.close()
+    assert rec.stats()["restarts"] == 1
+    assert sorted(os.listdir(tmp_path)) == [f"c{i}.{x}" for i in (3, 4) for x in ("meta.json", "mp4")]
+    for i in (3, 4):
+        assert len(decode(tmp_path / f"c{i}.mp4", 64, 48)) == 5

@@ -31,6 +31,7 @@ from envrec.ffmpeg import VideoSettings, encode_command, encoded_size, remux_com
 from envrec.records import FRAME_SHAPE, Kind, Status
 from envrec.procinfo import process_facts, signal_name
 
+from .clip_budget import ClipBudget
 from .ffmpeg_process import FfmpegError, FfmpegProcess
 
 __all__ = ["EncoderConfig", "Encoder"]
@@ -49,6 +50,9 @@ class EncoderConfig:
     settings: VideoSettings = field(default_factory=VideoSettings)
     env_id: str | None = None
     faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.faults)
+    recorder: str = ""  # the recorder's id, in every clip's metadata (its successors find its clips by it)
+    max_bytes: int | None = None  # disk budget of the recorder's clips (see clip_budget)
+    keep_last_clips: int | None = None
 
 
 @dataclass
@@ -88,6 +92,7 @@ class Encoder:
         self.error: str | None = None
         self.faults = cfg.faults.injector()
         self._version: str | None = None
+        self.budget = ClipBudget(cfg.folder, cfg.recorder, cfg.max_bytes, cfg.keep_last_clips)
 
     # -- paths ---------------------------------------------------------------
     def _path(self, name: str, ext: str) -> str:
@@ -250,8 +255,14 @@ class Encoder:
             self.clips_broken += 1
             self._status(Status.CLIPS_BROKEN, self.clips_broken)
         self.faults.point("clip:meta")
-        self._write_meta(clip, path, empty, dropped_env)
+        meta = self._write_meta(clip, path, empty, dropped_env)
         self.clips += 1
+        if self.budget.active:
+            self.budget.add(os.path.basename(self._path(clip.name, ".meta.json")), meta["path"])
+            self.faults.point("clip:evict")
+            if self.budget.enforce()[0]:
+                self._status(Status.EVICTED, self.budget.evicted)
+                self._status(Status.BYTES_EVICTED, self.budget.bytes_evicted)
         self._status(Status.CLIPS, self.clips)
 
     def _remux(self, clip: _Clip, path: str) -> None:
@@ -293,7 +304,7 @@ class Encoder:
         events.close()
         os.unlink(events.name)
 
-    def _write_meta(self, clip: _Clip, path: str, empty: bool, dropped_env: int) -> None:
+    def _write_meta(self, clip: _Clip, path: str, empty: bool, dropped_env: int) -> dict:
         meta: dict[str, Any] = {
             "content_type": "application/x-asciicast" if clip.kind == "ansi" else "video/mp4",
             "name": clip.name,
@@ -307,6 +318,8 @@ class Encoder:
             "empty": empty,
             "broken": clip.broken is not None,
             "reason": clip.broken,
+            "recorder": self.cfg.recorder,
+            "finished_seq": time.time_ns(),  # orders the recorder's clips for its disk budget
         }
         if clip.kind == "video":
             meta["encoder_version"] = {"backend": self.cfg.backend, "version": self.version(), "cmdline": clip.cmdline}
@@ -332,6 +345,7 @@ class Encoder:
             meta.update(path=None, broken=True, reason=meta["reason"] or f"disk full: {exc}")
             meta["partial_removed"] = "the disk was full: the partial video was removed to make room for this metadata"
             write_atomic(meta_path, json.dumps(meta, indent=1).encode("utf-8"))
+        return meta
 
     # -- ending --------------------------------------------------------------
     def finish(self, clean: bool) -> None:
@@ -356,5 +370,7 @@ class Encoder:
             "frames_written": self.frames_written,
             "frames_dropped": self.frames_dropped,
             "records": self.records,
+            "clips_evicted": self.budget.evicted,
+            "bytes_evicted": self.budget.bytes_evicted,
             "error": self.error,
         }

@@ -1,0 +1,104 @@
+"""Disk budgets for video clips: ``max_bytes`` and ``keep_last_clips``.
+
+After each clip is complete on disk (video and ``.meta.json``), the oldest
+clips of the same recorder are deleted until both limits hold; the newest
+clip is never deleted. A clip's metadata goes first (it is what names the
+video), then the video, so no reader sees metadata naming a missing file.
+A successor encoder finds its recorder's earlier clips by the ``recorder``
+key of their metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = ["ClipBudget"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Kept:
+    meta: str  # file names in the folder
+    video: str | None
+    bytes: int
+
+
+class ClipBudget:
+    """The clips one recorder has on disk, oldest first, and the limits they must keep to."""
+
+    def __init__(self, folder: str, recorder: str, max_bytes: int | None, keep_last: int | None) -> None:
+        self.folder = folder
+        self.recorder = recorder
+        self.max_bytes = max_bytes
+        self.keep_last = keep_last
+        self.clips: deque[_Kept] = deque()
+        self.bytes = 0
+        self.evicted = 0
+        self.bytes_evicted = 0
+        if self.active:
+            self._find_earlier()
+
+    @property
+    def active(self) -> bool:
+        return self.max_bytes is not None or self.keep_last is not None
+
+    def _find_earlier(self) -> None:
+        """Clips a dead predecessor of this encoder finished, oldest first."""
+        found = []
+        for name in os.listdir(self.folder):
+            if not name.endswith(".meta.json") or name.startswith("."):
+                continue
+            try:
+                with open(os.path.join(self.folder, name), "rb") as f:
+                    meta = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(meta, dict) and meta.get("recorder") == self.recorder:
+                found.append((meta.get("finished_seq", 0), name, meta.get("path")))
+        for _, meta_name, video in sorted(found):
+            self.add(meta_name, video)
+
+    def add(self, meta_name: str, video: str | None) -> None:
+        size = sum(_size(os.path.join(self.folder, n)) for n in (meta_name, video) if n)
+        self.clips.append(_Kept(meta_name, video, size))
+        self.bytes += size
+
+    def enforce(self) -> tuple[int, int]:
+        """Delete the oldest clips until the limits hold; returns (clips, bytes) deleted by this call."""
+        if not self.active:
+            return 0, 0
+        n = nbytes = 0
+        while len(self.clips) > 1 and (
+            (self.keep_last is not None and len(self.clips) > self.keep_last)
+            or (self.max_bytes is not None and self.bytes > self.max_bytes)
+        ):
+            old = self.clips.popleft()
+            for name in (old.meta, old.video):
+                if name:
+                    try:
+                        os.unlink(os.path.join(self.folder, name))
+                    except FileNotFoundError:
+                        pass
+            self.bytes -= old.bytes
+            n += 1
+            nbytes += old.bytes
+        if n:
+            self.evicted += n
+            self.bytes_evicted += nbytes
+            logger.info(
+                "envrec: clip budget (max_bytes=%s, keep_last_clips=%s): evicted %d clip(s), %d bytes; %d kept, %d bytes",
+                self.max_bytes, self.keep_last, n, nbytes, len(self.clips), self.bytes,
+            )
+        return n, nbytes
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
