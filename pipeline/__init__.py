@@ -19,6 +19,7 @@ _EXPORTS = {
     "VideoRecorder": ".video",
     "VideoSettings": ".ffmpeg",
     "TraceRecorder": ".recorder",
+    "Compression": ".compression",
     "TraceReader": ".reader",
     "Episode": ".reader",
     "TraceError": ".reader",
@@ -35,6 +36,7 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr__ imports lazily)
+    from .compression import Compression  # noqa: F401
     from .errors import ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
     from .infos import Unrepresentable  # noqa: F401
     from .reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401

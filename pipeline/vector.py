@@ -203,6 +203,9 @@ class RecordVectorVideo(VectorWrapper):
     ``tiled_length`` vector steps of all sub-envs side by side
     (``NAME_PREFIX-tiled-step-N.mp4``). Frames are rendered only while a clip
     records. Each clip is encoded by its own encoder worker process.
+    ``recorder_options`` go to each ``VideoRecorder`` (one per recorded
+    sub-env, one for the tiled clips): ``max_bytes`` and ``keep_last_clips``
+    hold for each of them.
     """
 
     def __init__(
