@@ -33,15 +33,15 @@ _EXPORTS = {
     "WorkerError": ".errors",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604  (the exported names are the keys above, kept once)
 
 if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr__ imports lazily)
     from .compression import Compression  # noqa: F401
     from .errors import ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
+    from .ffmpeg import VideoSettings  # noqa: F401
     from .infos import Unrepresentable  # noqa: F401
     from .reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401
     from .recorder import TraceRecorder  # noqa: F401
-    from .ffmpeg import VideoSettings  # noqa: F401
     from .vector import RecordVectorTrace, RecordVectorVideo  # noqa: F401
     from .video import VideoRecorder  # noqa: F401
     from .wrappers import RecordTrace, RecordVideo  # noqa: F401

@@ -8,6 +8,7 @@ so that a later run can recognise and remove what a crash left behind.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import BinaryIO
 
@@ -16,7 +17,7 @@ try:  # ISA-L's CRC-32: the same values as zlib's, ~4x as fast (measured: 7 vs 1
 except ImportError:  # pragma: no cover - a platform without an isal wheel
     from zlib import crc32
 
-__all__ = ["TMP_SUFFIX", "tmp_path_for", "fsync_dir", "commit_file", "discard_file", "write_atomic", "file_crc32", "remove_stale_tmp"]
+__all__ = ["TMP_SUFFIX", "commit_file", "discard_file", "file_crc32", "fsync_dir", "remove_stale_tmp", "tmp_path_for", "write_atomic"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -46,14 +47,10 @@ def commit_file(f: BinaryIO, tmp: str, final: str, *, sync_dir: bool = True) -> 
 
 def discard_file(f, path: str) -> None:
     """Close ``f`` and remove ``path``, whatever state either is in (for temporary files given up on)."""
-    try:
+    with contextlib.suppress(OSError):
         f.close()
-    except OSError:
-        pass
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def write_atomic(path: str, data: bytes) -> None:

@@ -56,7 +56,7 @@ def _record(args: argparse.Namespace) -> int:
 
     try:
         env = gym.make(args.env, render_mode="rgb_array")
-    except Exception as exc:  # gymnasium raises several types for unknown ids and missing extras
+    except Exception as exc:  # noqa: BLE001  (gymnasium raises several types for unknown ids and missing extras)
         print(f"envrec record: cannot make environment {args.env!r}: {exc}", file=sys.stderr)
         return 2
     video = None
@@ -152,7 +152,7 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"episodes: {s.episodes}, steps: {s.steps}")
         print(f"  length  min {lengths.min()}  mean {lengths.mean():.1f}  max {lengths.max()}")
         print(f"  return  min {returns.min():.3g}  mean {returns.mean():.3g}  max {returns.max():.3g}")
-        for i, (n, r) in enumerate(zip(s.lengths[: args.list], s.returns[: args.list])):
+        for i, (n, r) in enumerate(zip(s.lengths[: args.list], s.returns[: args.list], strict=True)):
             print(f"  episode {i}: {n} steps, return {r:.6g}")
     if s.clips:
         broken = [c for c in s.clips if c.get("broken")]

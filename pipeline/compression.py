@@ -14,12 +14,12 @@ package, ``pip install envrec[lz4]``) trades ratio for speed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .errors import ConfigError
 
-__all__ = ["Compression", "parse_compression", "compressor", "decompress_into", "CODECS"]
+__all__ = ["CODECS", "Compression", "compressor", "decompress_into", "parse_compression"]
 
 CODECS = ("zstd", "lz4")
 DEFAULT_LEVELS = {"zstd": 3, "lz4": 0}
@@ -59,7 +59,7 @@ class Compression:
         return {"codec": self.codec, "level": self.effective_level, "chunk_bytes": self.chunk_bytes}
 
 
-def parse_compression(value: "str | Compression | None") -> Compression | None:
+def parse_compression(value: str | Compression | None) -> Compression | None:
     """``None``, a codec name (``"zstd"``, ``"zstd:9"``: codec and level) or a ``Compression``."""
     if value is None or isinstance(value, Compression):
         return value

@@ -12,13 +12,13 @@ Two families, kept apart so callers can tell them apart:
 from __future__ import annotations
 
 __all__ = [
-    "EnvrecError",
     "ConfigError",
+    "EnvrecError",
     "RecordError",
     "RecordTooLargeError",
+    "RemoteTraceback",
     "SharedMemoryError",
     "WorkerError",
-    "RemoteTraceback",
 ]
 
 

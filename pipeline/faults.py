@@ -30,7 +30,7 @@ import signal
 import time
 from dataclasses import dataclass
 
-__all__ = ["FaultSpec", "FAULTS_ENV_VAR", "from_env"]
+__all__ = ["FAULTS_ENV_VAR", "FaultSpec", "from_env"]
 
 FAULTS_ENV_VAR = "ENVREC_FAULTS"
 
@@ -50,7 +50,7 @@ class FaultSpec:
         if self.how not in ("raise", "exit", "kill", "hang"):
             raise ValueError(f"FaultSpec.how must be raise, exit, kill or hang, not {self.how!r}")
 
-    def injector(self) -> "Injector":
+    def injector(self) -> Injector:
         return Injector(self)
 
 

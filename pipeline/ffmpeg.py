@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from .errors import ConfigError
 
-__all__ = ["FFMPEG_ENV_VAR", "VideoSettings", "find_ffmpeg", "encode_command", "remux_command", "encoded_size"]
+__all__ = ["FFMPEG_ENV_VAR", "VideoSettings", "encode_command", "encoded_size", "find_ffmpeg", "remux_command"]
 
 FFMPEG_ENV_VAR = "ENVREC_FFMPEG"
 PIX_FMT_IN = {1: "gray", 3: "rgb24", 4: "rgba"}

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Unrepresentable", "pack_info", "unpack_info", "encode_json", "decode_json"]
+__all__ = ["Unrepresentable", "decode_json", "encode_json", "pack_info", "unpack_info"]
 
 _EMPTY = b""
 
@@ -65,14 +65,12 @@ def _module_of(obj) -> str:
 
 class _InfoPickler(pickle.Pickler):
     def reducer_override(self, obj):
-        if isinstance(obj, _PLAIN):  # object arrays too: their items come back through this pickler
-            return NotImplemented
-        elif _module_of(obj).split(".", 1)[0] in _LOADABLE_MODULES:
+        if isinstance(obj, _PLAIN) or _module_of(obj).split(".", 1)[0] in _LOADABLE_MODULES:  # object arrays too: their items come back through this pickler
             return NotImplemented
         t = type(obj)
         try:
             text = repr(obj)
-        except Exception as exc:  # a broken __repr__ must not break the step
+        except Exception as exc:  # noqa: BLE001  (a broken __repr__ must not break the step)
             text = f"<repr failed: {exc!r}>"
         return _unrepresentable, (f"{t.__module__}.{t.__qualname__}", text)
 

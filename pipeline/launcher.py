@@ -32,6 +32,7 @@ its dependencies where this process found them.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import pickle
@@ -45,7 +46,7 @@ import psutil
 
 from .ring import RingSpec
 
-__all__ = ["WorkerProcess", "PYTHON_ENV_VAR", "STDERR_TAIL_LINES"]
+__all__ = ["PYTHON_ENV_VAR", "STDERR_TAIL_LINES", "WorkerProcess"]
 
 PYTHON_ENV_VAR = "ENVREC_PYTHON"
 STDERR_TAIL_LINES = 20  # lines of a worker's output kept to explain its death
@@ -81,10 +82,8 @@ def _config_file(payload: bytes) -> int:
 def _kill_survivors(children: list[psutil.Process]) -> None:
     _, alive = psutil.wait_procs(children, timeout=CHILD_GRACE_S)
     for child in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             child.kill()
-        except psutil.Error:
-            pass
 
 
 class WorkerProcess:

@@ -11,7 +11,7 @@ the reservation is simply not used.
 from __future__ import annotations
 
 import struct
-from typing import Callable
+from collections.abc import Callable
 
 from .records import RST, Kind
 from .ring import REC_HEAD_BYTES, RingWriter, align
@@ -54,7 +54,7 @@ class RecordPacker:
         if off < 0:
             return False
         data = ring.data
-        for put, o, x in zip(self._fns, self._offs, values):
+        for put, o, x in zip(self._fns, self._offs, values, strict=True):
             put(x, data, off + o)
         pos = off + fixed
         sizes = []
@@ -93,8 +93,8 @@ class TracePacker:
         return self.step.fixed_bytes
 
     def _split(self, values: list, is_text: list[bool], encoders: list) -> tuple[list, list]:
-        fixed = [v for v, t in zip(values, is_text) if not t]
-        texts = [enc(v) for enc, v in zip(encoders, (v for v, t in zip(values, is_text) if t))]
+        fixed = [v for v, t in zip(values, is_text, strict=True) if not t]
+        texts = [enc(v) for enc, v in zip(encoders, (v for v, t in zip(values, is_text, strict=True) if t), strict=True)]
         return fixed, texts
 
     def write_step(self, ring, episode, step, action, observation, reward, terminated, truncated, info: bytes) -> bool:

@@ -10,7 +10,7 @@ import signal
 
 import psutil
 
-__all__ = ["signal_name", "process_facts"]
+__all__ = ["process_facts", "signal_name"]
 
 
 def signal_name(exitcode: int | None) -> str:

@@ -17,18 +17,19 @@ import json
 import mmap
 import os
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Self
 
 import numpy as np
 
-from .errors import EnvrecError
 from .atomic import file_crc32
 from .compression import decompress_into
+from .errors import EnvrecError
 from .infos import decode_json
 from .trace_format import MANIFEST_SUFFIX, is_segment, recording_batches
 
-__all__ = ["TraceReader", "Episode", "Recording", "TraceError", "scan_recorded_traces"]
+__all__ = ["Episode", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
 
 
 class TraceError(EnvrecError):
@@ -291,7 +292,7 @@ class TraceReader:
         self._decoded.clear()
         self._decoded_bytes = 0
 
-    def __enter__(self) -> "TraceReader":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -306,7 +307,7 @@ def _shape(value: Any, spec: dict | None) -> Any:
     if t == "Dict":
         return {k: _shape(value[k], sub) for k, sub in spec["spaces"]}
     if t == "Tuple":
-        return tuple(_shape(v, sub) for v, sub in zip(value, spec["spaces"]))
+        return tuple(_shape(v, sub) for v, sub in zip(value, spec["spaces"], strict=True))
     return value
 
 

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 from time import perf_counter_ns
-from typing import Any
+from typing import Any, Self
 
 from .atomic import remove_stale_tmp, write_atomic
 from .compression import Compression, parse_compression
@@ -27,7 +27,7 @@ from .stats import CallTimes, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix, default_prefix, manifest_document, manifest_name
 
-__all__ = ["TraceRecorder", "DEFAULT_RING_BYTES", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
+__all__ = ["DEFAULT_RING_BYTES", "TraceRecorder", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
 
 logger = logging.getLogger(__name__)
 
@@ -313,7 +313,7 @@ class TraceRecorder:
         stats = self.stats()
         return {k: stats[k] for k in env_keys if k in stats} | {k: v for k, v in stats.items() if k.startswith("call")}
 
-    def __enter__(self) -> "TraceRecorder":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

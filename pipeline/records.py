@@ -42,7 +42,7 @@ from enum import IntEnum
 
 from .schema import Leaf, leaves
 
-__all__ = ["Kind", "Status", "TraceLayout", "RST", "FRAME_SHAPE"]
+__all__ = ["FRAME_SHAPE", "RST", "Kind", "Status", "TraceLayout"]
 
 RST = struct.Struct("<d??")  # reward, terminated, truncated: one part, written by one call
 FRAME_SHAPE = struct.Struct("<III")  # height, width, channels of a video frame
@@ -99,7 +99,7 @@ class TraceLayout:
     act_leaves: tuple[Leaf, ...]
 
     @classmethod
-    def from_specs(cls, obs_spec: dict, act_spec: dict) -> "TraceLayout":
+    def from_specs(cls, obs_spec: dict, act_spec: dict) -> TraceLayout:
         return cls(tuple(leaves(obs_spec)), tuple(leaves(act_spec)))
 
     def _keyed(self, root: str, lvs: tuple[Leaf, ...], kind: str) -> list[tuple]:

@@ -54,27 +54,28 @@ had read but not released.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .errors import RecordTooLargeError
 from .shm import create_segment, map_segment
 from .wakeup import Wakeup
 
 __all__ = [
-    "align",
-    "RingSpec",
-    "RingWriter",
-    "RingReader",
-    "RecordView",
-    "ConsumerGone",
     "KIND_PAD",
-    "record_size",
     "STATUS_WORDS",
     "WAIT_SLICE_S",
+    "ConsumerGone",
+    "RecordView",
+    "RingReader",
+    "RingSpec",
+    "RingWriter",
+    "align",
+    "record_size",
 ]
 
 MAGIC = b"ENVRECR1"
@@ -238,7 +239,7 @@ class RingWriter:
         _REC_HEAD.pack_into(data, off, n, kind, len(parts), episode, step)
         struct.pack_into(f"<{len(sizes)}I", data, off + REC_HEAD_BYTES, *sizes)
         pos = off + align(REC_HEAD_BYTES + 4 * len(sizes))
-        for p, s in zip(parts, sizes):
+        for p, s in zip(parts, sizes, strict=True):
             if s:
                 data[pos : pos + s] = p
             pos += align(s)
@@ -282,8 +283,7 @@ class RingWriter:
         self._write_pos += self._pending
         self._seg.words[_W_WRITE_POS] = self._write_pos
         used = self._write_pos - self._read_pos
-        if used > self.high_water:
-            self.high_water = used
+        self.high_water = max(self.high_water, used)
         self.records += 1
         if self._seg.words[_W_SLEEPING]:
             self._items.post()
@@ -323,10 +323,8 @@ class RingWriter:
         self._data.release()
         self._seg.release_views()
         self._shm.close()
-        try:
+        with contextlib.suppress(FileNotFoundError):
             self._shm.unlink()
-        except FileNotFoundError:
-            pass
         self._items.close()
         self._space.close()
 

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import numbers
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from .errors import ConfigError, RecordError
 
-__all__ = ["Leaf", "LeafCodec", "describe_space", "leaves", "leaf_codecs", "compile_flattener", "reward_value", "SUPPORTED_SPACES"]
+__all__ = ["SUPPORTED_SPACES", "Leaf", "LeafCodec", "compile_flattener", "describe_space", "leaf_codecs", "leaves", "reward_value"]
 
 SUPPORTED_SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "Dict", "Tuple")
 
@@ -96,7 +97,7 @@ def leaf_values(x, spec: dict) -> list:
     if t == "Dict":
         return [v for k, sub in spec["spaces"] for v in leaf_values(x[k], sub)]
     if t == "Tuple":
-        return [v for item, sub in zip(x, spec["spaces"]) for v in leaf_values(item, sub)]
+        return [v for item, sub in zip(x, spec["spaces"], strict=True) for v in leaf_values(item, sub)]
     return [x]
 
 
@@ -161,11 +162,7 @@ def _int_put(where: str) -> Callable[[Any, Any, int], None]:
 
     def put(x, buf, off: int) -> None:
         t = type(x)
-        if t is int or t is np.int64:
-            v = int(x)
-        elif isinstance(x, (int, np.integer)):
-            v = int(x)
-        elif isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "iub":
+        if t is int or t is np.int64 or isinstance(x, (int, np.integer)) or isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "iub":
             v = int(x)
         else:
             raise RecordError(f"{where}: expected an integer (Discrete), got {type(x).__name__} {_short(x)}")
@@ -189,7 +186,7 @@ def _text_encode(where: str) -> Callable[[Any], bytes]:
 def leaf_codecs(spec: dict, root: str) -> list[LeafCodec]:
     """One codec per leaf of ``spec``, in leaf order."""
     out = []
-    for leaf, sub in zip(leaves(spec), _leaf_specs(spec)):
+    for leaf, sub in zip(leaves(spec), _leaf_specs(spec), strict=True):
         where = _where(root, leaf.path)
         if leaf.kind == "text":
             out.append(LeafCodec(leaf, where, None, encode=_text_encode(where)))
@@ -239,7 +236,7 @@ def compile_flattener(spec: dict, root: str, path: tuple = ()) -> Callable[[Any]
             if not isinstance(x, (tuple, list)) or len(x) != len(subs_t):
                 raise RecordError(f"{where}: expected a tuple of {len(subs_t)} items, got {_short(x)}")
             out = []
-            for item, sub in zip(x, subs_t):
+            for item, sub in zip(x, subs_t, strict=True):
                 out += sub(item)
             return out
 

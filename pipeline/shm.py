@@ -24,7 +24,7 @@ import psutil
 
 from .errors import SharedMemoryError
 
-__all__ = ["SEGMENT_PREFIX", "Segment", "create_segment", "map_segment", "unlink_segment", "sweep_orphans", "list_segments"]
+__all__ = ["SEGMENT_PREFIX", "Segment", "create_segment", "list_segments", "map_segment", "sweep_orphans", "unlink_segment"]
 
 logger = logging.getLogger(__name__)
 

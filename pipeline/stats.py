@@ -19,7 +19,7 @@ _SUB = 4  # buckets per power of two
 
 
 class CallTimes:
-    __slots__ = ("count", "total_ns", "max_ns", "buckets")
+    __slots__ = ("buckets", "count", "max_ns", "total_ns")
 
     def __init__(self) -> None:
         self.count = 0
@@ -30,8 +30,7 @@ class CallTimes:
     def add(self, ns: int) -> None:
         self.count += 1
         self.total_ns += ns
-        if ns > self.max_ns:
-            self.max_ns = ns
+        self.max_ns = max(self.max_ns, ns)
         b = ns.bit_length()
         self.buckets[(b << 2) | ((ns >> (b - 3)) & 3) if b > 2 else ns] += 1
 

@@ -18,7 +18,8 @@ import logging
 import time
 import warnings
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .errors import ConfigError, RecordError, WorkerError
 from .records import Kind, Status
@@ -27,7 +28,7 @@ from .shm import sweep_orphans
 from .stats import process_facts
 from .supervisor import Worker
 
-__all__ = ["Stream", "STATUS_CHECK_INTERVAL_S", "BACKPRESSURE_POLICIES", "register_closer", "warn_start_method"]
+__all__ = ["BACKPRESSURE_POLICIES", "STATUS_CHECK_INTERVAL_S", "Stream", "register_closer", "warn_start_method"]
 
 logger = logging.getLogger(__name__)
 
@@ -320,7 +321,7 @@ class Stream:
         return self.worker.summary
 
 
-_live: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_live: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def register_closer(obj: Any) -> None:

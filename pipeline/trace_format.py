@@ -39,16 +39,16 @@ import re
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
-    "default_prefix",
-    "check_prefix",
-    "manifest_name",
-    "batch_names",
-    "ndarray_descriptor",
-    "manifest_document",
-    "segment_name",
-    "segment_document",
-    "is_segment",
     "SEGMENT_BATCHES",
+    "batch_names",
+    "check_prefix",
+    "default_prefix",
+    "is_segment",
+    "manifest_document",
+    "manifest_name",
+    "ndarray_descriptor",
+    "segment_document",
+    "segment_name",
 ]
 
 FORMAT_NAME = "envrec.trace"

@@ -20,22 +20,23 @@ tiled clip of all), with triggers counted per sub-env episode.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
+from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .infos import pack_info
-from .compression import Compression, parse_compression
 from .recorder import DEFAULT_RING_BYTES, check_folder, check_max_bytes, record_failure_in_manifest
 from .records import Kind
 from .schema import describe_space, leaf_values, leaves
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix, default_prefix, manifest_name
 
-__all__ = ["RecordVectorTrace", "batched_leaves", "autoreset_name"]
+__all__ = ["RecordVectorTrace", "autoreset_name", "batched_leaves"]
 
 
 def autoreset_name(env) -> str:
@@ -121,7 +122,7 @@ class RecordVectorTrace(VectorWrapper):
 
     def _parts(self, value, spec: dict, batched: list, where: str) -> list:
         values = leaf_values(value, spec)
-        return [_as_part(v, dt, shape, where) for v, (dt, shape) in zip(values, batched)]
+        return [_as_part(v, dt, shape, where) for v, (dt, shape) in zip(values, batched, strict=True)]
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
         mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options

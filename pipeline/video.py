@@ -20,10 +20,10 @@ import json
 import logging
 import os
 import time
-from time import perf_counter_ns
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from time import perf_counter_ns
+from typing import Any, Self
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from .stats import CallTimes, process_facts, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix
 
-__all__ = ["VideoRecorder", "DEFAULT_FRAME_RING_BYTES", "check_text_frame"]
+__all__ = ["DEFAULT_FRAME_RING_BYTES", "VideoRecorder", "check_text_frame"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +62,8 @@ def check_image_frame(frame: Any) -> str:
         return f"a frame must be a numpy array, not {type(frame).__name__}"
     if frame.dtype != np.uint8:
         return f"a frame must have dtype uint8 (RGB values 0-255), not {frame.dtype}"
-    if frame.ndim == 2 or (frame.ndim == 3 and frame.shape[2] in (1, 3, 4)):
-        if frame.shape[0] and frame.shape[1]:
-            return ""
+    if (frame.ndim == 2 or (frame.ndim == 3 and frame.shape[2] in (1, 3, 4))) and frame.shape[0] and frame.shape[1]:
+        return ""
     return f"a frame must have shape (height, width), (height, width, 3) or (height, width, 4), not {frame.shape}"
 
 
@@ -379,7 +378,7 @@ class VideoRecorder:
         logger.info("envrec: %d clip(s) in %s: %s", self.clips_started, self.folder, summary_line(self.stats()))
         return summary
 
-    def __enter__(self) -> "VideoRecorder":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -13,6 +13,7 @@ processes, without a ``__main__`` guard and from any thread.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 
@@ -37,10 +38,8 @@ class Wakeup:
 
     def clear(self) -> None:
         """Forget the hints posted so far."""
-        try:
+        with contextlib.suppress(BlockingIOError):
             os.eventfd_read(self.fd)
-        except BlockingIOError:
-            pass
 
     def wait(self, timeout_s: float) -> bool:
         """Sleep until a hint is posted or ``timeout_s`` passes; True if woken (the hint is consumed)."""

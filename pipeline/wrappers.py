@@ -5,7 +5,8 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from typing import Any, Callable, SupportsFloat
+from collections.abc import Callable
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 

@@ -23,10 +23,9 @@ import subprocess
 import tempfile
 import time
 
+import envrec
 import gymnasium as gym
 import numpy as np
-
-import envrec
 from envrec.bench.variants import FrameEnv
 from envrec.ffmpeg import VideoSettings, encode_command, find_ffmpeg
 from envrec.records import Status
@@ -50,8 +49,7 @@ def encode_cli(frames: list[np.ndarray], folder: str, fps: int) -> float:
     """Seconds the ffmpeg command line takes to encode the frames from a raw file."""
     raw = os.path.join(folder, "frames.raw")
     with open(raw, "wb") as f:
-        for fr in frames:
-            f.write(fr.tobytes())
+        f.writelines(fr.tobytes() for fr in frames)
     h, w, c = frames[0].shape
     exe, _ = find_ffmpeg()
     cmd = encode_command(exe, w, h, c, fps, os.path.join(folder, "cli.mp4"), VideoSettings())
@@ -136,16 +134,16 @@ def main() -> None:
     for r in range(args.rounds):
         work = tempfile.mkdtemp(prefix="envrec-components-", dir=base)
         try:  # alternate which of each pair goes first, so neither always inherits the other's writeback
-            pair_a = [lambda: cli.append(encode_cli(frames, work, fps)), lambda: ours.append(encode_envrec(frames, work, fps))]
+            pair_a = [lambda w=work: cli.append(encode_cli(frames, w, fps)), lambda w=work: ours.append(encode_envrec(frames, w, fps))]
             for run in (pair_a if r % 2 == 0 else reversed(pair_a)) if args.only != "serializer" else ():
                 run()
             nbytes = args.steps * 210 * 160 * 3
 
-            def run_serializer() -> None:
+            def run_serializer(work: str = work) -> None:
                 secs, written = serialize_envrec(os.path.join(work, "trace"), args.steps)
                 ser.append(written / secs)
 
-            pair_b = [run_serializer, lambda: seq.append(nbytes / write_bandwidth(work, nbytes))]
+            pair_b = [run_serializer, lambda w=work, n=nbytes: seq.append(n / write_bandwidth(w, n))]
             for run in (pair_b if r % 2 == 0 else reversed(pair_b)) if args.only != "encoder" else ():
                 run()
         finally:

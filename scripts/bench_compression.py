@@ -29,7 +29,7 @@ import time
 import envrec
 
 sys.path.insert(0, os.path.dirname(__file__))
-from soak_long_run import AtariLikeEnv  # noqa: E402  (the soak's env: same frames in both)
+from soak_long_run import AtariLikeEnv
 
 CODECS = {"raw": None, "zstd-1": "zstd:1", "zstd-3": "zstd", "lz4": "lz4"}
 

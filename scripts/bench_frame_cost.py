@@ -19,9 +19,8 @@ import statistics
 import tempfile
 import time
 
-import numpy as np
-
 import envrec
+import numpy as np
 from envrec.shm import create_segment
 
 SIZES = ((210, 160, 0.002), (400, 600, 0.006), (720, 1280, 0.025))  # height, width, pace (s per frame)

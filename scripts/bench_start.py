@@ -18,9 +18,8 @@ import statistics
 import tempfile
 import time
 
-import gymnasium as gym
-
 import envrec
+import gymnasium as gym
 from envrec.records import Status
 
 

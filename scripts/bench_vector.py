@@ -15,9 +15,8 @@ import statistics
 import tempfile
 import time
 
-import gymnasium as gym
-
 import envrec
+import gymnasium as gym
 
 
 def make(n: int, mode: str, render: bool):

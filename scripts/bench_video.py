@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 
 import gymnasium as gym
-
 from envrec.bench import format_table, rows_json, run_bench
 
 VARIANTS = ("none", "render", "envrec-video", "gymnasium-video", "sync-pipe")
@@ -36,7 +35,7 @@ def main() -> None:
             print("ale-py is not installed: skipping ALE environments (pip install '.[atari]')")
             envs = [e for e in envs if not e.startswith("ALE/")]
     for env_id in envs:
-        rows = run_bench(lambda: gym.make(env_id, render_mode="rgb_array"), VARIANTS, args.rounds, args.seconds)
+        rows = run_bench(lambda env_id=env_id: gym.make(env_id, render_mode="rgb_array"), VARIANTS, args.rounds, args.seconds)
         render = next(r for r in rows if r.variant == "render")
         if args.json:
             print(rows_json(rows))

@@ -17,9 +17,8 @@ import os
 import tempfile
 import time
 
-import gymnasium as gym
-
 import envrec
+import gymnasium as gym
 
 
 def blocked(env) -> float:

@@ -28,13 +28,12 @@ import shutil
 import statistics
 import time
 
+import envrec
 import gymnasium as gym
 import numpy as np
 import psutil
-from gymnasium import spaces
-
-import envrec
 from envrec.records import Status
+from gymnasium import spaces
 
 H, W = 210, 160
 ROLES = ("env", "serializer", "encoder", "ffmpeg")
@@ -45,7 +44,7 @@ FIELDS = ["t_s", "steps", "steps_per_s", "env_us_per_step", "commit_ms", "ring_h
 class AtariLikeEnv(gym.Env):
     """Frames that depend only on (episode seed, step): a reader can check every one of them."""
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 60}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 60}  # noqa: RUF012  (Gymnasium declares metadata as a class-level dict)
 
     def __init__(self, episode_len: int = 1000) -> None:
         self.observation_space = spaces.Box(0, 255, (H, W, 3), np.uint8)
@@ -230,7 +229,7 @@ def plot(path: str, rows: list[dict]) -> None:
         ("RSS (MiB)", [f"{r}_rss_mb" for r in ROLES]), ("open fds", [f"{r}_fds" for r in ROLES]),
         ("commit latency (ms)", ["commit_ms"]), ("on disk (MiB)", ["disk_mb"]),
     ]
-    for ax, (title, keys) in zip(axes.flat, panels):
+    for ax, (title, keys) in zip(axes.flat, panels, strict=True):
         for k in keys:
             ax.plot(t, [r[k] for r in rows], label=k.split("_")[0] if len(keys) > 1 else None)
         ax.set_title(title)

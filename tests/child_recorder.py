@@ -11,10 +11,9 @@ import signal
 import sys
 import time
 
+import envrec
 import numpy as np
 from gymnasium import spaces
-
-import envrec
 
 
 def main() -> None:

@@ -8,9 +8,8 @@ import signal
 import sys
 import time
 
-import numpy as np
-
 import envrec
+import numpy as np
 
 
 def main() -> None:

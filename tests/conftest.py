@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
 
 import psutil
 import pytest
-
 from envrec.shm import list_segments
 
 LEAK_GRACE_S = 5.0  # how long a test's children get to exit after it ends
@@ -66,19 +66,15 @@ def no_leaks(request, tmp_path):
         gc.collect()
     leaked_children = _children() - children
     for pid in leaked_children:
-        try:
+        with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
-        except psutil.Error:
-            pass
     leaked_segments = set(list_segments()) - segments
     for name in leaked_segments:
         os.unlink(os.path.join("/dev/shm", name))
     leaked_encoders = _encoders_writing_into(tmp_path)
     for pid in leaked_encoders:
-        try:
+        with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
-        except psutil.Error:
-            pass
     leaked_sems = _semaphores() - sems
     leaked_tmp = _tmp_files(tmp_path)
     assert not leaked_children, f"child processes left running: {leaked_children}"

@@ -25,7 +25,7 @@ SPACES = {
 class SpaceEnv(gym.Env):
     """Samples its observations from ``observation_space``; rewards include NaN and ±inf; infos are varied."""
 
-    metadata = {"render_modes": []}
+    metadata = {"render_modes": []}  # noqa: RUF012  (Gymnasium declares metadata as a class-level dict)
 
     def __init__(self, observation_space, action_space=None, episode_len=7, nan=True):
         self.observation_space = observation_space

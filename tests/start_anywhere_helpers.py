@@ -8,10 +8,9 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 
+import envrec
 import gymnasium as gym
 import numpy as np
-
-import envrec
 
 # A user's training script, without an ``if __name__ == "__main__":`` guard. It notes each run of its
 # top level in runs.txt (a worker that re-ran it would add a line) and prints its episode lengths.
@@ -73,7 +72,7 @@ def assert_trace_equals(folder, reference: list[dict]) -> None:
     """Every episode of the trace in ``folder`` bit for bit equal to ``reference``."""
     reader = envrec.TraceReader(folder)
     assert len(reader) == len(reference), (len(reader), len(reference))
-    for ep, ref in zip(reader, reference):
+    for ep, ref in zip(reader, reference, strict=True):
         assert np.array_equal(ep.observations, np.array(ref["observations"], np.float32))
         assert ep.actions.tolist() == ref["actions"]
         assert ep.rewards.tolist() == ref["rewards"]

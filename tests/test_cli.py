@@ -6,9 +6,8 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 import envrec
+import pytest
 
 from .video_helpers import decode
 
@@ -34,7 +33,7 @@ def test_record_with_no_arguments_records_cartpole_into_recordings(tmp_path):
     clips = sorted(folder.glob("rl-video-*-episode-*.mp4"))
     assert len(clips) == 5 and "video: 5 clip(s)" in out.stdout
     episodes = list(envrec.TraceReader(folder))
-    for clip, ep in zip(sorted(clips, key=lambda p: int(p.stem.rsplit("-", 1)[1])), episodes):
+    for clip, ep in zip(sorted(clips, key=lambda p: int(p.stem.rsplit("-", 1)[1])), episodes, strict=True):
         assert len(decode(clip, 600, 400)) == ep.length + 1  # one frame per observation
     out = run("inspect", str(folder))
     assert out.returncode == 0, out.stderr

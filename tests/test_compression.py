@@ -7,15 +7,14 @@ import os
 import subprocess
 import sys
 
+import envrec
 import numpy as np
 import pytest
-from gymnasium import spaces as S
-
-import envrec
 from envrec.compression import Compression, parse_compression
 from envrec.errors import ConfigError
 from envrec.faults import FaultSpec
 from envrec.summary import summarize
+from gymnasium import spaces as S
 
 from .envs import SPACES, SpaceEnv
 from .test_trace_roundtrip import assert_bit_exact, record
@@ -30,10 +29,10 @@ SMALL_CHUNKS = {"zstd": Compression("zstd", chunk_bytes=64), "lz4": Compression(
 def test_every_space_type_reads_back_bit_exact_compressed(tmp_path, name):
     """Chunks of a few rows each, so episodes span several chunks and end in a partial one."""
     space = SPACES[name]
-    reference, rec = record(SpaceEnv(space, action_space=space), tmp_path, episodes=3, compression=SMALL_CHUNKS["zstd"])
+    reference, _rec = record(SpaceEnv(space, action_space=space), tmp_path, episodes=3, compression=SMALL_CHUNKS["zstd"])
     reader = envrec.TraceReader(tmp_path)
     assert len(reader) == 3
-    for ref, ep in zip(reference, reader):
+    for ref, ep in zip(reference, reader, strict=True):
         assert_bit_exact(space, ep.observations, ref["obs"])
         assert_bit_exact(space, ep.actions, ref["act"])
         assert ep.rewards.tobytes() == np.array(ref["rew"], dtype=np.float64).tobytes()
@@ -47,7 +46,7 @@ def test_codecs_and_levels_read_back_bit_exact(tmp_path, codec):
     space = SPACES["box_u8_image"]
     reference, _ = record(SpaceEnv(space, action_space=S.Discrete(4)), tmp_path, episodes=4, compression=codec)
     reader = envrec.TraceReader(tmp_path)
-    for ref, ep in zip(reference, reader):
+    for ref, ep in zip(reference, reader, strict=True):
         assert_bit_exact(space, ep.observations, ref["obs"])
     batch = json.load(open(tmp_path / reader.recordings[0].batches[0]["fn"]))
     d = batch["episodes"][0]["observations"]
@@ -92,14 +91,14 @@ class FramesEnv(SpaceEnv):
 def test_atari_like_frames_are_at_least_50x_smaller_and_inspect_shows_the_ratio(tmp_path):
     frames = atari_like_frames(64)
     env = FramesEnv(frames, length=100)
-    reference, rec = record(env, tmp_path / "z", episodes=4, compression="zstd")
-    _, raw = record(FramesEnv(frames, length=100), tmp_path / "raw", episodes=4)
+    reference, _rec = record(env, tmp_path / "z", episodes=4, compression="zstd")
+    _, _raw = record(FramesEnv(frames, length=100), tmp_path / "raw", episodes=4)
     s = summarize(str(tmp_path / "z"))
     assert s.ok and s.compression_ratio >= 50, s.compression_ratio
     raw_bytes = summarize(str(tmp_path / "raw")).bytes
     assert raw_bytes / s.bytes >= 50
     reader = envrec.TraceReader(tmp_path / "z")
-    for ref, ep in zip(reference, reader):
+    for ref, ep in zip(reference, reader, strict=True):
         assert ep.observations.tobytes() == np.stack(ref["obs"]).tobytes()
     out = subprocess.run([sys.executable, "-m", "envrec.cli", "inspect", str(tmp_path / "z")], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -178,6 +177,6 @@ def test_a_killed_compressing_serializer_hands_over_without_loss(tmp_path, point
     assert s["restarts"] == 1 and s["broken"] is None and s["records_lost"] == 0
     reader = envrec.TraceReader(tmp_path)
     assert [e.seed for e in reader] == list(range(6))
-    for ref, ep in zip(cap_reference, reader):
+    for ref, ep in zip(cap_reference, reader, strict=True):
         assert ep.observations.tobytes() == ref.tobytes()
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp") or "checkpoint" in n]

@@ -8,17 +8,16 @@ import struct
 
 import numpy as np
 import pytest
-from gymnasium import spaces as S
-
 from envrec.errors import ConfigError, RecordError
 from envrec.infos import Unrepresentable, decode_json, encode_json, pack_info, unpack_info
 from envrec.schema import compile_flattener, describe_space, leaf_codecs, leaves
+from gymnasium import spaces as S
 
 
 def encode(spec: dict, value) -> list[bytes]:
     """The bytes each leaf of ``value`` would occupy in a record."""
     out = []
-    for codec, v in zip(leaf_codecs(spec, "obs"), compile_flattener(spec, "obs")(value)):
+    for codec, v in zip(leaf_codecs(spec, "obs"), compile_flattener(spec, "obs")(value), strict=True):
         if codec.size is None:
             out.append(codec.encode(v))
         else:
@@ -62,7 +61,7 @@ def test_numpy_scalars_and_arrays_keep_dtype_shape_and_bits():
     out = roundtrip(info)
     assert isinstance(out["f32"], np.float32) and np.isnan(out["f32"])
     assert out["i8"] == -3 and out["i8"].dtype == np.int8
-    assert out["b"] == True and out["b"].dtype == np.bool_  # noqa: E712
+    assert out["b"] == True and out["b"].dtype == np.bool_
     assert out["arr"].dtype == np.dtype("<i4") and out["arr"].tolist() == [[0, 1, 2], [3, 4, 5]]
     assert out["nc"].tolist() == [0.0, 3.0, 6.0, 9.0]
 

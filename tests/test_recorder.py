@@ -308,7 +308,7 @@ def test_memory_is_flat_in_episode_length(tmp_path):
     for checkpoint in (1500, 3000, 6000):
         while env.recorder._step < checkpoint:
             env.step(0)
-        wait_for(lambda: env.stats()["steps_written"] >= checkpoint, 30)
+        wait_for(lambda n=checkpoint: env.stats()["steps_written"] >= n, 30)
         rss.append([p.memory_info().rss for p in procs])
     env.close()
     growth = [(rss[2][i] - rss[0][i]) / 2**20 for i in range(2)]

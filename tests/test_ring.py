@@ -10,12 +10,11 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from envrec import shm
 from envrec.errors import RecordTooLargeError, SharedMemoryError
 from envrec.ring import ConsumerGone, RingReader, RingWriter, record_size
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 @pytest.fixture
@@ -173,8 +172,7 @@ def test_property_random_sizes_wrap_many_times_without_corruption(ring, batches)
     w, r = ring
     w.set_policy(block=False)
     sent, received = [], []
-    seq = 0
-    for part_sizes, burst in batches:
+    for seq, (part_sizes, burst) in enumerate(batches):
         parts = [_payload(n, seq * 7 + k) for k, n in enumerate(part_sizes)]
         while not w.write(2, seq, seq, parts):
             rec = r.next(1.0)
@@ -182,7 +180,6 @@ def test_property_random_sizes_wrap_many_times_without_corruption(ring, batches)
             received.append((rec.step, [bytes(p) for p in rec.parts]))
             r.release()
         sent.append((seq, parts))
-        seq += 1
         for _ in range(burst):
             rec = r.poll()
             if rec is None:

@@ -8,13 +8,12 @@ import math
 import mmap
 import os
 
+import envrec
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium import spaces as S
-
-import envrec
 from envrec.infos import Unrepresentable
+from gymnasium import spaces as S
 
 from .envs import SPACES, Capture, SpaceEnv
 
@@ -61,7 +60,7 @@ def same(a, b) -> bool:
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
 
 
@@ -76,10 +75,10 @@ def expected_info(info):
 def test_every_space_type_reads_back_bit_exact(tmp_path, name):
     space = SPACES[name]
     env = SpaceEnv(space, action_space=space)
-    reference, rec = record(env, tmp_path, episodes=3)
+    reference, _rec = record(env, tmp_path, episodes=3)
     reader = envrec.TraceReader(tmp_path)
     assert len(reader) == 3
-    for ref, ep in zip(reference, reader):
+    for ref, ep in zip(reference, reader, strict=True):
         n = len(ref["act"])
         assert ep.length == n
         assert_bit_exact(space, ep.observations, ref["obs"])
@@ -89,7 +88,7 @@ def test_every_space_type_reads_back_bit_exact(tmp_path, name):
         assert ep.terminations.tolist() == ref["term"] and ep.truncations.tolist() == ref["trunc"]
         assert ep.complete and ep.ended_by == "terminated"
         assert len(ep.infos) == n + 1
-        for got, want in zip(ep.infos, ref["info"]):
+        for got, want in zip(ep.infos, ref["info"], strict=True):
             assert same(got, expected_info(want)), (got, want)
     assert [ep.seed for ep in reader] == [0, 1, 2]
 
@@ -103,7 +102,7 @@ def test_batch_files_are_strict_json_with_aligned_little_endian_arrays(tmp_path)
     assert len(manifest["batches"]) == 4  # batch_bytes=1: one batch per episode
     for b in manifest["batches"]:
         text = open(tmp_path / b["fn"]).read()
-        batch = json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} in {b['fn']}"))
+        batch = json.loads(text, parse_constant=lambda c, fn=b["fn"]: pytest.fail(f"bare {c} in {fn}"))
         for ep in batch["episodes"]:
             for key in ("observations", "actions", "rewards", "terminations", "truncations"):
                 d = ep[key]
@@ -124,13 +123,13 @@ def test_gym_recording_playback_algorithm_reads_envrec_traces(tmp_path):
         return np.ndarray.__new__(np.ndarray, o["shape"], dtype=o["dtype"], buffer=maps[fn], offset=o["npyoff"], order="C")
 
     maps = {}
-    hook = lambda o: load_npy(o, maps) if o.get("__type", None) == "ndarray" else o  # noqa: E731
+    hook = lambda o: load_npy(o, maps) if o.get("__type", None) == "ndarray" else o
     for manifest_fn in glob.glob(os.path.join(tmp_path, "openaigym.trace.*.manifest.json")):
-        for batch in json.load(open(manifest_fn, "r"))["batches"]:
-            for ep in json.load(open(os.path.join(tmp_path, batch["fn"]), "r"), object_hook=hook)["episodes"]:
+        for batch in json.load(open(manifest_fn))["batches"]:
+            for ep in json.load(open(os.path.join(tmp_path, batch["fn"])), object_hook=hook)["episodes"]:
                 got.append((ep["observations"], ep["actions"], ep["rewards"]))
     assert len(got) == 3
-    for (obs, act, rew), ref in zip(got, reference):
+    for (obs, act, rew), ref in zip(got, reference, strict=True):
         assert obs.tobytes() == np.stack(ref["obs"]).tobytes() and obs.shape == (len(ref["obs"]), 7, 5, 3)
         assert act.tolist() == [int(a) for a in ref["act"]]
         assert rew.tobytes() == np.array(ref["rew"], dtype=np.float64).tobytes()

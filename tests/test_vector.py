@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 
+import envrec
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
-
-import envrec
 
 from .video_helpers import decode, meta
 
@@ -71,7 +70,7 @@ def assert_sub_env_equals_reference(folder, prefix, i, mode, actions):
     got = list(envrec.TraceReader(folder, prefix=prefix))
     want = reference(i, mode, actions)
     assert len(got) == len(want), [e.length for e in got]
-    for e, w in zip(got, want):
+    for e, w in zip(got, want, strict=True):
         assert e.observations.tobytes() == np.stack(w["obs"]).astype(np.float32).tobytes()
         assert e.actions.tolist() == w["act"]
         assert e.rewards.tolist() == w["rew"]

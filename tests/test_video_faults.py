@@ -135,13 +135,13 @@ def test_a_second_encoder_death_is_handled_like_the_first(tmp_path):
     for k in range(2):
         before = rec.stats()["frames_written"]
         fill_clip(rec, f"doomed{k}", 30)
-        assert wait_for(lambda: rec.stats()["frames_written"] >= before + 30)
+        assert wait_for(lambda n=before + 30: rec.stats()["frames_written"] >= n)
         os.kill(rec.stats()["worker_pid"], signal.SIGKILL)
         assert wait_for(lambda: (rec.add_frame(frame(0)) or True) and rec.stats()["broken"] is not None, 5)
         rec.end_clip()
         fill_clip(rec, f"fine{k}", 10)  # a fresh worker
         rec.end_clip()
-        assert wait_for(lambda: os.path.exists(tmp_path / f"fine{k}.meta.json"))
+        assert wait_for(lambda p=tmp_path / f"fine{k}.meta.json": os.path.exists(p))
     rec.close()
     assert rec.stats()["restarts"] == 2
     for k in range(2):

@@ -41,7 +41,7 @@ def meta(folder, name) -> dict:
 class ColourEnv(gym.Env):
     """Renders solid frames of one colour per episode; ``channels`` 3 or 4; any size."""
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 25}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 25}  # noqa: RUF012  (Gymnasium declares metadata as a class-level dict)
 
     def __init__(self, colours=((255, 0, 0), (0, 0, 255)), size=(48, 64), channels=3, episode_len=10, render_mode="rgb_array"):
         self.colours = colours

@@ -6,4 +6,4 @@ Imports go one way: ``envrec.workers`` uses the shared parts of ``envrec``
 
 from .entry import encoder_main, serializer_main
 
-__all__ = ["serializer_main", "encoder_main"]
+__all__ = ["encoder_main", "serializer_main"]

@@ -21,11 +21,11 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from envrec.compression import Compression, compressor
 from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir
+from envrec.compression import Compression, compressor
 from envrec.trace_format import batch_names, ndarray_descriptor
 
-__all__ = ["BatchWriter", "ArrayField", "JsonField"]
+__all__ = ["ArrayField", "BatchWriter", "JsonField"]
 
 FILE_BUFFER_BYTES = 1 << 20  # batch files: large sequential writes
 SPILL_BUFFER_BYTES = 64 << 10  # spill files: coalesces tiny per-step writes; each buffer is memory every episode reuses
@@ -195,7 +195,7 @@ class BatchWriter:
         self._write_json(b'{"episodes": [')
 
     @classmethod
-    def reopen(cls, folder: str, prefix: str, state: dict) -> "BatchWriter":
+    def reopen(cls, folder: str, prefix: str, state: dict) -> BatchWriter:
         """The batch a dead serializer was writing, cut back to its last checkpoint (see ``state``)."""
         self = cls.__new__(cls)
         self.folder = folder

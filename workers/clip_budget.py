@@ -10,6 +10,7 @@ key of their metadata.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -80,10 +81,8 @@ class ClipBudget:
             old = self.clips.popleft()
             for name in (old.meta, old.video):
                 if name:
-                    try:
+                    with contextlib.suppress(FileNotFoundError):
                         os.unlink(os.path.join(self.folder, name))
-                    except FileNotFoundError:
-                        pass
             self.bytes -= old.bytes
             n += 1
             nbytes += old.bytes

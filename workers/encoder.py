@@ -28,13 +28,13 @@ from typing import Any
 from envrec.atomic import commit_file, tmp_path_for, write_atomic
 from envrec.faults import NO_FAULT, FaultSpec
 from envrec.ffmpeg import VideoSettings, encode_command, encoded_size, remux_command
-from envrec.records import FRAME_SHAPE, Kind, Status
 from envrec.procinfo import process_facts, signal_name
+from envrec.records import FRAME_SHAPE, Kind, Status
 
 from .clip_budget import ClipBudget
 from .ffmpeg_process import FfmpegError, FfmpegProcess
 
-__all__ = ["EncoderConfig", "Encoder"]
+__all__ = ["Encoder", "EncoderConfig"]
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class Encoder:
     def version(self) -> str:
         if self._version is None:
             try:
-                out = subprocess.run([self.cfg.ffmpeg, "-version"], capture_output=True, timeout=10, text=True)
+                out = subprocess.run([self.cfg.ffmpeg, "-version"], check=False, capture_output=True, timeout=10, text=True)
                 self._version = (out.stdout.splitlines() or ["unknown"])[0]
             except (OSError, subprocess.SubprocessError) as exc:
                 self._version = f"unknown ({exc})"
@@ -269,7 +269,7 @@ class Encoder:
         tmp = tmp_path_for(path)
         try:
             out = subprocess.run(
-                remux_command(self.cfg.ffmpeg, path, tmp), capture_output=True, timeout=REMUX_TIMEOUT_S, process_group=0
+                remux_command(self.cfg.ffmpeg, path, tmp), check=False, capture_output=True, timeout=REMUX_TIMEOUT_S, process_group=0
             )
             if out.returncode == 0:
                 with open(tmp, "rb") as f:

@@ -22,6 +22,7 @@ and it is the env process that decides how the recording ends.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import logging
 import os
@@ -29,7 +30,8 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from envrec.faults import NO_FAULT
 from envrec.records import Kind, Status
@@ -38,7 +40,7 @@ from envrec.shm import unlink_segment
 
 from .resources import resources
 
-__all__ = ["serializer_main", "encoder_main", "vector_serializer_main", "MAINS"]
+__all__ = ["MAINS", "encoder_main", "serializer_main", "vector_serializer_main"]
 
 logger = logging.getLogger("envrec.workers")
 
@@ -92,7 +94,7 @@ def _run(cfg, make: Callable[[Callable], Any], ring_spec: RingSpec, conn, parent
         try:
             getattr(cfg, "faults", NO_FAULT).injector().point("start")
             handler = make(reader.set_status)
-        except Exception:
+        except Exception:  # noqa: BLE001  (any failure of the handler is reported through the pipe)
             _fail(conn, reader, None)
             failed = hands_over  # then leave every record in the ring to a successor
         if not failed:
@@ -166,7 +168,7 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
                 if hands_over:
                     handler.position = start
                 done = handler.handle(rec)
-            except Exception:
+            except Exception:  # noqa: BLE001  (reported through the pipe, then handed over)
                 _fail(conn, reader, handler, hand_over=hands_over)
                 if hands_over:
                     return True  # exit: the unreleased records wait in the ring for a successor
@@ -185,7 +187,7 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
     while not broken and (rec := reader.poll()) is not None:
         try:
             closed = handler.handle(rec)
-        except Exception:
+        except Exception:  # noqa: BLE001  (reported through the pipe)
             _fail(conn, reader, handler)
             broken = True
             break
@@ -195,7 +197,7 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
         if not broken:
             try:
                 handler.finish(clean=False)
-            except Exception:
+            except Exception:  # noqa: BLE001  (reported through the pipe)
                 _fail(conn, reader, handler)
     if hands_over:
         handler.discard_checkpoint()
@@ -205,7 +207,5 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
 def _send_done(conn, handler) -> None:
     summary = handler.summary() if handler is not None else {"error": "the worker never started"}
     summary["process"] = resources()
-    try:
+    with contextlib.suppress(OSError):
         conn.send(("done", summary))
-    except OSError:
-        pass

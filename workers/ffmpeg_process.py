@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import fcntl
 import os
 import subprocess
@@ -103,10 +104,8 @@ class FfmpegProcess:
 
     def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> int:
         """Close stdin and wait for ffmpeg to exit (killing it after ``timeout_s``); its exit code."""
-        try:
+        with contextlib.suppress(OSError):
             self.proc.stdin.close()
-        except OSError:
-            pass
         try:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -119,8 +118,6 @@ class FfmpegProcess:
     def kill(self, reason: str) -> None:
         self.killed_reason = reason
         self._done.set()
-        try:
+        with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
-        except ProcessLookupError:
-            pass
         self.proc.wait(5)

@@ -13,12 +13,13 @@ files are deleted (a successor deletes what an interrupted eviction left).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 from envrec.atomic import write_atomic
 from envrec.trace_format import SEGMENT_BATCHES, recording_batches, segment_document, segment_name
@@ -168,7 +169,5 @@ class ManifestWriter:
 
 
 def _unlink(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

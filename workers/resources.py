@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import resource
 
-__all__ = ["resources", "peak_rss_bytes"]
+__all__ = ["peak_rss_bytes", "resources"]
 
 
 def peak_rss_bytes() -> int | None:

@@ -8,6 +8,7 @@ complete batches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -15,19 +16,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from envrec.atomic import discard_file, remove_stale_tmp, tmp_path_for, write_atomic
 from envrec.compression import Compression
 from envrec.faults import NO_FAULT, FaultSpec
-from envrec.atomic import discard_file, remove_stale_tmp, tmp_path_for, write_atomic
 from envrec.infos import encode_json, unpack_info
 from envrec.records import Kind, Status, TraceLayout
 from envrec.schema import Leaf, decode_reward
 from envrec.trace_format import manifest_document, manifest_name
 
-from .resources import resources
-from .manifest_writer import ManifestWriter
 from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, BatchWriter, ChunkPacker, EpisodeFields, JsonField
+from .manifest_writer import ManifestWriter
+from .resources import resources
 
-__all__ = ["SerializerConfig", "Serializer"]
+__all__ = ["Serializer", "SerializerConfig"]
 
 logger = logging.getLogger(__name__)
 
@@ -226,11 +227,11 @@ class Serializer:
             if cp["batch"] is not None:
                 self.batch = BatchWriter.reopen(self.cfg.folder, self.cfg.prefix, cp["batch"])
             self.episode_open, self._ep = cp["episode_open"], cp["ep"]
-            for f, (rows, offset, stored) in zip(self.fields.arrays, cp["arrays"]):
+            for f, (rows, offset, stored) in zip(self.fields.arrays, cp["arrays"], strict=True):
                 f.rows, f.offset, f.stored = rows, offset, stored
-            for jf, items in zip(self.fields.jsons, cp["jsons"]):
+            for jf, items in zip(self.fields.jsons, cp["jsons"], strict=True):
                 jf.items = items
-            for (f, _), (old_path, size) in zip(self._spills, cp["spills"]):
+            for (f, _), (old_path, size) in zip(self._spills, cp["spills"], strict=True):
                 with open(old_path, "rb") as old:
                     _copy_spill(old, f, size)
             self.resume_cursor = cp["cursor"]
@@ -289,7 +290,7 @@ class Serializer:
             ("infos",): self._on_info,
             ("meta",): self._on_meta,
         }
-        handler = lambda key: special.get(key) or self._leaf_handler(sinks[key])  # noqa: E731
+        handler = lambda key: special.get(key) or self._leaf_handler(sinks[key])
         self._step_handlers = [handler(k) for k in self.layout.step_parts()]
         self._reset_handlers = [handler(k) for k in self.layout.reset_parts()]
 
@@ -344,7 +345,7 @@ class Serializer:
         for jf in self.fields.jsons:
             jf.items = 0
         self._ep = {"episode_id": rec.episode, "return": 0.0, "terminated": False, "truncated": False}
-        for h, mv in zip(self._reset_handlers, rec.parts):
+        for h, mv in zip(self._reset_handlers, rec.parts, strict=True):
             h(mv)
         self.episode_open = True
 
@@ -359,7 +360,7 @@ class Serializer:
             return
         try:
             info = unpack_info(mv)
-        except Exception as exc:  # never let a strange info stop the recording
+        except Exception as exc:  # noqa: BLE001  (never let a strange info stop the recording)
             info = {"__envrec_error__": f"info could not be read: {exc!r}"}
         self._infos.write(encode_json(info))
 
@@ -376,7 +377,7 @@ class Serializer:
         if not self.episode_open or rec.episode != self._ep["episode_id"]:
             self.orphan_steps += 1  # its episode's reset was refused or dropped: nothing to attach it to
             return
-        for h, mv in zip(self._step_handlers, rec.parts):
+        for h, mv in zip(self._step_handlers, rec.parts, strict=True):
             h(mv)
         self.steps_total += 1
         self.batch.steps += 1
@@ -458,10 +459,8 @@ class Serializer:
         return not self.manifest.named.batches and self.episodes_written == 0 and self.orphan_steps == 0 and self.error is None
 
     def _remove_manifest(self) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(self.manifest_path)
-        except FileNotFoundError:
-            pass
 
     def abort(self, error: str) -> None:
         """Give up after a failure: drop the open batch, keep what was committed."""

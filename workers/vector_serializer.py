@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from envrec.compression import Compression
 from envrec.infos import unpack_info
 from envrec.records import RST, Kind, Status, TraceLayout
@@ -21,7 +20,7 @@ from envrec.schema import leaf_values
 
 from .serializer import Serializer, SerializerConfig
 
-__all__ = ["VectorSerializerConfig", "VectorSerializer", "split_info"]
+__all__ = ["VectorSerializer", "VectorSerializerConfig", "split_info"]
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,7 @@ class VectorSerializer:
 
     @staticmethod
     def _rows(parts: list, row_bytes: list[int], i: int) -> list:
-        return [mv[i * n : (i + 1) * n] for mv, n in zip(parts, row_bytes)]
+        return [mv[i * n : (i + 1) * n] for mv, n in zip(parts, row_bytes, strict=True)]
 
     def _reset(self, i: int, obs_parts: list, meta: bytes, info: dict, step: int) -> None:
         self.episode[i] += 1
@@ -157,7 +156,7 @@ class VectorSerializer:
             if mode == "SameStep" and ended and "final_obs" in info:
                 final_obs = [
                     memoryview(np.ascontiguousarray(np.asarray(v, dtype=np.dtype(leaf.dtype)))).cast("B")
-                    for v, leaf in zip(leaf_values(info["final_obs"][i], self.cfg.observation_space), self._obs_leaves)
+                    for v, leaf in zip(leaf_values(info["final_obs"][i], self.cfg.observation_space), self._obs_leaves, strict=True)
                 ]
                 final_info = split_info(info["final_info"], i) if "final_info" in info else {}
                 self._step(i, a_i, final_obs, rewards[i], terms[i], truncs[i], final_info, step)

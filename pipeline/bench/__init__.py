@@ -10,6 +10,15 @@ from .report import format_table, plot_rows, rows_json
 from .runner import EXTRA_VARIANTS, VARIANTS, BenchRow, run_bench, run_for
 
 __all__ = [
-    "VARIANTS", "EXTRA_VARIANTS", "BenchRow", "run_bench", "run_for", "format_table", "rows_json", "plot_rows",
-    "main", "parse_frames", "env_factory",
+    "EXTRA_VARIANTS",
+    "VARIANTS",
+    "BenchRow",
+    "env_factory",
+    "format_table",
+    "main",
+    "parse_frames",
+    "plot_rows",
+    "rows_json",
+    "run_bench",
+    "run_for",
 ]

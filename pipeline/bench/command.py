@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 
@@ -10,7 +11,7 @@ from .report import format_table, plot_rows, rows_json
 from .runner import EXTRA_VARIANTS, VARIANTS, run_bench
 from .variants import FrameEnv
 
-__all__ = ["main", "parse_frames", "env_factory"]
+__all__ = ["env_factory", "main", "parse_frames"]
 
 
 def parse_frames(text: str) -> tuple[int, int]:
@@ -48,7 +49,7 @@ def main(args: Any) -> int:
     except ValueError as exc:
         print(f"envrec bench: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # gymnasium raises several types for unknown ids and missing extras
+    except Exception as exc:  # noqa: BLE001  (gymnasium raises several types for unknown ids and missing extras)
         print(f"envrec bench: cannot make environment {args.env!r}: {exc}", file=sys.stderr)
         return 2
     variants = tuple(args.variants.split(",")) if args.variants else VARIANTS

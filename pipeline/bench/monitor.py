@@ -5,11 +5,12 @@ from __future__ import annotations
 import resource
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Self
 
 import psutil
 
-__all__ = ["PeakRss", "CpuMeter", "MIB"]
+__all__ = ["MIB", "CpuMeter", "PeakRss"]
 
 MIB = 2**20
 
@@ -128,7 +129,7 @@ class CpuMeter:
         self.base_worker_s[variant] = worker
         self.base_ffmpeg_s[variant] = ffmpeg
 
-    def window(self, variant: str, count_env: bool = True) -> "_Window":
+    def window(self, variant: str, count_env: bool = True) -> _Window:
         """Context manager around a variant's stepping, or its close (``count_env=False``: that work is
         not a step's, only the children it reaps count)."""
         return _Window(self, variant, count_env)
@@ -148,7 +149,7 @@ class _Window:
     def __init__(self, meter: CpuMeter, variant: str, count_env: bool) -> None:
         self.meter, self.variant, self.count_env = meter, variant, count_env
 
-    def __enter__(self) -> "_Window":
+    def __enter__(self) -> Self:
         self.self0 = time.thread_time()
         self.kids0 = _rusage_s(resource.RUSAGE_CHILDREN)
         return self

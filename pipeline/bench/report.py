@@ -6,14 +6,16 @@ import json
 
 from .runner import BenchRow
 
-__all__ = ["format_table", "rows_json", "plot_rows"]
+__all__ = ["format_table", "plot_rows", "rows_json"]
 
 
 def format_table(rows: list[BenchRow]) -> str:
     lines = [
-        f"{'variant':<20} {'steps/s':>9} {'ratio':>7} {'+µs/step':>10} {'longest':>9} "
-        f"{'CPU µs/step: env':>17} {'worker':>7} {'ffmpeg':>7} "
-        f"{'env RSS':>8} {'worker':>7} {'ffmpeg':>7} {'video':>9}"
+        (
+            f"{'variant':<20} {'steps/s':>9} {'ratio':>7} {'+µs/step':>10} {'longest':>9} "
+            f"{'CPU µs/step: env':>17} {'worker':>7} {'ffmpeg':>7} "
+            f"{'env RSS':>8} {'worker':>7} {'ffmpeg':>7} {'video':>9}"
+        )
     ]
 
     def us(v: float | None) -> str:

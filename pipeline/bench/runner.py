@@ -30,8 +30,8 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import gymnasium as gym
 
@@ -39,7 +39,7 @@ from ..ffmpeg import VideoSettings
 from .monitor import CpuMeter, PeakRss
 from .variants import InProcessTrace, RenderEveryStep, SyncPipe
 
-__all__ = ["VARIANTS", "EXTRA_VARIANTS", "BenchRow", "run_bench", "run_for", "make_variant", "envrec_parts"]
+__all__ = ["EXTRA_VARIANTS", "VARIANTS", "BenchRow", "envrec_parts", "make_variant", "run_bench", "run_for"]
 
 VARIANTS = (
     "none",
@@ -75,7 +75,7 @@ def make_variant(name: str, make_env: Callable[[], gym.Env], folder: str) -> gym
     """The environment of one variant, or None when what it needs is not installed."""
     from ..wrappers import RecordTrace, RecordVideo
 
-    every = lambda e: True  # noqa: E731
+    every = lambda e: True
     sub = os.path.join(folder, name)
     if name == "none":
         return make_env()
@@ -142,8 +142,7 @@ def run_for(env: gym.Env, seconds: float, state: dict) -> tuple[int, float, floa
             _, _, term, trunc, _ = env.step(env.action_space.sample())
             state["done"] = term or trunc
         dt = pc() - t0
-        if dt > longest:
-            longest = dt
+        longest = max(longest, dt)
         calls += 1
     return calls, pc() - start, longest
 

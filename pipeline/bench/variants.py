@@ -24,13 +24,13 @@ from gymnasium import spaces
 
 from ..ffmpeg import VideoSettings, encode_command, find_ffmpeg
 
-__all__ = ["FrameEnv", "RenderEveryStep", "SyncPipe", "InProcessTrace"]
+__all__ = ["FrameEnv", "InProcessTrace", "RenderEveryStep", "SyncPipe"]
 
 
 class FrameEnv(gym.Env):
     """HxWx3 uint8 observations (and renders); each step busy-works ``step_us`` and returns a fresh frame."""
 
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}  # noqa: RUF012  (Gymnasium declares metadata as a class-level dict)
 
     def __init__(self, height: int = 210, width: int = 160, length: int = 1000, step_us: float = 0.0, render_mode="rgb_array"):
         self.observation_space = spaces.Box(0, 255, (height, width, 3), np.uint8)
@@ -159,7 +159,7 @@ class InProcessTrace(gym.Wrapper):
             eps = []
             for arrays in self.episodes:
                 d = {}
-                for name, a in zip(("observations", "actions", "rewards"), arrays):
+                for name, a in zip(("observations", "actions", "rewards"), arrays, strict=True):
                     bin_f.write(b"\0" * (-bin_f.tell() % 8))
                     off = bin_f.tell()
                     a.tofile(bin_f)
