@@ -152,8 +152,8 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"episodes: {s.episodes}, steps: {s.steps}")
         print(f"  length  min {lengths.min()}  mean {lengths.mean():.1f}  max {lengths.max()}")
         print(f"  return  min {returns.min():.3g}  mean {returns.mean():.3g}  max {returns.max():.3g}")
-        for i, (n, r) in enumerate(zip(s.lengths[: args.list], s.returns[: args.list], strict=True)):
-            print(f"  episode {i}: {n} steps, return {r:.6g}")
+        for i, (n, ret) in enumerate(zip(s.lengths[: args.list], s.returns[: args.list], strict=True)):
+            print(f"  episode {i}: {n} steps, return {ret:.6g}")
     if s.clips:
         broken = [c for c in s.clips if c.get("broken")]
         frames = sum(c.get("frames_written") or c.get("frames_sent") or 0 for c in s.clips)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import ConfigError
 
@@ -96,10 +97,10 @@ def compressor(c: Compression) -> Callable[[memoryview], bytes]:
     return lambda data: mod.compress(data, compression_level=level, store_size=True)
 
 
-_decompressors: dict[str, Callable[[bytes, int], bytes]] = {}
+_decompressors: dict[str, Callable[[Any, int], bytes]] = {}
 
 
-def _decompressor(codec: str) -> Callable[[bytes, int], bytes]:
+def _decompressor(codec: str) -> Callable[[Any, int], bytes]:
     if codec not in _decompressors:
         if codec not in CODECS:
             raise ValueError(f"unknown compression codec {codec!r}")

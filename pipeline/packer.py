@@ -82,8 +82,8 @@ class TracePacker:
         self._has_text = any(self._obs_text) or any(self._act_text)
         self._obs_enc = [c.encode for c in obs if c.size is None]
         self._act_enc = [c.encode for c in act if c.size is None]
-        fixed_obs = [(c.size, c.put) for c in obs if c.size is not None]
-        fixed_act = [(c.size, c.put) for c in act if c.size is not None]
+        fixed_obs: list[tuple[int, Callable]] = [(c.size, c.put) for c in obs if c.size is not None and c.put is not None]
+        fixed_act: list[tuple[int, Callable]] = [(c.size, c.put) for c in act if c.size is not None and c.put is not None]
         n_text = len(self._obs_enc) + len(self._act_enc)
         self.step = RecordPacker(Kind.STEP, fixed_act + fixed_obs + [(RST.size, _put_rst)], n_text + 1)
         self.reset = RecordPacker(Kind.RESET, fixed_obs, len(self._obs_enc) + 2)

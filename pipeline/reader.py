@@ -237,7 +237,7 @@ class TraceReader:
         row_bytes = arr.nbytes // shape[0] if shape and shape[0] else 0
         with memoryview(self._map(o["npyfile"])) as whole, whole[o["npyoff"] : o["npyoff"] + o["size"]] as stored:
             try:
-                decompress_into(memoryview(arr).cast("B"), stored, o["codec"], o["chunks"], row_bytes)
+                decompress_into(arr.data.cast("B"), stored, o["codec"], o["chunks"], row_bytes)
             except Exception as exc:  # the codecs' errors have no common base class
                 raise TraceError(
                     f"{o['npyfile']}: a {o['codec']} array at offset {o['npyoff']} does not decompress: {exc}"

@@ -139,7 +139,7 @@ class _Segment:
 
     def release_views(self) -> None:
         self.words.release()
-        self.buf = None
+        del self.buf  # the caller releases it
 
 
 class RingWriter:
@@ -160,6 +160,7 @@ class RingWriter:
             raise ValueError(f"a ring needs at least 4096 bytes, not {capacity}")
         self.capacity = capacity
         self._shm = create_segment(HEADER_BYTES + capacity)
+        assert self._shm.buf is not None  # just created
         self._seg = _Segment(self._shm.buf)
         self._seg.buf[:8] = MAGIC
         self._seg.words[_W_CAPACITY] = capacity
@@ -169,7 +170,9 @@ class RingWriter:
         self._prefault()
         self._write_pos = 0
         self._read_pos = 0  # last value seen; the consumer's copy only grows
-        self.block, self.timeout_s, self.alive = True, None, None
+        self.block = True
+        self.timeout_s: float | None = None
+        self.alive: Callable[[], bool] | None = None
         self._pending = 0
         self.high_water = 0
         self.blocked_s = 0.0

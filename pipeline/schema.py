@@ -140,7 +140,7 @@ def _array_put(leaf: Leaf, where: str) -> Callable[[Any, Any, int], None]:
         else:
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
-            buf[off : off + n] = memoryview(a).cast("B")
+            buf[off : off + n] = a.data.cast("B")
 
     return put
 

@@ -75,7 +75,7 @@ class Segment:
             os.close(self.fd)
             os.unlink(os.path.join(SHM_DIR, name))
             raise
-        self.buf = memoryview(self._map)
+        self.buf: memoryview | None = memoryview(self._map)
 
     def close(self) -> None:
         """Stop using the segment here (every view of ``buf`` must be released first)."""

@@ -48,6 +48,7 @@ def summarize(directory: str) -> TraceSummary:
         s.problems.append(str(exc))
     damaged = set()
     for rec in reader.recordings if reader is not None else []:
+        assert reader is not None
         m = rec.manifest
         s.recordings.append(
             {

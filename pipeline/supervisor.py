@@ -134,6 +134,7 @@ class Worker:
 
     def _stop(self, timeout_s: float) -> None:
         proc = self._proc
+        assert proc is not None  # stopped once
         if proc.returncode is None:
             logger.warning("envrec: the %s did not finish within %.0f s; terminating it", self.role, timeout_s)
             proc.terminate()

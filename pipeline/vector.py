@@ -63,7 +63,7 @@ def _as_part(x, dtype: str, shape: tuple, where: str) -> memoryview:
         a = a.astype(dt)
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
-    return memoryview(a).cast("B")
+    return a.data.cast("B")
 
 
 class RecordVectorTrace(VectorWrapper):
@@ -128,9 +128,9 @@ class RecordVectorTrace(VectorWrapper):
         mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
         mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
         options = dict(options) if options else None
-        obs, info = self.env.reset(seed=seed, options=options)
+        obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # vector envs take a list of seeds too
         self._stream.check_open()
-        parts = [_as_part(mask, "|b1", (self.num_envs,), "reset_mask")]
+        parts: list[Any] = [_as_part(mask, "|b1", (self.num_envs,), "reset_mask")]
         parts += self._parts(obs, self._obs_spec, self._obs_leaves, "observations")
         parts += [pack_info({"seed": seed, "options": {k: v for k, v in (options or {}).items() if k != "reset_mask"} or None}),
                   pack_info(info) if info else b""]
@@ -299,7 +299,12 @@ class RecordVectorVideo(VectorWrapper):
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.env.step(actions)
         self.step_id += 1
-        if self.tiled is not None and not self.tiled.recording and self.tiled_step_trigger(self.step_id):
+        if (
+            self.tiled is not None
+            and self.tiled_step_trigger is not None
+            and not self.tiled.recording
+            and self.tiled_step_trigger(self.step_id)
+        ):
             self.tiled.start_clip(f"{self.name_prefix}-tiled-step-{self.step_id}")
             self._tiled_frames = 0
         for j in self.sub_envs:

@@ -202,6 +202,7 @@ class VideoRecorder:
 
     def _add_frame(self, frame: Any, step: int) -> None:
         clip = self.clip
+        assert clip is not None  # add_frame checked
         self._stream.check_open()
         if clip.broken is not None:
             self._drop()
@@ -222,7 +223,7 @@ class VideoRecorder:
             elif shape != clip.shape:
                 return self._refuse(f"frame {clip.frames} has shape {shape}, the clip started with {clip.shape}")
             a = frame if frame.flags.c_contiguous else np.ascontiguousarray(frame)
-            parts = (FRAME_SHAPE.pack(*shape), memoryview(a).cast("B"))
+            parts = (FRAME_SHAPE.pack(*shape), a.data.cast("B"))
             kind = Kind.FRAME
         try:
             ok = self._send(kind, clip.episode_id or 0, step, parts)
@@ -275,6 +276,7 @@ class VideoRecorder:
 
     def _refuse(self, problem: str) -> None:
         clip = self.clip
+        assert clip is not None
         if self.strict:
             raise RecordError(f"clip {clip.name}: {problem}")
         clip.broken = problem
@@ -283,6 +285,7 @@ class VideoRecorder:
         self._drop()
 
     def _drop(self) -> None:
+        assert self.clip is not None
         self.clip.dropped += 1
         self.frames_dropped += 1
 

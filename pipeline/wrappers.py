@@ -83,6 +83,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             raise TypeError("RecordTrace needs exactly one of directory= or recorder=")
         self._owns_recorder = recorder is None
         if recorder is None:
+            assert directory is not None  # exactly one of the two (checked above)
             env_id = env.spec.id if env.spec is not None else None
             recorder = TraceRecorder(
                 directory,
@@ -262,8 +263,8 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 self.stop_recording()
         return obs, rew, terminated, truncated, info
 
-    def render(self):
-        render_out = super().render()
+    def render(self) -> Any:
+        render_out: Any = super().render()
         if self.recording and isinstance(render_out, list):
             for frame in render_out:
                 self.recorder.add_frame(frame, self.step_id + 1)

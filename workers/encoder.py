@@ -175,6 +175,7 @@ class Encoder:
             self._drop(clip)
             return
         self.faults.point("frame")
+        assert clip.proc is not None  # started above, or the clip would be broken
         try:
             clip.proc.write(rec.parts[1])
         except FfmpegError as exc:
@@ -209,6 +210,7 @@ class Encoder:
 
     def _break(self, reason: str) -> None:
         clip = self.clip
+        assert clip is not None  # called for the open clip only
         if clip.broken is None:
             clip.broken = reason
             logger.debug("clip %s is broken: %s", clip.name, reason)  # the env process reports it
@@ -223,6 +225,7 @@ class Encoder:
     # -- clip end ------------------------------------------------------------
     def _end_clip(self, env_side: dict) -> None:
         clip = self.clip  # stays current until the end: _break works on it
+        assert clip is not None
         dropped_env = int(env_side.get("frames_dropped", 0))
         if "env_process" in env_side:
             clip.extra["env_process"] = env_side["env_process"]

@@ -50,6 +50,8 @@ class FfmpegProcess:
             close_fds=True,
         )
         self.pid = self.proc.pid
+        assert self.proc.stdin is not None and self.proc.stderr is not None  # both are pipes (above)
+        self._stdin, self._stderr = self.proc.stdin, self.proc.stderr
         if nice:
             try:  # threads ffmpeg starts from now on inherit it
                 os.setpriority(os.PRIO_PROCESS, self.pid, nice)
@@ -58,7 +60,7 @@ class FfmpegProcess:
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._drainer = threading.Thread(target=self._drain, name="envrec-ffmpeg-stderr", daemon=True)
         self._drainer.start()
-        self._fd = self.proc.stdin.fileno()
+        self._fd = self._stdin.fileno()
         try:  # a whole frame per write instead of 16 wake-ups of 64 KiB
             fcntl.fcntl(self._fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:
@@ -79,7 +81,7 @@ class FfmpegProcess:
                 return
 
     def _drain(self) -> None:
-        for line in self.proc.stderr:
+        for line in self._stderr:
             self.tail.append(line.decode("utf-8", "replace").rstrip())
 
     def describe(self, what: str) -> str:
@@ -105,14 +107,14 @@ class FfmpegProcess:
     def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> int:
         """Close stdin and wait for ffmpeg to exit (killing it after ``timeout_s``); its exit code."""
         with contextlib.suppress(OSError):
-            self.proc.stdin.close()
+            self._stdin.close()
         try:
             self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.kill(f"ffmpeg did not finish within {timeout_s:.0f} s of its input ending")
         self._done.set()
         self._drainer.join(2)
-        self.proc.stderr.close()
+        self._stderr.close()
         return self.proc.returncode
 
     def kill(self, reason: str) -> None:

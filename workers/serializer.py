@@ -209,13 +209,13 @@ class Serializer:
     def _resume(self) -> None:
         """Take over from the serializer this one replaces: its manifest, then its last checkpoint."""
         try:
-            with open(self.manifest_path, "rb") as f:
-                self.manifest.load(json.load(f))
+            with open(self.manifest_path, "rb") as mf:
+                self.manifest.load(json.load(mf))
         except FileNotFoundError:
             pass
         try:
-            with open(self.checkpoint_path) as f:
-                cp = json.load(f)
+            with open(self.checkpoint_path, "rb") as cf:
+                cp = json.load(cf)
         except FileNotFoundError:
             cp = None
         if cp is not None:
@@ -227,8 +227,8 @@ class Serializer:
             if cp["batch"] is not None:
                 self.batch = BatchWriter.reopen(self.cfg.folder, self.cfg.prefix, cp["batch"])
             self.episode_open, self._ep = cp["episode_open"], cp["ep"]
-            for f, (rows, offset, stored) in zip(self.fields.arrays, cp["arrays"], strict=True):
-                f.rows, f.offset, f.stored = rows, offset, stored
+            for af, (rows, offset, stored) in zip(self.fields.arrays, cp["arrays"], strict=True):
+                af.rows, af.offset, af.stored = rows, offset, stored
             for jf, items in zip(self.fields.jsons, cp["jsons"], strict=True):
                 jf.items = items
             for (f, _), (old_path, size) in zip(self._spills, cp["spills"], strict=True):
@@ -380,7 +380,7 @@ class Serializer:
         for h, mv in zip(self._step_handlers, rec.parts, strict=True):
             h(mv)
         self.steps_total += 1
-        self.batch.steps += 1
+        self.batch.steps += 1  # type: ignore[union-attr]  # an open episode has its batch
         self._status(Status.STEPS, self.steps_total)
 
     def _end_episode(self, cause: str) -> None:
@@ -395,7 +395,9 @@ class Serializer:
             "ended_by": ended,
             "complete": ended in ("terminated", "truncated"),
         }
-        self.batch.write_episode(meta, self.fields, self.structure)
+        batch = self.batch
+        assert batch is not None  # an open episode has its batch
+        batch.write_episode(meta, self.fields, self.structure)
         self.episode_open = False
         self.episodes_written += 1
         # The episode is in the batch files now. If the last checkpoint was taken inside it, take one
@@ -405,12 +407,13 @@ class Serializer:
         for f, _ in self._spills:
             f.seek(0)  # not truncated (a system call per spill per episode): lengths are logical, tell()'s
         self._status(Status.EPISODES, self.episodes_written)
-        if self.batch.size >= self.cfg.batch_bytes:
+        if batch.size >= self.cfg.batch_bytes:
             self._commit()
 
     def _commit(self) -> None:
         t0 = time.perf_counter()
         batch = self.batch
+        assert batch is not None
         entry = batch.commit(self.faults.point)
         self.batch = None
         # The record being handled is not done yet: the checkpoint covers the ring up to its start.

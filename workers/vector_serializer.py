@@ -155,7 +155,7 @@ class VectorSerializer:
                 continue
             if mode == "SameStep" and ended and "final_obs" in info:
                 final_obs = [
-                    memoryview(np.ascontiguousarray(np.asarray(v, dtype=np.dtype(leaf.dtype)))).cast("B")
+                    np.ascontiguousarray(np.asarray(v, dtype=np.dtype(leaf.dtype))).data.cast("B")
                     for v, leaf in zip(leaf_values(info["final_obs"][i], self.cfg.observation_space), self._obs_leaves, strict=True)
                 ]
                 final_info = split_info(info["final_info"], i) if "final_info" in info else {}

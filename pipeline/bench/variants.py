@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -82,22 +83,24 @@ class SyncPipe(gym.Wrapper):
     def __init__(self, env, folder: str, settings: VideoSettings | None = None) -> None:
         super().__init__(env)
         os.makedirs(folder, exist_ok=True)
-        self.folder, self.n, self.proc = folder, 0, None
+        self.folder, self.n = folder, 0
+        self.proc: subprocess.Popen[bytes] | None = None
         self.exe, _ = find_ffmpeg()
         self.settings = settings or VideoSettings()  # envrec's own encoder settings: only the hand-off differs
         self.fps = env.metadata.get("render_fps", 30)
 
     def _frame(self):
-        frame = self.env.render()
+        frame = np.asarray(self.env.render())
         if self.proc is None:
             h, w, c = frame.shape
             path = os.path.join(self.folder, f"sync-{self.n}.mp4")
             cmd = encode_command(self.exe, w, h, c, self.fps, path, self.settings)
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE)
+        assert self.proc.stdin is not None
         self.proc.stdin.write(frame.tobytes())
 
     def _close_clip(self):
-        if self.proc is not None:
+        if self.proc is not None and self.proc.stdin is not None:
             self.proc.stdin.close()
             self.proc.wait()
             self.proc, self.n = None, self.n + 1
@@ -125,8 +128,10 @@ class InProcessTrace(gym.Wrapper):
         super().__init__(env)
         os.makedirs(directory, exist_ok=True)
         self.directory = directory
-        self.obs, self.acts, self.rews = [], [], []
-        self.episodes = []
+        self.obs: list[Any] = []
+        self.acts: list[Any] = []
+        self.rews: list[Any] = []
+        self.episodes: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self.buffered = 0
         self.batch_steps = 100
         self.first = 0

@@ -1,0 +1,36 @@
+"""The code passes its linter (ruff: default rules + B, UP, SIM) and its type checker (mypy on envrec)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_ruff_finds_nothing():
+    out = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "pipeline", "workers", "tests", "scripts"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_mypy_finds_nothing_in_the_package(tmp_path):
+    """Checked as installed (``envrec`` = pipeline/, ``envrec.workers`` = workers/), from a copy of the sources
+    laid out that way, so an editable install checks the same files as CI's."""
+    pkg = tmp_path / "envrec"
+    shutil.copytree(os.path.join(ROOT, "pipeline"), pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(os.path.join(ROOT, "workers"), pkg / "workers", ignore=shutil.ignore_patterns("__pycache__"))
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", os.path.join(ROOT, "setup.cfg"), "--cache-dir", str(tmp_path / "cache"),
+         "-p", "envrec"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=280,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
