@@ -21,7 +21,7 @@ from .errors import ConfigError, RecordError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .infos import pack_info
 from .packer import TracePacker
-from .records import Status
+from .protocol import SerializerConfig, Status
 from .schema import describe_space
 from .stats import CallTimes, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
@@ -140,8 +140,6 @@ class TraceRecorder:
             "max_bytes": max_bytes,
         }
         remove_stale_tmp(self.directory, self.prefix)
-
-        from envrec.workers.serializer import SerializerConfig
 
         self._cfg = cfg = SerializerConfig(
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),

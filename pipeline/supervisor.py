@@ -24,7 +24,7 @@ from typing import Any
 from .errors import RemoteTraceback
 from .launcher import WorkerProcess
 from .procinfo import signal_name
-from .records import Status
+from .protocol import DONE, ERROR, Status
 from .ring import RingWriter
 
 __all__ = ["Worker", "signal_name"]
@@ -77,9 +77,9 @@ class Worker:
         try:
             while conn.poll():
                 what, payload = conn.recv()
-                if what == "error":
+                if what == ERROR:
                     self._traceback = payload
-                elif what == "done":
+                elif what == DONE:
                     self.summary = payload
         except (EOFError, OSError):
             pass

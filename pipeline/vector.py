@@ -30,8 +30,8 @@ from gymnasium.vector import AutoresetMode, VectorWrapper
 from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .infos import pack_info
+from .protocol import Kind, VectorSerializerConfig
 from .recorder import DEFAULT_RING_BYTES, check_folder, check_max_bytes, record_failure_in_manifest
-from .records import Kind
 from .schema import describe_space, leaf_values, leaves
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix, default_prefix, manifest_name
@@ -91,7 +91,6 @@ class RecordVectorTrace(VectorWrapper):
         check_max_bytes(max_bytes, batch_bytes)
         compression = parse_compression(compression)
         super().__init__(env)
-        from envrec.workers.vector_serializer import VectorSerializerConfig
 
         self.directory = check_folder(directory)
         self.prefix = check_prefix(name_prefix) if name_prefix else default_prefix()

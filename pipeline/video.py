@@ -31,8 +31,9 @@ from .atomic import remove_stale_tmp, write_atomic
 from .errors import ConfigError, RecordError, RecordTooLargeError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .ffmpeg import VideoSettings, find_ffmpeg
+from .protocol import EncoderConfig, Kind, Status
 from .recorder import check_folder, check_max_bytes
-from .records import FRAME_SHAPE, Kind, Status
+from .records import FRAME_SHAPE
 from .stats import CallTimes, process_facts, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix
@@ -112,8 +113,6 @@ class VideoRecorder:
         max_bytes: int | None = None,
         keep_last_clips: int | None = None,
     ) -> None:
-        from envrec.workers.encoder import EncoderConfig
-
         warn_start_method(start_method)
         if fps <= 0:
             raise ConfigError(f"fps must be positive, not {fps}")

@@ -22,10 +22,11 @@ import time
 
 import numpy as np
 from envrec.infos import pack_info
+from envrec.protocol import SerializerConfig
 from envrec.records import RST, Kind
 from envrec.ring import RecordView
 from envrec.schema import describe_space
-from envrec.workers.serializer import Serializer, SerializerConfig
+from envrec.workers.serializer import Serializer
 from gymnasium import spaces
 
 OBS = spaces.Box(-1.0, 1.0, (4,), np.float32)

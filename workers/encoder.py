@@ -26,33 +26,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envrec.atomic import commit_file, tmp_path_for, write_atomic
-from envrec.faults import NO_FAULT, FaultSpec
-from envrec.ffmpeg import VideoSettings, encode_command, encoded_size, remux_command
+from envrec.ffmpeg import encode_command, encoded_size, remux_command
 from envrec.procinfo import process_facts, signal_name
-from envrec.records import FRAME_SHAPE, Kind, Status
+from envrec.protocol import EncoderConfig, Kind, Status
+from envrec.records import FRAME_SHAPE
 
 from .clip_budget import ClipBudget
 from .ffmpeg_process import FfmpegError, FfmpegProcess
 
-__all__ = ["Encoder", "EncoderConfig"]
+__all__ = ["Encoder"]
 
 logger = logging.getLogger(__name__)
 
 ANSI_CLEAR = "\x1b[2J\x1b[1;1H"
 REMUX_TIMEOUT_S = 60.0
-
-
-@dataclass(frozen=True)
-class EncoderConfig:
-    folder: str
-    ffmpeg: str
-    backend: str
-    settings: VideoSettings = field(default_factory=VideoSettings)
-    env_id: str | None = None
-    faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.faults)
-    recorder: str = ""  # the recorder's id, in every clip's metadata (its successors find its clips by it)
-    max_bytes: int | None = None  # disk budget of the recorder's clips (see clip_budget)
-    keep_last_clips: int | None = None
 
 
 @dataclass

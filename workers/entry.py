@@ -31,10 +31,10 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from envrec.faults import NO_FAULT
-from envrec.records import Kind, Status
+from envrec.protocol import DONE, ERROR, CheckpointingHandler, Handler, Kind, Status
 from envrec.ring import RingReader, RingSpec
 from envrec.shm import unlink_segment
 
@@ -83,11 +83,11 @@ MAINS: dict[str, Callable[[Any, RingSpec, Any, int], None]] = {
 }
 
 
-def _run(cfg, make: Callable[[Callable], Any], ring_spec: RingSpec, conn, parent_pid: int, hands_over: bool = False) -> None:
+def _run(cfg, make: Callable[[Callable], Handler], ring_spec: RingSpec, conn, parent_pid: int, hands_over: bool = False) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()
     reader = RingReader(ring_spec)
-    handler = None
+    handler: Handler | None = None
     failed = False
     orphaned = False
     try:
@@ -110,11 +110,11 @@ def _run(cfg, make: Callable[[Callable], Any], ring_spec: RingSpec, conn, parent
         sys.exit(1)  # handed over: a non-zero exit says the work is not finished
 
 
-def _fail(conn, reader: RingReader, handler, hand_over: bool = False) -> None:
+def _fail(conn, reader: RingReader, handler: Handler | None, hand_over: bool = False) -> None:
     tb = traceback.format_exc()
     logger.error("envrec worker failed; its stream is broken:\n%s", tb)
     try:  # the traceback first: whoever sees BROKEN then finds it in the pipe
-        conn.send(("error", tb))
+        conn.send((ERROR, tb))
     except OSError:
         pass
     reader.set_status(Status.BROKEN, 1)
@@ -126,12 +126,16 @@ def _parent_gone(parent_pid: int) -> bool:
     return os.getppid() != parent_pid
 
 
-def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
-    """Handle records until CLOSE or the env process is gone; True if the worker failed and hands over."""
+def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) -> bool:
+    """Handle records until CLOSE or the env process is gone; True if the worker failed and hands over.
+
+    Without a handler (it failed to start) records are discarded and counted until CLOSE.
+    """
     broken = handler is None
     hands_over = getattr(handler, "hands_over", False)  # releases only after its checkpoints
+    ckpt = cast(CheckpointingHandler, handler)  # used only when hands_over
     if hands_over:
-        reader.skip_to(handler.resume_cursor)  # records its predecessor's checkpoint already covers
+        reader.skip_to(ckpt.resume_cursor)  # records its predecessor's checkpoint already covers
     discarded = 0
     beats = 0
     last_record_at = time.monotonic()
@@ -143,9 +147,9 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
         if rec is None:
             wait_s = PARENT_CHECK_S
             if hands_over and not broken and reader.held_bytes():
-                due_in = handler.idle_checkpoint_in()
+                due_in = ckpt.idle_checkpoint_in()
                 if due_in <= 0:
-                    handler.checkpoint(reader.cursor)  # idle: make what was handled durable, free the ring
+                    ckpt.checkpoint(reader.cursor)  # idle: make what was handled durable, free the ring
                     reader.release()
                 else:
                     wait_s = due_in  # come back for it even if no record arrives
@@ -164,9 +168,10 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
             discarded += 1
             reader.set_status(Status.DISCARDED, discarded)
         else:
+            assert handler is not None  # not broken
             try:
                 if hands_over:
-                    handler.position = start
+                    ckpt.position = start
                 done = handler.handle(rec)
             except Exception:  # noqa: BLE001  (reported through the pipe, then handed over)
                 _fail(conn, reader, handler, hand_over=hands_over)
@@ -175,16 +180,16 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
                 broken = True
         if not hands_over or broken or done:
             reader.release()
-        elif handler.checkpoint_due(reader.held_bytes(), reader.capacity):
-            handler.checkpoint(reader.cursor)
+        elif ckpt.checkpoint_due(reader.held_bytes(), reader.capacity):
+            ckpt.checkpoint(reader.cursor)
             reader.release()
         else:
-            reader.release_to(handler.checkpointed)  # a commit's checkpoint covers what came before it
+            reader.release_to(ckpt.checkpointed)  # a commit's checkpoint covers what came before it
         if done:
             _send_done(conn, handler)
             return False
     # The env process is gone: drain what it published, then finalize.
-    while not broken and (rec := reader.poll()) is not None:
+    while handler is not None and not broken and (rec := reader.poll()) is not None:
         try:
             closed = handler.handle(rec)
         except Exception:  # noqa: BLE001  (reported through the pipe)
@@ -194,18 +199,18 @@ def _loop(reader: RingReader, handler, conn, parent_pid: int) -> bool:
         if closed:
             break
     else:
-        if not broken:
+        if handler is not None and not broken:
             try:
                 handler.finish(clean=False)
             except Exception:  # noqa: BLE001  (reported through the pipe)
                 _fail(conn, reader, handler)
     if hands_over:
-        handler.discard_checkpoint()
+        ckpt.discard_checkpoint()
     return False
 
 
-def _send_done(conn, handler) -> None:
+def _send_done(conn, handler: Handler | None) -> None:
     summary = handler.summary() if handler is not None else {"error": "the worker never started"}
     summary["process"] = resources()
     with contextlib.suppress(OSError):
-        conn.send(("done", summary))
+        conn.send((DONE, summary))

@@ -13,14 +13,12 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from envrec.atomic import discard_file, remove_stale_tmp, tmp_path_for, write_atomic
-from envrec.compression import Compression
-from envrec.faults import NO_FAULT, FaultSpec
 from envrec.infos import encode_json, unpack_info
-from envrec.records import Kind, Status, TraceLayout
+from envrec.protocol import Kind, SerializerConfig, Status
+from envrec.records import TraceLayout
 from envrec.schema import Leaf, decode_reward
 from envrec.trace_format import manifest_document, manifest_name
 
@@ -28,7 +26,7 @@ from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, BatchWriter, ChunkPack
 from .manifest_writer import ManifestWriter
 from .resources import resources
 
-__all__ = ["Serializer", "SerializerConfig"]
+__all__ = ["Serializer"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,24 +46,6 @@ def _copy_spill(src, dst, size: int) -> None:
             raise OSError(f"spill file ended {left} bytes short of its checkpoint")
         dst.write(chunk)
         left -= len(chunk)
-
-
-@dataclass(frozen=True)
-class SerializerConfig:
-    """What the serializer needs to know; built by the recorder, pickled at spawn."""
-
-    folder: str
-    prefix: str
-    observation_space: dict
-    action_space: dict
-    batch_bytes: int = 5_000_000
-    env_id: str | None = None
-    settings: dict = field(default_factory=dict)
-    resume: bool = False  # a restarted serializer: go on from the manifest a dead one left
-    faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.faults)
-    checkpoints: bool = True  # off where no successor can take over (the vector serializer's sub-writers)
-    compression: Compression | None = None  # arrays compressed in chunks (see envrec.compression)
-    max_bytes: int | None = None  # disk budget: the oldest batches are evicted beyond it
 
 
 def _structure(spec: dict, key: tuple) -> Any:

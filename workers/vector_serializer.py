@@ -9,33 +9,18 @@ autoreset mode (see ``envrec.vector``).
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from envrec.compression import Compression
 from envrec.infos import unpack_info
-from envrec.records import RST, Kind, Status, TraceLayout
+from envrec.protocol import Kind, SerializerConfig, Status, VectorSerializerConfig
+from envrec.records import RST, TraceLayout
 from envrec.schema import leaf_values
 
-from .serializer import Serializer, SerializerConfig
+from .serializer import Serializer
 
-__all__ = ["VectorSerializer", "VectorSerializerConfig", "split_info"]
-
-
-@dataclass(frozen=True)
-class VectorSerializerConfig:
-    folder: str
-    prefix: str
-    num_envs: int
-    autoreset_mode: str  # "NextStep", "SameStep" or "Disabled"
-    observation_space: dict
-    action_space: dict
-    batch_bytes: int = 5_000_000
-    env_id: str | None = None
-    settings: dict = field(default_factory=dict)
-    compression: Compression | None = None
-    max_bytes: int | None = None
+__all__ = ["VectorSerializer", "split_info"]
 
 
 @dataclass
