@@ -25,7 +25,7 @@ from .protocol import SerializerConfig, Status
 from .schema import describe_space
 from .stats import CallTimes, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
-from .trace_format import check_prefix, default_prefix, manifest_document, manifest_name
+from .trace_format import check_prefix, checkpoint_name, default_prefix, manifest_document, manifest_name
 
 __all__ = ["DEFAULT_RING_BYTES", "TraceRecorder", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
 
@@ -284,7 +284,7 @@ class TraceRecorder:
         try:
             summary = self._stream.close(final_stats=self._env_stats())
         finally:
-            checkpoint = os.path.join(self.directory, f".{self.prefix}.checkpoint.json")
+            checkpoint = os.path.join(self.directory, checkpoint_name(self.prefix))
             if os.path.exists(checkpoint):  # the last serializer is gone: no successor will need it
                 os.unlink(checkpoint)
             if self._stream.worker.exitcode != 0 or self._stream.broken is not None:

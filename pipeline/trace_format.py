@@ -170,3 +170,8 @@ def recording_batches(folder: str, manifest: dict) -> list[dict]:
             out.extend(json.load(f)["batches"])
     out.extend(manifest["batches"])
     return out
+
+
+def checkpoint_name(prefix: str) -> str:
+    """The serializer's checkpoint (see ``envrec.workers.checkpoint``); hidden, like temporary files."""
+    return f".{prefix}.checkpoint.json"

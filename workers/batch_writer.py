@@ -18,12 +18,15 @@ from __future__ import annotations
 import json
 import os
 import struct
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir
 from envrec.compression import Compression, compressor
 from envrec.trace_format import batch_names, ndarray_descriptor
+
+if TYPE_CHECKING:
+    from .episode_fields import EpisodeFields
 
 __all__ = ["ArrayField", "BatchWriter", "JsonField"]
 
@@ -170,12 +173,6 @@ class JsonField:
         self.items += 1
 
 
-@dataclass
-class EpisodeFields:
-    arrays: list[ArrayField] = field(default_factory=list)
-    jsons: list[JsonField] = field(default_factory=list)
-
-
 class BatchWriter:
     """One batch being written: temporary ``.bin`` and ``.json`` in the output folder."""
 
@@ -254,11 +251,12 @@ class BatchWriter:
         self.bin.seek(0, os.SEEK_END)
         self.bin_size += n
 
-    def write_episode(self, meta: dict, fields: EpisodeFields, structure: dict) -> None:
+    def write_episode(self, meta: dict, fields: EpisodeFields) -> None:
         """Finish the arrays of an episode in the .bin, then write its JSON.
 
-        ``structure`` maps the episode's top-level keys to nested dict/list
-        shapes whose leaves are field keys; ``meta`` holds the scalar keys.
+        ``fields.structure`` maps the episode's top-level keys to nested
+        dict/list shapes whose leaves are field keys; ``meta`` holds the
+        scalar keys.
         """
         for f in fields.arrays:
             f.flush_chunk(self)  # the direct field's last chunk must follow its others, before any spill
@@ -277,7 +275,7 @@ class BatchWriter:
             tokens[json.dumps(token)] = jf
             by_key[jf.key] = token
         episode = dict(meta)
-        for top, shape in structure.items():
+        for top, shape in fields.structure.items():
             episode[top] = _fill(shape, by_key)
         text = json.dumps(episode, allow_nan=False)
         if self.episodes:

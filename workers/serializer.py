@@ -13,16 +13,17 @@ import json
 import logging
 import os
 import time
-from typing import Any
 
-from envrec.atomic import discard_file, remove_stale_tmp, tmp_path_for, write_atomic
+from envrec.atomic import remove_stale_tmp, write_atomic
 from envrec.infos import encode_json, unpack_info
 from envrec.protocol import Kind, SerializerConfig, Status
 from envrec.records import TraceLayout
-from envrec.schema import Leaf, decode_reward
+from envrec.schema import decode_reward
 from envrec.trace_format import manifest_document, manifest_name
 
-from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, BatchWriter, ChunkPacker, EpisodeFields, JsonField
+from .batch_writer import ArrayField, BatchWriter
+from .checkpoint import Checkpoint, CheckpointFile, read_checkpoint
+from .episode_fields import EpisodeFields
 from .manifest_writer import ManifestWriter
 from .resources import resources
 
@@ -35,7 +36,6 @@ CHECKPOINT_RECORDS = 256  # records that may wait in the ring between checkpoint
 # short episodes the ring runs dry every few milliseconds, and a checkpoint per dry spell (and another at
 # the end of each episode it fell in) was a quarter of the serializer's CPU on CartPole (py-spy).
 IDLE_CHECKPOINT_S = 0.05
-CHECKPOINT_IN_PLACE_BYTES = 4096  # one page: a checkpoint this small is replaced in place
 
 
 def _copy_spill(src, dst, size: int) -> None:
@@ -48,15 +48,6 @@ def _copy_spill(src, dst, size: int) -> None:
         left -= len(chunk)
 
 
-def _structure(spec: dict, key: tuple) -> Any:
-    t = spec["type"]
-    if t == "Dict":
-        return {k: _structure(sub, key + (k,)) for k, sub in spec["spaces"]}
-    if t == "Tuple":
-        return [_structure(sub, key + (i,)) for i, sub in enumerate(spec["spaces"])]
-    return key
-
-
 class Serializer:
     """Consumes trace records (``handle``) and writes batches and the manifest."""
 
@@ -65,21 +56,10 @@ class Serializer:
         self.layout = TraceLayout.from_specs(cfg.observation_space, cfg.action_space)
         self._status = status or (lambda i, v: None)
         self.manifest_path = os.path.join(cfg.folder, manifest_name(cfg.prefix))
-        self.structure = {
-            "observations": _structure(cfg.observation_space, ("observations",)),
-            "actions": _structure(cfg.action_space, ("actions",)),
-            "rewards": ("rewards",),
-            "terminations": ("terminations",),
-            "truncations": ("truncations",),
-            "infos": ("infos",),
-        }
-        self.fields = EpisodeFields()
-        self._spills: list[tuple[Any, str]] = []
-        try:
-            self._make_fields()
-        except BaseException:
-            self._close_spills()
-            raise
+        self.fields = EpisodeFields(
+            cfg.folder, cfg.prefix, self.layout, cfg.observation_space, cfg.action_space, cfg.compression
+        )
+        self._wire_handlers()
         self.batch: BatchWriter | None = None
         self.faults = cfg.faults.injector()
         self.manifest = ManifestWriter(cfg.folder, cfg.prefix, self.faults.point)
@@ -95,8 +75,7 @@ class Serializer:
         self.error: str | None = None
         self._since_checkpoint = 0
         self._checkpoint_at = 0.0
-        self._cp_fd: int | None = None  # the checkpoint file, written in place
-        self._cp_len = 0
+        self._cp_file = CheckpointFile(cfg.folder, cfg.prefix)
         self.position = 0  # ring position where the record being handled starts (set by the worker loop)
         self.checkpointed = 0  # ring position the last checkpoint covers
         self._cp_in_episode = False  # the last checkpoint needs the open episode's spill data
@@ -105,22 +84,9 @@ class Serializer:
             self._resume()
         self.write_manifest(complete=False)
 
-    # -- checkpoints: how a successor takes over without losing a record --------
-    #
-    # The worker releases ring records only after a checkpoint: its files
-    # flushed, and ``.PREFIX.checkpoint.json`` (replaced atomically) saying
-    # where every file stands, the open episode's state, and the ring position
-    # it covers. A successor (same ring) cuts the dead worker's files back to
-    # the checkpoint, skips the ring to its position and handles the rest:
-    # nothing lost, nothing written twice. A commit writes a checkpoint between
-    # moving the batch files into place and replacing the manifest, naming the
-    # pending manifest entry, so a death there is finished by the successor.
+    # -- checkpoints (see envrec.workers.checkpoint) -------------------------
 
     hands_over = True  # on a failure, exit and leave the unreleased records to a successor
-
-    @property
-    def checkpoint_path(self) -> str:
-        return os.path.join(self.cfg.folder, f".{self.cfg.prefix}.checkpoint.json")
 
     def checkpoint_due(self, held_bytes: int, capacity: int) -> bool:
         return self._since_checkpoint >= CHECKPOINT_RECORDS or held_bytes > capacity // 4
@@ -136,55 +102,27 @@ class Serializer:
         if self.episode_open:
             for af in self.fields.arrays:
                 af.flush_chunk(self.batch)  # rows waiting to be compressed are in no file yet
-        for f, _ in self._spills:
-            f.flush()
-        state = {
-            "cursor": cursor,
-            "records": self.records,
-            "steps_total": self.steps_total,
-            "orphan_steps": self.orphan_steps,
-            "episodes_written": self.episodes_written,
-            "pending": pending,
-            "batch": self.batch.state() if self.batch is not None else None,
-            "episode_open": self.episode_open,
-            "ep": self._ep,
-            "arrays": [[f.rows, f.offset, f.stored] for f in self.fields.arrays],
-            "jsons": [jf.items for jf in self.fields.jsons],
-            "spills": [[path, f.tell() if self.episode_open else 0] for f, path in self._spills],
-        }
-        self._write_checkpoint(json.dumps(state).encode("utf-8"))
+        self.fields.flush()
+        self._cp_file.write(
+            Checkpoint(
+                cursor=cursor,
+                records=self.records,
+                steps_total=self.steps_total,
+                orphan_steps=self.orphan_steps,
+                episodes_written=self.episodes_written,
+                pending=pending,
+                batch=self.batch.state() if self.batch is not None else None,
+                episode_open=self.episode_open,
+                ep=self._ep,
+                arrays=[[f.rows, f.offset, f.stored] for f in self.fields.arrays],
+                jsons=[jf.items for jf in self.fields.jsons],
+                spills=[[path, f.tell() if self.episode_open else 0] for f, path in self.fields.spills],
+            )
+        )
         self._since_checkpoint = 0
         self._checkpoint_at = time.monotonic()
         self.checkpointed = cursor
         self._cp_in_episode = self.episode_open
-
-    def _write_checkpoint(self, data: bytes) -> None:
-        """Replace the checkpoint's text; no fsync: it guards against the worker's death, not the machine's.
-
-        Written in place, in one ``pwrite`` at offset 0 padded with spaces
-        over any longer earlier text (JSON ignores them): a write of at most
-        one page into the page cache is never cut short by the writer's death,
-        and it costs one system call (1-2 µs measured) where a temporary file
-        and a rename cost 0.26-0.35 ms here. A larger one goes through a
-        temporary file and ``os.replace``.
-        """
-        if len(data) > CHECKPOINT_IN_PLACE_BYTES:
-            self._close_checkpoint_fd()
-            tmp = tmp_path_for(self.checkpoint_path)
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.checkpoint_path)
-            return
-        if self._cp_fd is None:
-            self._cp_fd = os.open(self.checkpoint_path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            self._cp_len = os.fstat(self._cp_fd).st_size
-        os.pwrite(self._cp_fd, data.ljust(self._cp_len), 0)
-        self._cp_len = max(self._cp_len, len(data))
-
-    def _close_checkpoint_fd(self) -> None:
-        if self._cp_fd is not None:
-            os.close(self._cp_fd)
-            self._cp_fd = None
 
     def _resume(self) -> None:
         """Take over from the serializer this one replaces: its manifest, then its last checkpoint."""
@@ -193,32 +131,28 @@ class Serializer:
                 self.manifest.load(json.load(mf))
         except FileNotFoundError:
             pass
-        try:
-            with open(self.checkpoint_path, "rb") as cf:
-                cp = json.load(cf)
-        except FileNotFoundError:
-            cp = None
+        cp = read_checkpoint(self.cfg.folder, self.cfg.prefix)
         if cp is not None:
-            pending = cp["pending"]
+            pending = cp.pending
             if pending is not None and not self.manifest.names(pending["fn"]):
                 self.manifest.add(pending)  # it died between a batch commit and the manifest
-            self.records, self.steps_total = cp["records"], cp["steps_total"]
-            self.orphan_steps, self.episodes_written = cp["orphan_steps"], cp["episodes_written"]
-            if cp["batch"] is not None:
-                self.batch = BatchWriter.reopen(self.cfg.folder, self.cfg.prefix, cp["batch"])
-            self.episode_open, self._ep = cp["episode_open"], cp["ep"]
-            for af, (rows, offset, stored) in zip(self.fields.arrays, cp["arrays"], strict=True):
+            self.records, self.steps_total = cp.records, cp.steps_total
+            self.orphan_steps, self.episodes_written = cp.orphan_steps, cp.episodes_written
+            if cp.batch is not None:
+                self.batch = BatchWriter.reopen(self.cfg.folder, self.cfg.prefix, cp.batch)
+            self.episode_open, self._ep = cp.episode_open, cp.ep
+            for af, (rows, offset, stored) in zip(self.fields.arrays, cp.arrays, strict=True):
                 af.rows, af.offset, af.stored = rows, offset, stored
-            for jf, items in zip(self.fields.jsons, cp["jsons"], strict=True):
+            for jf, items in zip(self.fields.jsons, cp.jsons, strict=True):
                 jf.items = items
-            for (f, _), (old_path, size) in zip(self._spills, cp["spills"], strict=True):
+            for (f, _), (old_path, size) in zip(self.fields.spills, cp.spills, strict=True):
                 with open(old_path, "rb") as old:
                     _copy_spill(old, f, size)
-            self.resume_cursor = cp["cursor"]
+            self.resume_cursor = cp.cursor
             # From here on this worker's own files are the ones to resume from: say so before
             # dropping the predecessor's spills (a successor of ours may need them until then).
             self.checkpoint(self.resume_cursor, pending=pending)  # still pending until our manifest is written
-            for old_path, _ in cp["spills"]:
+            for old_path, _ in cp.spills:
                 os.unlink(old_path)
         else:
             self.episodes_written = self.manifest.named.episodes + self.manifest.evicted.episodes
@@ -231,45 +165,14 @@ class Serializer:
         self._publish_commits()
 
     # -- fields ----------------------------------------------------------
-    def _spill(self) -> Any:
-        path = tmp_path_for(os.path.join(self.cfg.folder, f"{self.cfg.prefix}.spill{len(self._spills)}"))
-        f = open(path, "w+b", buffering=SPILL_BUFFER_BYTES)
-        self._spills.append((f, path))
-        return f
-
-    def _array_field(self, key: tuple, leaf: Leaf) -> ArrayField:
-        f = ArrayField(key, leaf.dtype, leaf.shape, leaf.nbytes)
-        self.fields.arrays.append(f)
-        return f
-
-    def _json_field(self, key: tuple) -> JsonField:
-        f = JsonField(key, spill=self._spill())
-        self.fields.jsons.append(f)
-        return f
-
-    def _make_fields(self) -> None:
-        sinks: dict[tuple, Any] = {}
-        for root, lvs in (("observations", self.layout.obs_leaves), ("actions", self.layout.act_leaves)):
-            for leaf in lvs:
-                key = (root, *leaf.path)
-                sinks[key] = self._array_field(key, leaf) if leaf.kind == "array" else self._json_field(key)
-        self._rewards = self._array_field(("rewards",), Leaf((), "array", "<f8", ()))
-        self._terms = self._array_field(("terminations",), Leaf((), "array", "|b1", ()))
-        self._truncs = self._array_field(("truncations",), Leaf((), "array", "|b1", ()))
-        self._infos = self._json_field(("infos",))
-        direct = max(self.fields.arrays, key=lambda f: f.row_bytes)
-        direct.direct = True
-        for f in self.fields.arrays:
-            if not f.direct:
-                f.spill = self._spill()
-            if self.cfg.compression is not None:
-                f.packer = ChunkPacker(self.cfg.compression, f.row_bytes, self._spill())
-                f.codec = self.cfg.compression.codec
+    def _wire_handlers(self) -> None:
+        """One function per record part, in the order of the parts (see ``TraceLayout``)."""
         special = {
             ("rst",): self._on_rst,
             ("infos",): self._on_info,
             ("meta",): self._on_meta,
         }
+        sinks = self.fields.sinks
         handler = lambda key: special.get(key) or self._leaf_handler(sinks[key])
         self._step_handlers = [handler(k) for k in self.layout.step_parts()]
         self._reset_handlers = [handler(k) for k in self.layout.reset_parts()]
@@ -291,9 +194,7 @@ class Serializer:
 
     def discard_checkpoint(self) -> None:
         """No successor can come (the env process is gone): the checkpoint has no reader left."""
-        self._close_checkpoint_fd()
-        if os.path.exists(self.checkpoint_path):
-            os.unlink(self.checkpoint_path)
+        self._cp_file.discard()
 
     def _handle(self, rec) -> bool:
         self.faults.point("record")
@@ -336,19 +237,19 @@ class Serializer:
 
     def _on_info(self, mv) -> None:
         if not len(mv):  # the common case, an empty info: its JSON is known
-            self._infos.write_json_text(b"{}")
+            self.fields.infos.write_json_text(b"{}")
             return
         try:
             info = unpack_info(mv)
         except Exception as exc:  # noqa: BLE001  (never let a strange info stop the recording)
             info = {"__envrec_error__": f"info could not be read: {exc!r}"}
-        self._infos.write(encode_json(info))
+        self.fields.infos.write(encode_json(info))
 
     def _on_rst(self, mv) -> None:
         batch, ep = self.batch, self._ep
-        self._rewards.write(mv[0:8], batch)
-        self._terms.write(mv[8:9], batch)
-        self._truncs.write(mv[9:10], batch)
+        self.fields.rewards.write(mv[0:8], batch)
+        self.fields.terms.write(mv[8:9], batch)
+        self.fields.truncs.write(mv[9:10], batch)
         ep["return"] += decode_reward(mv[0:8])
         ep["terminated"] = mv[8] != 0
         ep["truncated"] = mv[9] != 0
@@ -370,22 +271,21 @@ class Serializer:
             "episode_id": ep["episode_id"],
             "seed": ep.get("seed"),
             "options": ep.get("options"),
-            "length": self._rewards.rows,
+            "length": self.fields.rewards.rows,
             "return": ep["return"] if abs(ep["return"]) != float("inf") and ep["return"] == ep["return"] else None,
             "ended_by": ended,
             "complete": ended in ("terminated", "truncated"),
         }
         batch = self.batch
         assert batch is not None  # an open episode has its batch
-        batch.write_episode(meta, self.fields, self.structure)
+        batch.write_episode(meta, self.fields)
         self.episode_open = False
         self.episodes_written += 1
         # The episode is in the batch files now. If the last checkpoint was taken inside it, take one
         # before its spills are emptied, or a successor could resume from spill data that is gone.
         if self._cp_in_episode:
             self.checkpoint(self.position)
-        for f, _ in self._spills:
-            f.seek(0)  # not truncated (a system call per spill per episode): lengths are logical, tell()'s
+        self.fields.rewind()
         self._status(Status.EPISODES, self.episodes_written)
         if batch.size >= self.cfg.batch_bytes:
             self._commit()
@@ -432,7 +332,7 @@ class Serializer:
             self._remove_manifest()
         else:
             self.write_manifest(complete=True, clean=clean)
-        self._close_spills()
+        self.fields.close()
         # The checkpoint stays until the env process has seen this worker exit: killed between here
         # and its exit, a successor replays the CLOSE record from it and finds nothing left to do.
 
@@ -452,16 +352,11 @@ class Serializer:
             self.batch.abort()
             self.batch = None
         self.episode_open = False
-        self._close_spills()
+        self.fields.close()
         try:
             self.write_manifest(complete=False)
         except OSError as exc:
             logger.error("could not record the failure in %s: %s", self.manifest_path, exc)
-
-    def _close_spills(self) -> None:
-        for f, path in self._spills:
-            discard_file(f, path)
-        self._spills.clear()
 
     def summary(self) -> dict:
         return {

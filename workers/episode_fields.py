@@ -1,0 +1,104 @@
+"""The fields of a trace episode as the serializer writes them, and the spill files behind them.
+
+One ``ArrayField`` per fixed-shape leaf of the observation and action spaces
+plus rewards, terminations and truncations; one ``JsonField`` per Text leaf
+plus the infos. The largest array field is written straight into the batch
+file (``direct``); every other field has a spill file of its own, and with
+compression every array field also has a spill for its chunk index.
+``structure`` maps the episode's top-level keys to the nesting of the
+spaces, with field keys as leaves (see ``BatchWriter.write_episode``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from envrec.atomic import discard_file, tmp_path_for
+from envrec.compression import Compression
+from envrec.records import TraceLayout
+from envrec.schema import Leaf
+
+from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, ChunkPacker, JsonField
+
+__all__ = ["EpisodeFields"]
+
+
+def _structure(spec: dict, key: tuple) -> Any:
+    t = spec["type"]
+    if t == "Dict":
+        return {k: _structure(sub, (*key, k)) for k, sub in spec["spaces"]}
+    if t == "Tuple":
+        return [_structure(sub, (*key, i)) for i, sub in enumerate(spec["spaces"])]
+    return key
+
+
+class EpisodeFields:
+    """Every field of an episode, keyed by ``("observations", *path)`` and so on; owns the spill files."""
+
+    def __init__(self, folder: str, prefix: str, layout: TraceLayout, obs_spec: dict, act_spec: dict,
+                 compression: Compression | None) -> None:
+        self.folder, self.prefix = folder, prefix
+        self.arrays: list[ArrayField] = []
+        self.jsons: list[JsonField] = []
+        self.spills: list[tuple[Any, str]] = []  # (buffered file, path), in creation order (checkpoints rely on it)
+        self.structure = {
+            "observations": _structure(obs_spec, ("observations",)),
+            "actions": _structure(act_spec, ("actions",)),
+            "rewards": ("rewards",),
+            "terminations": ("terminations",),
+            "truncations": ("truncations",),
+            "infos": ("infos",),
+        }
+        try:
+            self.sinks: dict[tuple, ArrayField | JsonField] = {}
+            for root, lvs in (("observations", layout.obs_leaves), ("actions", layout.act_leaves)):
+                for leaf in lvs:
+                    key = (root, *leaf.path)
+                    self.sinks[key] = self._array(key, leaf) if leaf.kind == "array" else self._json(key)
+            self.rewards = self._array(("rewards",), Leaf((), "array", "<f8", ()))
+            self.terms = self._array(("terminations",), Leaf((), "array", "|b1", ()))
+            self.truncs = self._array(("truncations",), Leaf((), "array", "|b1", ()))
+            self.infos = self._json(("infos",))
+            max(self.arrays, key=lambda f: f.row_bytes).direct = True
+            for f in self.arrays:
+                if not f.direct:
+                    f.spill = self._spill()
+                if compression is not None:
+                    f.packer = ChunkPacker(compression, f.row_bytes, self._spill())
+                    f.codec = compression.codec
+        except BaseException:
+            self.close()
+            raise
+
+    def _spill(self) -> Any:
+        path = tmp_path_for(os.path.join(self.folder, f"{self.prefix}.spill{len(self.spills)}"))
+        f = open(path, "w+b", buffering=SPILL_BUFFER_BYTES)
+        self.spills.append((f, path))
+        return f
+
+    def _array(self, key: tuple, leaf: Leaf) -> ArrayField:
+        f = ArrayField(key, leaf.dtype, leaf.shape, leaf.nbytes)
+        self.arrays.append(f)
+        return f
+
+    def _json(self, key: tuple) -> JsonField:
+        f = JsonField(key, spill=self._spill())
+        self.jsons.append(f)
+        return f
+
+    def flush(self) -> None:
+        for f, _ in self.spills:
+            f.flush()
+
+    def rewind(self) -> None:
+        """The episode is in the batch: its spills are reused from the start (not truncated: a system call
+        per spill per episode; their lengths are logical, ``tell()``'s)."""
+        for f, _ in self.spills:
+            f.seek(0)
+
+    def close(self) -> None:
+        """Close and remove every spill file."""
+        for f, path in self.spills:
+            discard_file(f, path)
+        self.spills.clear()
