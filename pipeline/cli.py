@@ -156,7 +156,7 @@ def _inspect(args: argparse.Namespace) -> int:
             print(f"  episode {i}: {n} steps, return {ret:.6g}")
     if s.clips:
         broken = [c for c in s.clips if c.get("broken")]
-        frames = sum(c.get("frames_written") or c.get("frames_sent") or 0 for c in s.clips)
+        frames = sum(c.get("frames_written") or 0 for c in s.clips)
         print(f"clips: {len(s.clips)}, frames: {frames}, broken: {len(broken)}")
         for c in broken:
             print(f"  broken clip {c['name']}: {c.get('error') or c.get('reason')}")

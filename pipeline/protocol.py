@@ -21,6 +21,7 @@ from .faults import NO_FAULT, FaultSpec
 from .ffmpeg import VideoSettings
 from .procinfo import signal_name
 from .records import Kind, Status
+from .trace_format import BatchEntry
 
 __all__ = [
     "DONE",
@@ -72,7 +73,7 @@ class CheckpointingHandler(Handler, Protocol):
 
     def idle_checkpoint_in(self) -> float: ...
 
-    def checkpoint(self, cursor: int, pending: dict | None = None) -> None: ...
+    def checkpoint(self, cursor: int, pending: BatchEntry | None = None) -> None: ...
 
     def discard_checkpoint(self) -> None: ...
 

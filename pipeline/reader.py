@@ -17,7 +17,7 @@ import json
 import mmap
 import os
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -27,7 +27,7 @@ from .atomic import file_crc32
 from .compression import decompress_into
 from .errors import EnvrecError
 from .infos import decode_json
-from .trace_format import MANIFEST_SUFFIX, is_segment, recording_batches
+from .trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
 
 __all__ = ["Episode", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
 
@@ -72,14 +72,14 @@ class Recording:
     """One recording in the folder: its head manifest and every batch entry it names, oldest first."""
 
     path: str
-    manifest: dict
-    batches: list[dict]
+    manifest: Manifest
+    batches: list[BatchEntry]
 
 
 @dataclass(frozen=True)
 class _BatchRef:
-    manifest: dict
-    entry: dict
+    manifest: Manifest
+    entry: BatchEntry
     first_index: int  # index of its first episode across the reader
 
 
@@ -94,7 +94,7 @@ class TraceReader:
         self._cache: tuple[int, list] | None = None
         self._decoded: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
         self._decoded_bytes = 0
-        self.manifests: list[dict] = []  # the head manifests
+        self.manifests: list[Manifest] = []  # the head manifests
         self.recordings: list[Recording] = []
         self._batches: list[_BatchRef] = []
         self.refresh()
@@ -112,17 +112,14 @@ class TraceReader:
     def _read_manifests(self) -> None:
         pattern = f"{glob.escape(self.prefix)}{MANIFEST_SUFFIX}" if self.prefix else f"*{MANIFEST_SUFFIX}"
         paths = sorted(glob.glob(os.path.join(glob.escape(self.directory), pattern)))
-        heads: list[tuple[str, dict]] = []
+        heads: list[tuple[str, Manifest]] = []
         for path in paths:
             try:
-                with open(path, "rb") as f:
-                    manifest = json.load(f)
+                manifest = read_manifest(path)
             except FileNotFoundError:
                 raise
             except (OSError, ValueError) as exc:
                 raise TraceError(f"cannot read the manifest {path}: {exc}") from exc
-            if not isinstance(manifest, dict) or "batches" not in manifest:
-                raise TraceError(f"{path} is not a trace manifest (no 'batches')")
             if not is_segment(manifest):  # segments are read through the head that counts them
                 heads.append((path, manifest))
         if not heads:
@@ -173,7 +170,7 @@ class TraceReader:
         return self._episode(ref, index, self._load_batch(lo)[index - ref.first_index])
 
     # -- files -------------------------------------------------------------
-    def check_batch(self, entry: dict, checksums: bool = True) -> list[str]:
+    def check_batch(self, entry: Mapping[str, Any], checksums: bool = True) -> list[str]:
         """Problems with a batch's files (missing, wrong size, wrong CRC-32); empty when complete."""
         problems = []
         for key, size_key, crc_key in (("fn", "json_bytes", "json_crc32"), ("bin", "bin_bytes", "bin_crc32")):

@@ -9,13 +9,12 @@ manifest and frees the shared memory.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from time import perf_counter_ns
 from typing import Any, Self
 
-from .atomic import remove_stale_tmp, write_atomic
+from .atomic import remove_stale_tmp
 from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .faults import NO_FAULT, FaultSpec, from_env
@@ -25,7 +24,15 @@ from .protocol import SerializerConfig, Status
 from .schema import describe_space
 from .stats import CallTimes, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
-from .trace_format import check_prefix, checkpoint_name, default_prefix, manifest_document, manifest_name
+from .trace_format import (
+    check_prefix,
+    checkpoint_name,
+    default_prefix,
+    manifest_document,
+    manifest_name,
+    read_manifest,
+    write_manifest,
+)
 
 __all__ = ["DEFAULT_RING_BYTES", "TraceRecorder", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
 
@@ -70,16 +77,15 @@ def record_failure_in_manifest(path: str, reason: str, *, only_if_missing: bool 
     """
     try:
         try:
-            with open(path, "rb") as f:
-                if only_if_missing:
-                    return
-                manifest = json.load(f)
+            if only_if_missing and os.path.exists(path):
+                return
+            manifest = read_manifest(path)
         except FileNotFoundError:
             manifest = manifest_document(**document)
         if manifest.get("error"):
             return
         manifest["error"] = reason
-        write_atomic(path, json.dumps(manifest, indent=1).encode("utf-8"))
+        write_manifest(path, manifest)
     except (OSError, ValueError) as exc:
         logger.error("envrec: could not record the failure in %s: %s", path, exc)
 
@@ -262,8 +268,7 @@ class TraceRecorder:
 
     def _committed_from_manifest(self) -> dict[str, int]:
         try:
-            with open(self.manifest_path, "rb") as f:
-                manifest = json.load(f)
+            manifest = read_manifest(self.manifest_path)
             named, evicted = manifest["counters"], manifest.get("evicted") or {}
             return {
                 "batches": named["batches"] + evicted.get("batches", 0),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
 from .reader import TraceError, TraceReader
 
 __all__ = ["TraceSummary", "summarize"]
@@ -25,7 +25,7 @@ class TraceSummary:
     lengths: list[int] = field(default_factory=list)
     returns: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    clips: list[dict] = field(default_factory=list)
+    clips: list[ClipMeta] = field(default_factory=list)
 
     @property
     def compression_ratio(self) -> float | None:
@@ -42,7 +42,7 @@ def summarize(directory: str) -> TraceSummary:
     try:
         reader = TraceReader(directory)
     except TraceError as exc:
-        if not os.path.isdir(directory) or not any(n.endswith(".meta.json") for n in os.listdir(directory)):
+        if not os.path.isdir(directory) or not any(n.endswith(META_SUFFIX) for n in os.listdir(directory)):
             raise
         reader = None  # a folder of clips only, or a trace that never started: the clips still tell
         s.problems.append(str(exc))
@@ -76,10 +76,9 @@ def summarize(directory: str) -> TraceSummary:
         if m.get("error"):
             s.problems.append(f"{m.get('prefix')}: the recorder reported an error: {m['error']}")
     for name in sorted(os.listdir(directory)):
-        if name.endswith(".meta.json"):
+        if name.endswith(META_SUFFIX) and not name.startswith("."):
             try:
-                with open(os.path.join(directory, name), "rb") as f:
-                    s.clips.append(json.load(f))
+                s.clips.append(read_clip_meta(os.path.join(directory, name)))
             except (OSError, ValueError) as exc:
                 s.problems.append(f"{name}: unreadable clip metadata ({exc})")
     for clip in s.clips:

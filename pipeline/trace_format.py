@@ -33,13 +33,20 @@ lists; Text leaves are JSON lists of strings.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from typing import Any, TypedDict
+
+from .atomic import write_atomic
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "SEGMENT_BATCHES",
+    "BatchEntry",
+    "Manifest",
+    "Segment",
     "batch_names",
     "check_prefix",
     "default_prefix",
@@ -47,8 +54,10 @@ __all__ = [
     "manifest_document",
     "manifest_name",
     "ndarray_descriptor",
+    "read_manifest",
     "segment_document",
     "segment_name",
+    "write_manifest",
 ]
 
 FORMAT_NAME = "envrec.trace"
@@ -56,6 +65,49 @@ FORMAT_VERSION = 1
 MANIFEST_SUFFIX = ".manifest.json"
 SEGMENT_BATCHES = 256  # batch entries in a manifest segment
 GYM_RECORDING_PREFIX = "openaigym.trace"
+
+
+
+class BatchEntry(TypedDict):
+    """A committed batch, as a manifest names it."""
+
+    first: int  # index of its first episode in the recording
+    len: int  # episodes in it
+    fn: str  # its .json file
+    bin: str  # its .bin file
+    steps: int
+    json_bytes: int
+    bin_bytes: int
+    array_bytes: int  # its arrays' bytes uncompressed (the compression ratio's numerator)
+    json_crc32: int
+    bin_crc32: int
+
+
+class Manifest(TypedDict, total=False):
+    """``PREFIX.manifest.json``, the head: metadata and the batches of the segment being filled (or a segment)."""
+
+    batches: list[BatchEntry]
+    format: str
+    version: int
+    prefix: str
+    env_id: str | None
+    observation_space: dict
+    action_space: dict
+    settings: dict
+    counters: dict[str, int]  # batches, episodes, steps, bytes named by the manifest; orphan_steps
+    segments: dict[str, int]  # first, next: the closed segments it counts
+    evicted: dict[str, int]  # batches, episodes, steps, bytes deleted by a disk budget
+    complete: bool
+    closed_cleanly: bool
+    stats: dict | None
+    error: str | None
+    writer: dict
+    segment_of: str  # a closed segment: the prefix of its head
+    segment: int  # and its index
+
+
+Segment = Manifest  # a closed segment is a manifest with ``segment_of``, ``segment`` and ``batches``
+
 
 _prefix_counter = 0
 _SAFE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -100,6 +152,23 @@ def ndarray_descriptor(shape, dtype: str, npyfile: str, offset: int, size: int) 
     }
 
 
+def write_manifest(path: str, doc: Manifest) -> None:
+    """The one writer of manifests and segments: strict JSON, replaced atomically."""
+    write_atomic(path, json.dumps(doc, allow_nan=False, indent=1).encode("utf-8"))
+
+
+def read_manifest(path: str) -> Manifest:
+    """The one reader: ``OSError`` when it cannot be read, ``ValueError`` when it is not a manifest this
+    envrec understands (gym-recording's own, with only ``batches``, are)."""
+    with open(path, "rb") as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or not isinstance(doc.get("batches"), list):
+        raise ValueError(f"{os.path.basename(path)} is not a trace manifest (no 'batches' list)")  # noqa: TRY004  (bad file content, not a caller's type error)
+    if doc.get("format") == FORMAT_NAME and doc.get("version", FORMAT_VERSION) > FORMAT_VERSION:
+        raise ValueError(f"{os.path.basename(path)} has format version {doc['version']}, newer than this envrec reads")
+    return doc  # type: ignore[return-value]  # checked above as far as readers rely on it
+
+
 def manifest_document(
     *,
     prefix: str,
@@ -107,7 +176,7 @@ def manifest_document(
     observation_space: dict,
     action_space: dict,
     settings: dict,
-    batches: list | None = None,
+    batches: list[BatchEntry] | None = None,
     counters: dict | None = None,
     complete: bool = False,
     closed_cleanly: bool = False,
@@ -115,7 +184,7 @@ def manifest_document(
     error: str | None = None,
     segments: dict | None = None,
     evicted: dict | None = None,
-) -> dict:
+) -> Manifest:
     """A manifest, with every key a reader may look for (the serializer's, or the env process's own
     when its serializer never started)."""
     from envrec import __version__
@@ -147,27 +216,24 @@ def segment_name(prefix: str, index: int) -> str:
     return f"{prefix}.m{index:06d}{MANIFEST_SUFFIX}"
 
 
-def is_segment(document: dict) -> bool:
+def is_segment(document: Any) -> bool:
     return "segment_of" in document
 
 
-def segment_document(prefix: str, index: int, batches: list) -> dict:
+def segment_document(prefix: str, index: int, batches: list[BatchEntry]) -> Segment:
     return {"batches": batches, "segment_of": prefix, "segment": index, "format": FORMAT_NAME, "version": FORMAT_VERSION}
 
 
-def recording_batches(folder: str, manifest: dict) -> list[dict]:
+def recording_batches(folder: str, manifest: Manifest) -> list[BatchEntry]:
     """Every batch entry a head manifest names, oldest first: its closed segments', then its own.
 
     ``FileNotFoundError`` when a segment it counts is gone: evicted after the
     head was read; read the head again.
     """
-    import json
-
     seg = manifest.get("segments") or {"first": 0, "next": 0}
-    out: list[dict] = []
+    out: list[BatchEntry] = []
     for k in range(seg["first"], seg["next"]):
-        with open(os.path.join(folder, segment_name(manifest["prefix"], k)), "rb") as f:
-            out.extend(json.load(f)["batches"])
+        out.extend(read_manifest(os.path.join(folder, segment_name(manifest["prefix"], k)))["batches"])
     out.extend(manifest["batches"])
     return out
 

@@ -27,7 +27,8 @@ from typing import Any, Self
 
 import numpy as np
 
-from .atomic import remove_stale_tmp, write_atomic
+from .atomic import remove_stale_tmp
+from .clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_meta
 from .errors import ConfigError, RecordError, RecordTooLargeError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .ffmpeg import VideoSettings, find_ffmpeg
@@ -255,7 +256,7 @@ class VideoRecorder:
             total = self.times.total_ns - clip.calls_at_start[1]
             env.update(calls=calls, call_mean_us=total / calls / 1e3 if calls else 0.0, call_total_s=total / 1e9)
             env.update(run_call_p99_us=self.times.percentile(99), run_call_max_us=self.times.max_ns / 1e3)
-        return json.dumps({"frames_dropped": clip.dropped, "env_process": env}).encode("utf-8")
+        return json.dumps({"frames_sent": clip.frames, "frames_dropped": clip.dropped, "env_process": env}).encode("utf-8")
 
     def _report_finished(self) -> None:
         """Log (once each) the clips the worker finished broken since the last look."""
@@ -266,8 +267,7 @@ class VideoRecorder:
             if clip.broken is not None:
                 continue  # the env side broke it, and said so then
             try:
-                with open(os.path.join(self.folder, clip.name + ".meta.json"), "rb") as f:
-                    m = json.load(f)
+                m = read_clip_meta(meta_path(self.folder, clip.name))
             except (OSError, ValueError):
                 continue
             if m.get("broken"):
@@ -310,32 +310,33 @@ class VideoRecorder:
         """Metadata for every clip sent to a failed worker that it did not finish (the one it failed on
         and those queued behind it): a clip whose ``.meta.json`` the worker never wrote gets one saying why."""
         for clip in self._unreported:
-            if not os.path.exists(os.path.join(self.folder, clip.name + ".meta.json")):
+            if not os.path.exists(meta_path(self.folder, clip.name)):
                 self._write_broken_meta(clip, reason)
 
     def _write_broken_meta(self, clip: _ClipState, reason: str | None) -> None:
         """The metadata of a clip whose worker failed before writing it."""
-        path = os.path.join(self.folder, clip.name + ".meta.json")
+        path = meta_path(self.folder, clip.name)
         ext = ".cast" if clip.kind == "ansi" else ".mp4"
         video = os.path.join(self.folder, clip.name + ext)
-        meta = {
+        meta: ClipMeta = {
             "content_type": "application/x-asciicast" if clip.kind == "ansi" else "video/mp4",
             "name": clip.name,
             "path": os.path.basename(video) if os.path.exists(video) and os.path.getsize(video) else None,
             "episode_id": clip.episode_id,
             "frames_sent": clip.frames,
+            "frames_written": None,  # unknown: the encoder died before saying
             "frames_dropped": clip.dropped,
             "fps": clip.fps,
             "empty": clip.frames == 0,
             "broken": True,
             "reason": reason,
             "error": reason,
-            "written_by": "env process (the encoder died before finishing this clip)",
+            "written_by": "env process",  # the encoder died before finishing this clip
         }
         try:
             if meta["path"] is None and os.path.exists(video):
                 os.unlink(video)
-            write_atomic(path, json.dumps(meta, indent=1).encode("utf-8"))
+            write_clip_meta(path, meta)
         except OSError as exc:  # never into the env's step; the stream is already reported broken
             logger.error("envrec: could not write the metadata of broken clip %s: %s", clip.name, exc)
 

@@ -93,6 +93,11 @@ def test_encoder_killed_mid_clip_env_goes_on_and_next_clip_gets_a_fresh_encoder(
     assert m["broken"] and "SIGKILL(-9)" in m["reason"] and m["written_by"].startswith("env process")
     assert len(decode(tmp_path / "first.mp4", 64, 48)) > 0  # ffmpeg saw EOF and finished the fragments it had
     m2 = meta(tmp_path, "second")
+    core = {"version", "written_by", "content_type", "name", "path", "episode_id", "frames_sent", "frames_written",
+            "frames_dropped", "fps", "empty", "broken", "reason"}
+    assert core <= set(m) and core <= set(m2)  # both authors write one schema (envrec.clip_meta)
+    assert m["written_by"] == "env process" and m["frames_written"] is None and m["frames_sent"] >= 60
+    assert m2["written_by"] == "encoder" and m2["frames_sent"] == m2["frames_written"] == 20
     assert not m2["broken"] and m2["frames_written"] == 20
     assert len(decode(tmp_path / "second.mp4", 64, 48)) == 20
     assert sum("stream is broken" in r.message for r in caplog.records) == 1
@@ -147,7 +152,7 @@ def test_a_second_encoder_death_is_handled_like_the_first(tmp_path):
     for k in range(2):
         assert meta(tmp_path, f"doomed{k}")["broken"]
         m = meta(tmp_path, f"fine{k}")
-        assert not m["broken"] and m["frames_written"] == 10 and "written_by" not in m
+        assert not m["broken"] and m["frames_written"] == 10 and m["written_by"] == "encoder" and m["frames_sent"] == 10
 
 
 def test_hung_ffmpeg_is_killed_after_the_stall_timeout_and_the_next_clip_is_fine(tmp_path, caplog):

@@ -21,9 +21,9 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir
+from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir, tmp_path_for
 from envrec.compression import Compression, compressor
-from envrec.trace_format import batch_names, ndarray_descriptor
+from envrec.trace_format import BatchEntry, batch_names, ndarray_descriptor
 
 if TYPE_CHECKING:
     from .episode_fields import EpisodeFields
@@ -33,10 +33,6 @@ __all__ = ["ArrayField", "BatchWriter", "JsonField"]
 FILE_BUFFER_BYTES = 1 << 20  # batch files: large sequential writes
 SPILL_BUFFER_BYTES = 64 << 10  # spill files: coalesces tiny per-step writes; each buffer is memory every episode reuses
 ALIGN = 8
-
-
-def _tmp(folder: str, name: str) -> str:
-    return os.path.join(folder, f".{name}.{os.getpid()}{TMP_SUFFIX}")
 
 
 def append_file(src_fd: int, dst_fd: int, n: int) -> None:
@@ -180,8 +176,8 @@ class BatchWriter:
         self.folder = folder
         self.first = first_episode
         self.json_name, self.bin_name = batch_names(prefix, first_episode)
-        self.bin_tmp = _tmp(folder, self.bin_name)
-        self.json_tmp = _tmp(folder, self.json_name)
+        self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
+        self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
         self.bin = open(self.bin_tmp, "wb", buffering=FILE_BUFFER_BYTES)
         self.json = open(self.json_tmp, "wb", buffering=FILE_BUFFER_BYTES)
         self.bin_size = 0
@@ -198,8 +194,8 @@ class BatchWriter:
         self.folder = folder
         self.first = state["first"]
         self.json_name, self.bin_name = batch_names(prefix, self.first)
-        self.bin_tmp = _tmp(folder, self.bin_name)
-        self.json_tmp = _tmp(folder, self.json_name)
+        self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
+        self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
         for old, final, new in (
             (state["bin_tmp"], self.bin_name, self.bin_tmp),
             (state["json_tmp"], self.json_name, self.json_tmp),
@@ -304,7 +300,7 @@ class BatchWriter:
     def size(self) -> int:
         return self.bin_size + self.json_size
 
-    def commit(self, fault=lambda name: None) -> dict:
+    def commit(self, fault=lambda name: None) -> BatchEntry:
         """Make the batch durable and visible; return its manifest entry (``fault``: see envrec.faults)."""
         self._write_json(b"]}\n")
         self.bin.flush()

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from envrec.atomic import tmp_path_for
-from envrec.trace_format import checkpoint_name
+from envrec.trace_format import BatchEntry, checkpoint_name
 
 __all__ = ["CHECKPOINT_VERSION", "Checkpoint", "CheckpointFile", "read_checkpoint"]
 
@@ -36,7 +36,7 @@ class Checkpoint:
     steps_total: int
     orphan_steps: int
     episodes_written: int
-    pending: dict | None  # a committed batch's manifest entry, not yet in the manifest
+    pending: BatchEntry | None  # a committed batch's manifest entry, not yet in the manifest
     batch: dict | None  # BatchWriter.state() of the open batch
     episode_open: bool
     ep: dict  # the open episode's running figures

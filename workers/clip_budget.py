@@ -11,11 +11,12 @@ key of their metadata.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections import deque
 from dataclasses import dataclass
+
+from envrec.clip_meta import META_SUFFIX, read_clip_meta
 
 __all__ = ["ClipBudget"]
 
@@ -52,14 +53,13 @@ class ClipBudget:
         """Clips a dead predecessor of this encoder finished, oldest first."""
         found = []
         for name in os.listdir(self.folder):
-            if not name.endswith(".meta.json") or name.startswith("."):
+            if not name.endswith(META_SUFFIX) or name.startswith("."):
                 continue
             try:
-                with open(os.path.join(self.folder, name), "rb") as f:
-                    meta = json.load(f)
+                meta = read_clip_meta(os.path.join(self.folder, name))
             except (OSError, ValueError):
                 continue
-            if isinstance(meta, dict) and meta.get("recorder") == self.recorder:
+            if meta.get("recorder") == self.recorder:
                 found.append((meta.get("finished_seq", 0), name, meta.get("path")))
         for _, meta_name, video in sorted(found):
             self.add(meta_name, video)

@@ -23,9 +23,10 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from envrec.atomic import commit_file, tmp_path_for, write_atomic
+from envrec.atomic import commit_file, tmp_path_for
+from envrec.clip_meta import ClipMeta, meta_path, write_clip_meta
 from envrec.ffmpeg import encode_command, encoded_size, remux_command
 from envrec.procinfo import process_facts, signal_name
 from envrec.protocol import EncoderConfig, Kind, Status
@@ -245,10 +246,10 @@ class Encoder:
             self.clips_broken += 1
             self._status(Status.CLIPS_BROKEN, self.clips_broken)
         self.faults.point("clip:meta")
-        meta = self._write_meta(clip, path, empty, dropped_env)
+        meta = self._write_meta(clip, path, empty, dropped_env, env_side.get("frames_sent"))
         self.clips += 1
         if self.budget.active:
-            self.budget.add(os.path.basename(self._path(clip.name, ".meta.json")), meta["path"])
+            self.budget.add(os.path.basename(meta_path(self.cfg.folder, clip.name)), meta["path"])
             self.faults.point("clip:evict")
             if self.budget.enforce()[0]:
                 self._status(Status.EVICTED, self.budget.evicted)
@@ -294,14 +295,16 @@ class Encoder:
         events.close()
         os.unlink(events.name)
 
-    def _write_meta(self, clip: _Clip, path: str, empty: bool, dropped_env: int) -> dict:
-        meta: dict[str, Any] = {
+    def _write_meta(self, clip: _Clip, path: str, empty: bool, dropped_env: int, frames_sent: int | None) -> ClipMeta:
+        meta: ClipMeta = {
+            "written_by": "encoder",
             "content_type": "application/x-asciicast" if clip.kind == "ansi" else "video/mp4",
             "name": clip.name,
             "path": None if empty or not os.path.exists(path) else os.path.basename(path),
             "env_id": self.cfg.env_id,
             "episode_id": clip.episode_id,
             "step_range": [clip.first_step, clip.last_step],
+            "frames_sent": frames_sent if frames_sent is not None else clip.frames + clip.dropped + dropped_env,
             "frames_written": clip.frames,
             "frames_dropped": clip.dropped + dropped_env,
             "fps": clip.fps,
@@ -323,18 +326,19 @@ class Encoder:
                 meta["stderr_tail"] = clip.stderr_tail
         else:
             meta["encoder_version"] = {"backend": "asciicast", "version": 2}
-        meta.update(clip.extra)
-        meta_path = self._path(clip.name, ".meta.json")
+        meta.update(cast(ClipMeta, clip.extra))
+        path_of_meta = meta_path(self.cfg.folder, clip.name)
         try:
-            write_atomic(meta_path, json.dumps(meta, indent=1).encode("utf-8"))
+            write_clip_meta(path_of_meta, meta)
         except OSError as exc:
             if exc.errno != errno.ENOSPC or meta["path"] is None:
                 raise
             # The disk is full: the clip's partial video gives way to the metadata saying why.
             os.unlink(path)
-            meta.update(path=None, broken=True, reason=meta["reason"] or f"disk full: {exc}")
+            meta["path"], meta["broken"] = None, True
+            meta["reason"] = meta["reason"] or f"disk full: {exc}"
             meta["partial_removed"] = "the disk was full: the partial video was removed to make room for this metadata"
-            write_atomic(meta_path, json.dumps(meta, indent=1).encode("utf-8"))
+            write_clip_meta(path_of_meta, meta)
         return meta
 
     # -- ending --------------------------------------------------------------

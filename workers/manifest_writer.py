@@ -14,15 +14,22 @@ files are deleted (a successor deletes what an interrupted eviction left).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from envrec.atomic import write_atomic
-from envrec.trace_format import SEGMENT_BATCHES, recording_batches, segment_document, segment_name
+from envrec.trace_format import (
+    SEGMENT_BATCHES,
+    BatchEntry,
+    Manifest,
+    read_manifest,
+    recording_batches,
+    segment_document,
+    segment_name,
+    write_manifest,
+)
 
 __all__ = ["ManifestWriter", "Totals"]
 
@@ -38,7 +45,7 @@ class Totals:
     steps: int = 0
     bytes: int = 0
 
-    def add(self, entry: dict, sign: int = 1) -> None:
+    def add(self, entry: BatchEntry, sign: int = 1) -> None:
         self.batches += sign
         self.episodes += sign * entry["len"]
         self.steps += sign * entry["steps"]
@@ -52,14 +59,14 @@ class ManifestWriter:
         self.folder = folder
         self.prefix = prefix
         self.fault = fault
-        self.batches: list[dict] = []  # the head's: the segment being filled
+        self.batches: list[BatchEntry] = []  # the head's: the segment being filled
         self.first_segment = 0
         self.next_segment = 0
         self.named = Totals()  # what the manifest names now
         self.evicted = Totals()  # what disk budgets deleted
 
     # -- state ---------------------------------------------------------------
-    def load(self, head: dict) -> None:
+    def load(self, head: Manifest) -> None:
         """Take over a dead serializer's manifest (counters recomputed from what it names)."""
         seg = head.get("segments") or {"first": 0, "next": 0}
         self.first_segment, self.next_segment = seg["first"], seg["next"]
@@ -69,7 +76,7 @@ class ManifestWriter:
             self.named.add(entry)
         self.evicted = Totals(**head["evicted"]) if head.get("evicted") else Totals()
 
-    def head_fields(self) -> dict:
+    def head_fields(self) -> Manifest:
         """The manifest keys this writer owns (see ``trace_format.manifest_document``)."""
         return {
             "batches": self.batches,
@@ -82,10 +89,10 @@ class ManifestWriter:
         return any(b["fn"] == fn for b in self.batches)
 
     # -- commits ---------------------------------------------------------------
-    def add(self, entry: dict) -> None:
+    def add(self, entry: BatchEntry) -> None:
         """Name a committed batch (the caller writes the head next)."""
         if len(self.batches) >= SEGMENT_BATCHES:
-            write_atomic(self._segment_path(self.next_segment), self._dump(segment_document(self.prefix, self.next_segment, self.batches)))
+            write_manifest(self._segment_path(self.next_segment), segment_document(self.prefix, self.next_segment, self.batches))
             self.fault("commit:segment")
             self.next_segment += 1
             self.batches = []
@@ -101,17 +108,16 @@ class ManifestWriter:
         evicted by this call.
         """
         run = Totals()
-        doomed: list[dict] = []
+        doomed: list[BatchEntry] = []
         dropped_segments: list[int] = []
         while self.named.bytes > max_bytes and self.named.batches > 1:
             if self.first_segment < self.next_segment:
                 k = self.first_segment
-                with open(self._segment_path(k), "rb") as f:
-                    entries = json.load(f)["batches"]
+                entries = read_manifest(self._segment_path(k))["batches"]
                 while entries and self.named.bytes > max_bytes and self.named.batches > 1:
                     doomed.append(self._forget(entries.pop(0), run))
                 if entries:
-                    write_atomic(self._segment_path(k), self._dump(segment_document(self.prefix, k, entries)))
+                    write_manifest(self._segment_path(k), segment_document(self.prefix, k, entries))
                 else:
                     dropped_segments.append(k)
                     self.first_segment += 1
@@ -134,7 +140,7 @@ class ManifestWriter:
         )
         return run
 
-    def _forget(self, entry: dict, run: Totals) -> dict:
+    def _forget(self, entry: BatchEntry, run: Totals) -> BatchEntry:
         self.named.add(entry, -1)
         self.evicted.add(entry)
         run.add(entry)
@@ -156,16 +162,12 @@ class ManifestWriter:
                 removed.append(name)
         return removed
 
-    def all_entries(self) -> list[dict]:
-        head = {"prefix": self.prefix, **self.head_fields()}
+    def all_entries(self) -> list[BatchEntry]:
+        head: Manifest = {"prefix": self.prefix, **self.head_fields()}
         return recording_batches(self.folder, head)
 
     def _segment_path(self, k: int) -> str:
         return os.path.join(self.folder, segment_name(self.prefix, k))
-
-    @staticmethod
-    def _dump(doc: dict) -> bytes:
-        return json.dumps(doc, allow_nan=False, indent=1).encode("utf-8")
 
 
 def _unlink(path: str) -> None:

@@ -14,12 +14,12 @@ import logging
 import os
 import time
 
-from envrec.atomic import remove_stale_tmp, write_atomic
+from envrec.atomic import remove_stale_tmp
 from envrec.infos import encode_json, unpack_info
 from envrec.protocol import Kind, SerializerConfig, Status
 from envrec.records import TraceLayout
 from envrec.schema import decode_reward
-from envrec.trace_format import manifest_document, manifest_name
+from envrec.trace_format import BatchEntry, manifest_document, manifest_name, read_manifest, write_manifest
 
 from .batch_writer import ArrayField, BatchWriter
 from .checkpoint import Checkpoint, CheckpointFile, read_checkpoint
@@ -95,7 +95,7 @@ class Serializer:
         """The ring ran dry: seconds until what was handled should be checkpointed (<= 0: now)."""
         return self._checkpoint_at + IDLE_CHECKPOINT_S - time.monotonic()
 
-    def checkpoint(self, cursor: int, pending: dict | None = None) -> None:
+    def checkpoint(self, cursor: int, pending: BatchEntry | None = None) -> None:
         """Flush every file and record where they stand; records before ``cursor`` may then be released."""
         if not self.cfg.checkpoints:
             return
@@ -127,8 +127,7 @@ class Serializer:
     def _resume(self) -> None:
         """Take over from the serializer this one replaces: its manifest, then its last checkpoint."""
         try:
-            with open(self.manifest_path, "rb") as mf:
-                self.manifest.load(json.load(mf))
+            self.manifest.load(read_manifest(self.manifest_path))
         except FileNotFoundError:
             pass
         cp = read_checkpoint(self.cfg.folder, self.cfg.prefix)
@@ -397,4 +396,4 @@ class Serializer:
             error=self.error,
         )
         manifest.update(self.manifest.head_fields())
-        write_atomic(self.manifest_path, json.dumps(manifest, allow_nan=False, indent=1).encode("utf-8"))
+        write_manifest(self.manifest_path, manifest)

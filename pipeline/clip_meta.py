@@ -1,0 +1,83 @@
+"""A clip's ``NAME.meta.json``: its schema, its one writer and its one reader.
+
+Two authors write it, with the same keys: the encoder when it finishes a clip
+(``written_by: "encoder"``), and the env process for a clip whose encoder
+died first (``written_by: "env process"``; ``frames_written`` is then
+``None``, unknown). ``frames_sent`` is what the env side handed to the ring,
+``frames_written`` what reached ffmpeg, ``frames_dropped`` what was lost
+on either side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TypedDict
+
+from .atomic import write_atomic
+
+__all__ = ["CLIP_META_VERSION", "META_SUFFIX", "ClipMeta", "meta_path", "read_clip_meta", "write_clip_meta"]
+
+CLIP_META_VERSION = 1
+META_SUFFIX = ".meta.json"
+
+
+class ClipMeta(TypedDict, total=False):
+    version: int
+    written_by: str  # "encoder" or "env process"
+    content_type: str  # video/mp4 or application/x-asciicast
+    name: str
+    path: str | None  # the video's file name in the folder; None: no video (empty clip, or nothing usable)
+    env_id: str | None
+    episode_id: int | None
+    step_range: list[int | None]
+    frames_sent: int
+    frames_written: int | None
+    frames_dropped: int
+    fps: float
+    empty: bool
+    broken: bool
+    reason: str | None
+    error: str | None
+    recorder: str  # the VideoRecorder's id (disk budgets find a recorder's clips by it)
+    finished_seq: int  # orders a recorder's clips
+    encoder_version: dict
+    frame_size: dict
+    encoded_size: dict
+    exit_status: str | None
+    stderr_tail: list[str]
+    env_process: dict  # the env side's figures for the clip
+    encode_wall_s: float
+    ffmpeg_cpu_s: float
+    fragmented: bool
+    remux_error: str
+    ended_by: str
+    partial_removed: str
+
+
+def meta_path(folder: str, name: str) -> str:
+    return os.path.join(folder, name + META_SUFFIX)
+
+
+def write_clip_meta(path: str, meta: ClipMeta) -> None:
+    """Replace ``path`` atomically with ``meta`` (its version added)."""
+    doc = {"version": CLIP_META_VERSION, **meta}
+    write_atomic(path, json.dumps(doc, indent=1, allow_nan=False).encode("utf-8"))
+
+
+def read_clip_meta(path: str) -> ClipMeta:
+    """A clip's metadata; ``OSError`` or ``ValueError`` when it cannot be read or is not clip metadata.
+
+    Files written before the schema had a version get the keys it added:
+    ``frames_sent``/``frames_written`` and ``written_by``.
+    """
+    with open(path, "rb") as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or "name" not in doc:
+        raise ValueError(f"{os.path.basename(path)} is not clip metadata")
+    if doc.get("version", CLIP_META_VERSION) > CLIP_META_VERSION:
+        raise ValueError(f"{os.path.basename(path)} has version {doc['version']}, newer than this envrec reads")
+    doc.setdefault("frames_written", None)
+    doc.setdefault("frames_sent", doc["frames_written"])
+    doc.setdefault("written_by", "encoder")
+    return doc  # type: ignore[return-value]  # checked above as far as readers rely on it
