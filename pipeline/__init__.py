@@ -20,6 +20,7 @@ _EXPORTS = {
     "VideoSettings": ".ffmpeg",
     "TraceRecorder": ".recorder",
     "Compression": ".compression",
+    "StreamOptions": ".options",
     "TraceReader": ".reader",
     "Episode": ".reader",
     "TraceError": ".reader",
@@ -40,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr
     from .errors import ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
     from .ffmpeg import VideoSettings  # noqa: F401
     from .infos import Unrepresentable  # noqa: F401
+    from .options import StreamOptions  # noqa: F401
     from .reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401
     from .recorder import TraceRecorder  # noqa: F401
     from .vector import RecordVectorTrace, RecordVectorVideo  # noqa: F401

@@ -19,6 +19,7 @@ from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .infos import pack_info
+from .options import StreamOptions
 from .packer import TracePacker
 from .protocol import SerializerConfig, Status
 from .schema import describe_space
@@ -98,7 +99,8 @@ class TraceRecorder:
     says what happens when the ring is full: ``"block"`` waits for room
     (nothing is lost; ``block_timeout_s`` bounds the wait, after which the
     record is dropped and counted), ``"drop"`` drops the record at once and
-    counts it. ``compression`` and ``max_bytes``: see ``RecordTrace``.
+    counts it (see ``StreamOptions``: ``options=`` or its fields as keyword
+    arguments). ``compression`` and ``max_bytes``: see ``RecordTrace``.
     """
 
     def __init__(
@@ -110,20 +112,16 @@ class TraceRecorder:
         name_prefix: str | None = None,
         env_id: str | None = None,
         batch_bytes: int = 5_000_000,
-        ring_bytes: int = DEFAULT_RING_BYTES,
-        backpressure: str = "block",
-        block_timeout_s: float | None = None,
-        strict: bool = False,
-        start_method: str | None = None,
-        close_timeout_s: float = 60.0,
-        timing: bool = True,
-        max_restarts: int = 3,
-        faults: FaultSpec | None = None,
-        hang_timeout_s: float | None = 60.0,
         compression: str | Compression | None = None,
         max_bytes: int | None = None,
+        options: StreamOptions | None = None,
+        faults: FaultSpec | None = None,
+        start_method: str | None = None,
+        **stream_options: Any,
     ) -> None:
         warn_start_method(start_method)
+        opts = StreamOptions.merge(options, stream_options)
+        ring_bytes = opts.ring_or(DEFAULT_RING_BYTES)
         if batch_bytes <= 0:
             raise ConfigError(f"batch_bytes must be positive, not {batch_bytes}")
         check_max_bytes(max_bytes, batch_bytes)
@@ -140,8 +138,8 @@ class TraceRecorder:
         self.settings = {
             "batch_bytes": batch_bytes,
             "ring_bytes": ring_bytes,
-            "backpressure": backpressure,
-            "block_timeout_s": block_timeout_s,
+            "backpressure": opts.backpressure,
+            "block_timeout_s": opts.block_timeout_s,
             "compression": compression.describe() if compression is not None else None,
             "max_bytes": max_bytes,
         }
@@ -155,18 +153,13 @@ class TraceRecorder:
             "serializer",
             "serializer",
             cfg,
+            opts,
             ring_bytes=ring_bytes,
-            backpressure=backpressure,
-            block_timeout_s=block_timeout_s,
-            strict=strict,
-            close_timeout_s=close_timeout_s,
             successor_config=dataclasses.replace(cfg, resume=True, faults=NO_FAULT),  # a fault fires once
-            max_restarts=max_restarts,
-            hang_timeout_s=hang_timeout_s,
             where=self.directory,
             on_broken=lambda reason: self._record_failure_in_manifest(reason, only_if_missing=True),
         )
-        self.times = CallTimes() if timing else None
+        self.times = CallTimes() if opts.timing else None
         self._episode = -1
         self._step = 0
         register_closer(self)

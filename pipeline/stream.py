@@ -21,7 +21,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ConfigError, RecordError, WorkerError
+from .errors import RecordError, WorkerError
+from .options import BACKPRESSURE_POLICIES, StreamOptions
 from .records import Kind, Status
 from .ring import ConsumerGone, RingWriter
 from .shm import sweep_orphans
@@ -33,7 +34,6 @@ __all__ = ["BACKPRESSURE_POLICIES", "STATUS_CHECK_INTERVAL_S", "Stream", "regist
 logger = logging.getLogger(__name__)
 
 STATUS_CHECK_INTERVAL_S = 0.5  # how late a dead or failed worker may be noticed while recording
-BACKPRESSURE_POLICIES = ("block", "drop")
 
 
 def warn_start_method(start_method: str | None, stacklevel: int = 3) -> None:
@@ -55,36 +55,30 @@ class Stream:
         role: str,
         main: str,
         config: Any,
+        options: StreamOptions,
         *,
         ring_bytes: int,
-        backpressure: str = "block",
-        block_timeout_s: float | None = None,
-        strict: bool = False,
-        close_timeout_s: float = 60.0,
         successor_config: Any = None,
-        max_restarts: int = 0,
-        hang_timeout_s: float | None = None,
         where: str | None = None,
         on_broken: Callable[[str], None] | None = None,
         restart_config: Any = None,
     ) -> None:
-        if backpressure not in BACKPRESSURE_POLICIES:
-            raise ConfigError(f"backpressure must be one of {BACKPRESSURE_POLICIES}, not {backpressure!r}")
+        """``ring_bytes``: ``options.ring_bytes`` resolved against the recorder's default."""
         self.role = role  # what messages call the worker
         self._main, self._config = main, config  # which worker main runs (envrec.workers.entry.MAINS), with what
         # A worker that hands over (the serializer): a failed one is replaced at once, on the same ring,
         # by one started with ``successor_config``, at most ``max_restarts`` times.
         self._successor_config = successor_config
-        self.max_restarts = max_restarts
-        self.hang_timeout_s = hang_timeout_s  # a worker whose heartbeat stops this long is killed
+        self.max_restarts = options.max_restarts
+        self.hang_timeout_s = options.hang_timeout_s  # a worker whose heartbeat stops this long is killed
         self.where = where  # the output folder, named in a broken stream's reason
         self._on_broken = on_broken  # told the reason once the stream is broken (e.g. to write it into the folder)
         self._restart_config = restart_config  # what restart() starts the fresh worker with (an injected fault fires once)
         self.ring_bytes = ring_bytes
-        self.backpressure = backpressure
-        self.block_timeout_s = block_timeout_s
-        self.strict = strict
-        self.close_timeout_s = close_timeout_s
+        self.backpressure = options.backpressure
+        self.block_timeout_s = options.block_timeout_s
+        self.strict = options.strict
+        self.close_timeout_s = options.close_timeout_s
         self.records_dropped = 0
         self.records_lost = 0  # left in the ring of a worker that died (counted at its restart)
         self._old_rings = (0, 0.0, 0)  # records sent, seconds blocked, high water of rings replaced

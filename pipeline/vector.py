@@ -30,6 +30,7 @@ from gymnasium.vector import AutoresetMode, VectorWrapper
 from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .infos import pack_info
+from .options import StreamOptions
 from .protocol import Kind, VectorSerializerConfig
 from .recorder import DEFAULT_RING_BYTES, check_folder, check_max_bytes, record_failure_in_manifest
 from .schema import describe_space, leaf_values, leaves
@@ -70,6 +71,8 @@ class RecordVectorTrace(VectorWrapper):
     """Records every sub-env of a vector env as its own trace (``PREFIX.envI.manifest.json`` ...).
 
     ``compression`` and ``max_bytes`` as for ``RecordTrace``; the budget holds for each sub-env's trace.
+    Stream options (``options=StreamOptions(...)`` or its fields as keywords) as for every recorder;
+    a failed vector serializer is not replaced (it keeps no checkpoints), so ``max_restarts`` has no effect.
     """
 
     def __init__(
@@ -79,15 +82,15 @@ class RecordVectorTrace(VectorWrapper):
         *,
         name_prefix: str | None = None,
         batch_bytes: int = 5_000_000,
-        ring_bytes: int = DEFAULT_RING_BYTES,
-        backpressure: str = "block",
-        block_timeout_s: float | None = None,
-        strict: bool = False,
-        start_method: str | None = None,
         compression: str | Compression | None = None,
         max_bytes: int | None = None,
+        options: StreamOptions | None = None,
+        start_method: str | None = None,
+        **stream_options: Any,
     ) -> None:
         warn_start_method(start_method)
+        opts = StreamOptions.merge(options, stream_options)
+        ring_bytes = opts.ring_or(DEFAULT_RING_BYTES)
         check_max_bytes(max_bytes, batch_bytes)
         compression = parse_compression(compression)
         super().__init__(env)
@@ -107,14 +110,14 @@ class RecordVectorTrace(VectorWrapper):
         env_id = env.spec.id if env.spec is not None else None
         self._cfg = cfg = VectorSerializerConfig(
             self.directory, self.prefix, n, self.autoreset_mode, self._obs_spec, self._act_spec, batch_bytes, env_id,
-            {"batch_bytes": batch_bytes, "ring_bytes": ring_bytes, "backpressure": backpressure, "num_envs": n,
+            {"batch_bytes": batch_bytes, "ring_bytes": ring_bytes, "backpressure": opts.backpressure, "num_envs": n,
              "autoreset_mode": self.autoreset_mode,
              "compression": compression.describe() if compression is not None else None, "max_bytes": max_bytes},
             compression=compression, max_bytes=max_bytes,
         )
         self._stream = Stream(
-            "vector serializer", "vector-serializer", cfg, ring_bytes=ring_bytes, backpressure=backpressure,
-            block_timeout_s=block_timeout_s, strict=strict, where=self.directory, on_broken=self._record_failure,
+            "vector serializer", "vector-serializer", cfg, opts, ring_bytes=ring_bytes, where=self.directory,
+            on_broken=self._record_failure,
         )
         self._steps = 0
         register_closer(self)

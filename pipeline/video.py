@@ -32,6 +32,7 @@ from .clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_meta
 from .errors import ConfigError, RecordError, RecordTooLargeError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .ffmpeg import VideoSettings, find_ffmpeg
+from .options import StreamOptions
 from .protocol import EncoderConfig, Kind, Status
 from .recorder import check_folder, check_max_bytes
 from .records import FRAME_SHAPE
@@ -44,7 +45,6 @@ __all__ = ["DEFAULT_FRAME_RING_BYTES", "VideoRecorder", "check_text_frame"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_FRAME_RING_BYTES = 128 << 20  # ~170 frames of 720p: slack while ffmpeg catches up
-MAX_RESTARTS = 3
 
 
 def check_text_frame(frame: Any) -> str:
@@ -101,20 +101,16 @@ class VideoRecorder:
         settings: VideoSettings | None = None,
         ffmpeg: str | None = None,
         env_id: str | None = None,
-        ring_bytes: int = DEFAULT_FRAME_RING_BYTES,
-        backpressure: str = "block",
-        block_timeout_s: float | None = None,
-        strict: bool = False,
-        start_method: str | None = None,
-        close_timeout_s: float = 60.0,
-        max_restarts: int = MAX_RESTARTS,
-        timing: bool = True,
-        faults: FaultSpec | None = None,
-        hang_timeout_s: float | None = 60.0,
         max_bytes: int | None = None,
         keep_last_clips: int | None = None,
+        options: StreamOptions | None = None,
+        faults: FaultSpec | None = None,
+        start_method: str | None = None,
+        **stream_options: Any,
     ) -> None:
         warn_start_method(start_method)
+        opts = StreamOptions.merge(options, stream_options)
+        hang_timeout_s = opts.hang_timeout_s
         if fps <= 0:
             raise ConfigError(f"fps must be positive, not {fps}")
         check_max_bytes(max_bytes, 0)
@@ -125,8 +121,8 @@ class VideoRecorder:
         self.fps = fps
         self.settings = settings or VideoSettings()
         self.ffmpeg, self.backend = find_ffmpeg(ffmpeg)
-        self.strict = strict
-        self.max_restarts = max_restarts
+        self.strict = opts.strict
+        self.max_restarts = opts.max_restarts
         if hang_timeout_s is not None and hang_timeout_s <= self.settings.stall_timeout_s:
             raise ConfigError(
                 f"hang_timeout_s ({hang_timeout_s:g}) must exceed VideoSettings.stall_timeout_s "
@@ -141,15 +137,11 @@ class VideoRecorder:
             "encoder",
             "encoder",
             cfg,
-            ring_bytes=ring_bytes,
-            backpressure=backpressure,
-            block_timeout_s=block_timeout_s,
-            strict=strict,
-            close_timeout_s=close_timeout_s,
-            hang_timeout_s=hang_timeout_s,
+            opts,
+            ring_bytes=opts.ring_or(DEFAULT_FRAME_RING_BYTES),
             restart_config=dataclasses.replace(cfg, faults=NO_FAULT),  # a fault fires once
         )
-        self.times = CallTimes() if timing else None
+        self.times = CallTimes() if opts.timing else None
         self._first_frame_at: float | None = None
         self.clip: _ClipState | None = None
         self.clips_started = 0

@@ -12,10 +12,11 @@ import gymnasium as gym
 
 from .compression import Compression
 from .ffmpeg import VideoSettings
-from .recorder import DEFAULT_RING_BYTES, TraceRecorder
+from .options import StreamOptions
+from .recorder import TraceRecorder
 from .stream import warn_start_method
 from .trace_format import check_prefix
-from .video import DEFAULT_FRAME_RING_BYTES, VideoRecorder
+from .video import VideoRecorder
 
 __all__ = ["RecordTrace", "RecordVideo"]
 
@@ -37,6 +38,9 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
     ``max_bytes`` is a disk budget for this recording's batches: beyond it
     the oldest whole batches are evicted (``batches_evicted`` in ``stats()``).
 
+    Stream options (ring size, backpressure, strict, restarts, timeouts,
+    timing) come as ``options=StreamOptions(...)`` or as its fields by name.
+
     ``close()`` flushes everything, waits for the serializer and frees the
     shared memory; it then closes ``env`` as every Gymnasium wrapper does.
     A ``recorder`` passed in by the caller is the caller's: it is not closed.
@@ -54,28 +58,22 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         *,
         name_prefix: str | None = None,
         batch_bytes: int = 5_000_000,
-        ring_bytes: int = DEFAULT_RING_BYTES,
-        backpressure: str = "block",
-        block_timeout_s: float | None = None,
-        strict: bool = False,
-        start_method: str | None = None,
-        recorder: TraceRecorder | None = None,
-        timing: bool = True,
-        max_restarts: int = 3,
         compression: str | Compression | None = None,
         max_bytes: int | None = None,
+        recorder: TraceRecorder | None = None,
+        options: StreamOptions | None = None,
+        start_method: str | None = None,
+        **stream_options: Any,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
             directory=None if directory is None else os.fspath(directory),
             name_prefix=name_prefix,
             batch_bytes=batch_bytes,
-            ring_bytes=ring_bytes,
-            backpressure=backpressure,
-            block_timeout_s=block_timeout_s,
-            strict=strict,
             compression=compression,
             max_bytes=max_bytes,
+            options=options,
+            **stream_options,
         )
         warn_start_method(start_method)
         gym.Wrapper.__init__(self, env)
@@ -84,22 +82,17 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._owns_recorder = recorder is None
         if recorder is None:
             assert directory is not None  # exactly one of the two (checked above)
-            env_id = env.spec.id if env.spec is not None else None
             recorder = TraceRecorder(
                 directory,
                 env.observation_space,
                 env.action_space,
                 name_prefix=name_prefix,
-                env_id=env_id,
+                env_id=env.spec.id if env.spec is not None else None,
                 batch_bytes=batch_bytes,
-                ring_bytes=ring_bytes,
-                backpressure=backpressure,
-                block_timeout_s=block_timeout_s,
-                strict=strict,
-                timing=timing,
-                max_restarts=max_restarts,
                 compression=compression,
                 max_bytes=max_bytes,
+                options=options,
+                **stream_options,
             )
         self.recorder = recorder
 
@@ -159,13 +152,11 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         *,
         settings: VideoSettings | None = None,
         ffmpeg: str | None = None,
-        ring_bytes: int = DEFAULT_FRAME_RING_BYTES,
-        backpressure: str = "block",
-        block_timeout_s: float | None = None,
-        strict: bool = False,
-        start_method: str | None = None,
         max_bytes: int | None = None,
         keep_last_clips: int | None = None,
+        options: StreamOptions | None = None,
+        start_method: str | None = None,
+        **stream_options: Any,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -218,12 +209,10 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             settings=settings,
             ffmpeg=ffmpeg,
             env_id=env.spec.id if env.spec is not None else None,
-            ring_bytes=ring_bytes,
-            backpressure=backpressure,
-            block_timeout_s=block_timeout_s,
-            strict=strict,
             max_bytes=max_bytes,
             keep_last_clips=keep_last_clips,
+            options=options,
+            **stream_options,
         )
         self._text = env.render_mode == "ansi"
 
