@@ -101,6 +101,11 @@ def _record(args: argparse.Namespace) -> int:
         bar.close()
         env.close()
         stats = env.stats()
+    return _report(args, env, video, episodes, steps, stats)
+
+
+def _report(args: argparse.Namespace, env, video, episodes: int, steps: int, stats: dict) -> int:
+    """Print what ``envrec record`` wrote; 1 when something was lost or broken."""
     manifest = env.recorder.manifest_path
     files = [n for n in os.listdir(env.directory) if n.startswith(env.recorder.prefix)]
     print(f"recorded {episodes} episode(s), {steps} step(s) of {args.env}")

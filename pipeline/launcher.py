@@ -79,6 +79,12 @@ def _config_file(payload: bytes) -> int:
     return fd
 
 
+def reap_later(children: list[psutil.Process]) -> None:
+    """Kill, in a thread, whichever of ``children`` are still running ``CHILD_GRACE_S`` from now."""
+    if children:
+        threading.Thread(target=_kill_survivors, args=(children,), name="envrec-reap", daemon=True).start()
+
+
 def _kill_survivors(children: list[psutil.Process]) -> None:
     _, alive = psutil.wait_procs(children, timeout=CHILD_GRACE_S)
     for child in alive:
@@ -168,8 +174,7 @@ class WorkerProcess:
         except psutil.Error:
             children = []
         self._proc.kill()
-        if children:
-            threading.Thread(target=_kill_survivors, args=(children,), name="envrec-reap", daemon=True).start()
+        reap_later(children)
 
     def terminate(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

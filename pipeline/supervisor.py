@@ -21,8 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psutil
+
 from .errors import RemoteTraceback
-from .launcher import WorkerProcess
+from .launcher import WorkerProcess, reap_later
 from .procinfo import signal_name
 from .protocol import DONE, ERROR, Status
 from .ring import RingWriter
@@ -46,6 +48,8 @@ class Worker:
         self.hang_reason: str | None = None
         self._early: str | None = None  # why it ended before it was ready, judged when it was stopped
         self._beat, self._beat_at = -1, time.monotonic()
+        self._started_wall = time.time()
+        self._reaped = 0  # the orphaned child already handed to reap_later
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.returncode is None
@@ -94,6 +98,8 @@ class Worker:
         if self._traceback is not None or self.ring.status(Status.BROKEN):
             return f"the {self.role} failed", RemoteTraceback(self._traceback) if self._traceback else None
         code = self._proc.returncode
+        if code is not None and self.summary is None:
+            self._reap_orphaned_child()  # as soon as the death is seen, not when the stream is next used
         if code is not None and self.hang_reason is not None:
             return self.hang_reason, None
         if code is not None and self.summary is None:
@@ -101,6 +107,22 @@ class Worker:
                 return self._early_death(self._proc), None
             return f"the {self.role} process died ({signal_name(code)})", None
         return None
+
+    def _reap_orphaned_child(self) -> None:
+        """A worker that died without finishing (killed from outside, or crashed) leaves its ffmpeg, which
+        runs in a process group of its own, to init; the pid it published says which. A healthy ffmpeg
+        finishes its clip when its input closes; one that does not is killed ``CHILD_GRACE_S`` later."""
+        pid = self.ring.status(Status.ENCODER_PID)
+        if not pid or pid == self._reaped:
+            return
+        self._reaped = pid
+        try:
+            child = psutil.Process(pid)
+            if child.create_time() < self._started_wall - 1 or "ffmpeg" not in child.name().lower():
+                return  # not ours: the pid was reused
+        except psutil.Error:
+            return
+        reap_later([child])
 
     def _early_death(self, proc: WorkerProcess) -> str:
         """Why a worker ended before it was ready: it could not be executed, or what it last wrote."""
@@ -143,6 +165,8 @@ class Worker:
             proc.kill()
             proc.wait(2.0)
         self.exitcode = proc.returncode
+        if self.summary is None:
+            self._reap_orphaned_child()
         if self.summary is None and self._traceback is None and not self.ring.status(Status.READY):
             self._early = self._early_death(proc)
         proc.close()

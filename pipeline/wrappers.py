@@ -171,12 +171,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         )
         warn_start_method(start_method)
         gym.Wrapper.__init__(self, env)
-        if env.render_mode in {None, "human"}:
-            raise ValueError(
-                f"Render mode is {env.render_mode}, which is incompatible with RecordVideo. "
-                "Initialize your environment with a render_mode that returns an image, such as rgb_array "
-                "(or text: ansi)."
-            )
+        _check_render_mode(env.render_mode)
         if episode_trigger is None and step_trigger is None:
             from gymnasium.utils.save_video import capped_cubic_video_schedule
 
@@ -185,13 +180,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.step_trigger = step_trigger
         self.disable_logger = disable_logger
         self.gc_trigger = gc_trigger
-        self.video_folder = os.path.abspath(video_folder)
-        if os.path.isdir(self.video_folder):
-            logger.warning(
-                "Overwriting existing videos at %s folder (try specifying a different `video_folder` "
-                "for the `RecordVideo` wrapper if this is not desired)",
-                self.video_folder,
-            )
+        self.video_folder = _video_folder(video_folder)
         if fps is None:
             fps = self.metadata.get("render_fps", 30)
         self.frames_per_sec: int = fps
@@ -295,3 +284,25 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self.recorder.close()
         finally:
             super().close()
+
+
+def _check_render_mode(render_mode: str | None) -> None:
+    """Gymnasium's RecordVideo refuses these modes with these words; so does ours (ansi is recorded as text)."""
+    if render_mode in {None, "human"}:
+        raise ValueError(
+            f"Render mode is {render_mode}, which is incompatible with RecordVideo. "
+            "Initialize your environment with a render_mode that returns an image, such as rgb_array "
+            "(or text: ansi)."
+        )
+
+
+def _video_folder(video_folder: str) -> str:
+    """The absolute folder, with Gymnasium's warning when it exists already."""
+    folder = os.path.abspath(video_folder)
+    if os.path.isdir(folder):
+        logger.warning(
+            "Overwriting existing videos at %s folder (try specifying a different `video_folder` "
+            "for the `RecordVideo` wrapper if this is not desired)",
+            folder,
+        )
+    return folder

@@ -24,7 +24,7 @@ import numpy as np
 from envrec.infos import pack_info
 from envrec.protocol import SerializerConfig
 from envrec.records import RST, Kind
-from envrec.ring import RecordView
+from envrec.ring_reader import RecordView
 from envrec.schema import describe_space
 from envrec.workers.serializer import Serializer
 from gymnasium import spaces

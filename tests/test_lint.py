@@ -34,3 +34,24 @@ def test_mypy_finds_nothing_in_the_package(tmp_path):
         cwd=tmp_path, capture_output=True, text=True, timeout=280,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_modules_and_functions_stay_small():
+    """About 400 lines a module and 60 a function (a little slack: a long signature is not a long function)."""
+    import ast
+
+    too_big = []
+    for top in ("pipeline", "workers"):
+        for folder, _, names in os.walk(os.path.join(ROOT, top)):
+            for name in names:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(folder, name)
+                text = open(path).read()
+                rel = os.path.relpath(path, ROOT)
+                if text.count("\n") > 420:
+                    too_big.append(f"{rel}: {text.count(chr(10))} lines")
+                for node in ast.walk(ast.parse(text)):
+                    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 70:
+                        too_big.append(f"{rel}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not too_big, too_big

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from envrec import shm
 from envrec.errors import RecordTooLargeError, SharedMemoryError
-from envrec.ring import ConsumerGone, RingReader, RingWriter, record_size
+from envrec.ring import ConsumerGone, RingWriter, record_size
+from envrec.ring_reader import RingReader
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -241,3 +241,38 @@ def test_an_encoder_killed_before_enforcing_its_clip_budget_is_finished_by_its_s
     assert sorted(os.listdir(tmp_path)) == [f"c{i}.{x}" for i in (3, 4) for x in ("meta.json", "mp4")]
     for i in (3, 4):
         assert len(decode(tmp_path / f"c{i}.mp4", 64, 48)) == 5
+
+
+HUNG_FFMPEG = """#!/bin/bash
+# Answers -version; otherwise takes no input, ignores SIGHUP/SIGTERM and never exits: an ffmpeg hung for good.
+[ "$1" = -version ] && echo "ffmpeg version fake" && exit 0
+trap '' HUP TERM PIPE
+while :; do sleep 0.2; done
+"""
+
+
+def test_an_ffmpeg_that_outlives_its_killed_encoder_is_killed_after_the_grace_period(tmp_path):
+    """SIGKILL the encoder mid-clip while its ffmpeg (own process group) would never exit by itself: the env
+    side kills it by the pid the worker published, CHILD_GRACE_S later."""
+    from envrec.launcher import CHILD_GRACE_S
+
+    fake = tmp_path / "fake-ffmpeg"
+    fake.write_text(HUNG_FFMPEG)
+    fake.chmod(0o755)
+    rec = envrec.VideoRecorder(tmp_path / "v", fps=25, ffmpeg=str(fake))
+    fill_clip(rec, "doomed", 5)
+    assert wait_for(lambda: rec._stream.status(Status.ENCODER_PID) != 0)
+    ffmpeg_pid = rec._stream.status(Status.ENCODER_PID)
+    t0 = time.monotonic()
+    os.kill(rec.stats()["worker_pid"], signal.SIGKILL)
+    assert wait_for(lambda: (rec.add_frame(frame(0)) or True) and rec.stats()["broken"] is not None, 5)
+    rec.end_clip()
+
+    def gone() -> bool:
+        return not psutil.pid_exists(ffmpeg_pid) or psutil.Process(ffmpeg_pid).status() == psutil.STATUS_ZOMBIE
+
+    assert psutil.Process(ffmpeg_pid).name() == "fake-ffmpeg"  # still there when the death was noticed
+    assert wait_for(gone, CHILD_GRACE_S + 3)
+    assert time.monotonic() - t0 <= CHILD_GRACE_S + 2.5  # noticed within the status-check interval, then the grace
+    rec.close()
+    assert meta(tmp_path / "v", "doomed")["broken"]

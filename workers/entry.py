@@ -35,7 +35,8 @@ from typing import Any, cast
 
 from envrec.faults import NO_FAULT
 from envrec.protocol import DONE, ERROR, CheckpointingHandler, Handler, Kind, Status
-from envrec.ring import RingReader, RingSpec
+from envrec.ring import RingSpec
+from envrec.ring_reader import RingReader
 from envrec.shm import unlink_segment
 
 from .resources import resources
@@ -145,19 +146,7 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
         start = reader.cursor
         rec = reader.poll()
         if rec is None:
-            wait_s = PARENT_CHECK_S
-            if hands_over and not broken and reader.held_bytes():
-                due_in = ckpt.idle_checkpoint_in()
-                if due_in <= 0:
-                    ckpt.checkpoint(reader.cursor)  # idle: make what was handled durable, free the ring
-                    reader.release()
-                else:
-                    wait_s = due_in  # come back for it even if no record arrives
-            time.sleep(COALESCE_S)
-            start = reader.cursor
-            rec = reader.poll()
-            if rec is None and time.monotonic() - last_record_at >= SLEEP_AFTER_IDLE_S:
-                rec = reader.next(wait_s)  # asks to be woken: the producer posts at its next record
+            start, rec = _wait_for_record(reader, ckpt if hands_over and not broken else None, last_record_at)
         if rec is None:
             if _parent_gone(parent_pid):
                 break
@@ -188,25 +177,46 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
         if done:
             _send_done(conn, handler)
             return False
-    # The env process is gone: drain what it published, then finalize.
-    while handler is not None and not broken and (rec := reader.poll()) is not None:
-        try:
-            closed = handler.handle(rec)
-        except Exception:  # noqa: BLE001  (reported through the pipe)
-            _fail(conn, reader, handler)
-            broken = True
-            break
-        if closed:
-            break
-    else:
-        if handler is not None and not broken:
-            try:
-                handler.finish(clean=False)
-            except Exception:  # noqa: BLE001  (reported through the pipe)
-                _fail(conn, reader, handler)
+    if handler is not None and not broken:
+        _drain_and_finish(reader, handler, conn)  # the env process is gone
     if hands_over:
         ckpt.discard_checkpoint()
     return False
+
+
+def _wait_for_record(reader: RingReader, ckpt: CheckpointingHandler | None, last_record_at: float):
+    """The ring ran dry: checkpoint what was handled when one is due (``ckpt``: a handler that hands over),
+    nap ``COALESCE_S`` and look again; after ``SLEEP_AFTER_IDLE_S`` without records, sleep until woken.
+    Returns (the ring position before the record, the record or None)."""
+    wait_s = PARENT_CHECK_S
+    if ckpt is not None and reader.held_bytes():
+        due_in = ckpt.idle_checkpoint_in()
+        if due_in <= 0:
+            ckpt.checkpoint(reader.cursor)  # idle: make what was handled durable, free the ring
+            reader.release()
+        else:
+            wait_s = due_in  # come back for it even if no record arrives
+    time.sleep(COALESCE_S)
+    start = reader.cursor
+    rec = reader.poll()
+    if rec is None and time.monotonic() - last_record_at >= SLEEP_AFTER_IDLE_S:
+        rec = reader.next(wait_s)  # asks to be woken: the producer posts at its next record
+    return start, rec
+
+
+def _drain_and_finish(reader: RingReader, handler: Handler, conn) -> None:
+    """The env process is gone: handle what it published, then finalize (not cleanly) unless a CLOSE came."""
+    while (rec := reader.poll()) is not None:
+        try:
+            if handler.handle(rec):
+                return
+        except Exception:  # noqa: BLE001  (reported through the pipe)
+            _fail(conn, reader, handler)
+            return
+    try:
+        handler.finish(clean=False)
+    except Exception:  # noqa: BLE001  (reported through the pipe)
+        _fail(conn, reader, handler)
 
 
 def _send_done(conn, handler: Handler | None) -> None:

@@ -231,26 +231,31 @@ def run_bench(
             for name, env in envs.items():
                 if name not in closed:
                     env.close()
-        base = statistics.median(rates["none"])
-        rows = []
-        for name in envs:
-            med = statistics.median(rates[name])
-            split = cpu.split(name, envrec_stats.get(name, {}))
-            per_step = {k: None if v is None else 1e6 * v / max(steps[name], 1) for k, v in split.items()}
-            rows.append(
-                BenchRow(
-                    variant=name,
-                    steps_per_s=med,
-                    ratio=med / base,
-                    overhead_us=1e6 / med - 1e6 / base,
-                    longest_call_ms=longest[name] * 1e3,
-                    env_rss_growth_mib=rss.growth.get(name, 0.0),
-                    child_rss_mib=rss.children.get(name, {}),
-                    video_bytes=_folder_bytes(os.path.join(folder, name), (".mp4", ".cast")),
-                    envrec=envrec_stats.get(name, {}),
-                    env_cpu_us=per_step["env"] or 0.0,
-                    worker_cpu_us=per_step["worker"],
-                    ffmpeg_cpu_us=per_step["ffmpeg"],
-                )
+        return _rows(envs, rates, steps, longest, rss, cpu, envrec_stats, folder)
+
+
+def _rows(envs, rates, steps, longest, rss: PeakRss, cpu: CpuMeter, envrec_stats: dict, folder: str) -> list[BenchRow]:
+    """One row per variant, its ratios against the no-recording variant's median."""
+    base = statistics.median(rates["none"])
+    rows = []
+    for name in envs:
+        med = statistics.median(rates[name])
+        split = cpu.split(name, envrec_stats.get(name, {}))
+        per_step = {k: None if v is None else 1e6 * v / max(steps[name], 1) for k, v in split.items()}
+        rows.append(
+            BenchRow(
+                variant=name,
+                steps_per_s=med,
+                ratio=med / base,
+                overhead_us=1e6 / med - 1e6 / base,
+                longest_call_ms=longest[name] * 1e3,
+                env_rss_growth_mib=rss.growth.get(name, 0.0),
+                child_rss_mib=rss.children.get(name, {}),
+                video_bytes=_folder_bytes(os.path.join(folder, name), (".mp4", ".cast")),
+                envrec=envrec_stats.get(name, {}),
+                env_cpu_us=per_step["env"] or 0.0,
+                worker_cpu_us=per_step["worker"],
+                ffmpeg_cpu_us=per_step["ffmpeg"],
             )
-        return rows
+        )
+    return rows
