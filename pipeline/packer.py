@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable
 
 from .records import RST, Kind
-from .ring import REC_HEAD_BYTES, RingWriter, align
+from .ring import REC_HEAD, REC_HEAD_BYTES, RingWriter, align
 from .schema import compile_flattener, leaf_codecs, reward_value
 
 __all__ = ["RecordPacker", "TracePacker"]
@@ -33,7 +33,7 @@ class RecordPacker:
     def __init__(self, kind: int, fixed: list[tuple[int, Callable]], n_variable: int) -> None:
         self.kind = kind
         self.nparts = len(fixed) + n_variable
-        self._head = struct.Struct(f"<IHHQQ{self.nparts}I")
+        self._head = struct.Struct(REC_HEAD.format + f"{self.nparts}I")  # the record header, then part sizes
         pos = align(REC_HEAD_BYTES + 4 * self.nparts)
         offsets = []
         for size, _ in fixed:
