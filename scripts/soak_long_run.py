@@ -122,6 +122,9 @@ def soak(out: str, minutes: float, every_s: float, episode_len: int = 1000, vide
     video = env = envrec.RecordVideo(env, data, episode_trigger=lambda e: e % video_every == 0, keep_last_clips=keep_last_clips)
     trace = env = envrec.RecordTrace(env, data, compression="zstd", max_bytes=max_bytes, batch_bytes=batch_bytes)
     rows: list[dict] = []
+    csv_path = os.path.join(out, "soak.csv")
+    with open(csv_path, "w", newline="") as f:
+        csv.DictWriter(f, fieldnames=FIELDS).writeheader()
     t0 = last_t = time.monotonic()
     steps = last_steps = 0
     last = {"calls_s": 0.0, "commit_us": 0, "commits": 0}
@@ -155,16 +158,16 @@ def soak(out: str, minutes: float, every_s: float, episode_len: int = 1000, vide
                     }),
                 }
                 rows.append(row)
+                append_csv(csv_path, row)  # as it comes: an hour of samples survives whatever ends the run
                 last = {"calls_s": calls_s, "commit_us": ts["commit_us_total"], "commits": ts["commits"]}
                 last_t, last_steps = now, steps
         episode += 1
     env.close()
-    result = {"rows": rows, "episodes": episode, "steps": steps, "checks": check(rows)}
-    result["readback"] = read_back(data, episode_len)
-    result["trace_stats"], result["video_stats"] = trace.stats(), video.stats()
-    result["ok"] = all(ok for ok, _ in result["checks"].values()) and result["readback"]["mismatches"] == 0
-    write_csv(os.path.join(out, "soak.csv"), rows)
     plot(os.path.join(out, "soak.png"), rows)
+    result = {"rows": rows, "episodes": episode, "steps": steps, "checks": check(rows)}
+    result["trace_stats"], result["video_stats"] = trace.stats(), video.stats()
+    result["readback"] = read_back(data, episode_len)
+    result["ok"] = all(ok for ok, _ in result["checks"].values()) and result["readback"]["mismatches"] == 0
     return result
 
 
@@ -206,12 +209,9 @@ def read_back(folder: str, episode_len: int) -> dict:
     return {"episodes": episodes, "frames_checked": frames, "mismatches": mismatches}
 
 
-def write_csv(path: str, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()})
+def append_csv(path: str, row: dict) -> None:
+    with open(path, "a", newline="") as f:
+        csv.DictWriter(f, fieldnames=FIELDS).writerow({k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items()})
 
 
 def plot(path: str, rows: list[dict]) -> None:
@@ -252,6 +252,7 @@ def main() -> int:
     args = p.parse_args()
     r = soak(args.out, args.minutes, args.every, max_bytes=args.max_bytes)
     rows = r["rows"]
+    print(f"envrec from {os.path.dirname(envrec.__file__)}")
     print(f"{r['steps']} steps, {r['episodes']} episodes in {args.minutes:g} min; {len(rows)} samples -> {args.out}/soak.csv, soak.png")
     for key in ("steps_per_s", "env_us_per_step", "commit_ms", "disk_mb"):
         vals = [x[key] for x in rows if x[key] == x[key]]
