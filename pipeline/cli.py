@@ -68,7 +68,10 @@ def _record(args: argparse.Namespace) -> int:
                 env, args.out, episode_trigger=lambda e: e % every == 0, name_prefix=prefix,
                 max_bytes=args.video_max_bytes, keep_last_clips=args.keep_last_clips,
             )
-        env = RecordTrace(env, args.out, name_prefix=args.name_prefix, compression=args.compress, max_bytes=args.max_bytes)
+        env = RecordTrace(
+            env, args.out, name_prefix=args.name_prefix, batch_bytes=args.batch_bytes, compression=args.compress,
+            max_bytes=args.max_bytes,
+        )
     except (ConfigError, ValueError) as exc:
         if video is not None:
             video.close()
@@ -192,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--compress", default=None, metavar="CODEC[:LEVEL]", help="compress trace arrays: zstd, zstd:9, lz4 (default: none)")
     r.add_argument("--max-bytes", type=_size, default=None, metavar="SIZE",
                    help="disk budget of the trace, e.g. 500M or 20G (K, M, G, T: powers of 1024); the oldest batches are evicted beyond it")
+    r.add_argument("--batch-bytes", type=_size, default=5_000_000, metavar="SIZE", help="trace batch size (default 5000000)")
     r.add_argument("--video-max-bytes", type=_size, default=None, metavar="SIZE", help="disk budget of the clips; the oldest are evicted beyond it")
     r.add_argument("--keep-last-clips", type=int, default=None, metavar="N", help="keep only the newest N clips")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
@@ -232,7 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if getattr(args, "episodes", 1) < 1 or getattr(args, "steps", 0) < 0 or getattr(args, "video_every", 0) < 0:
         parser.error("--episodes must be at least 1, --steps and --video-every at least 0")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # the output went to `head` or a closed pager: not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":
