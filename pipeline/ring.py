@@ -91,7 +91,6 @@ _W_STATUS = 24  # word index of the first status word (byte 192)
 
 KIND_PAD = 0
 REC_HEAD = struct.Struct("<IHHQQ")  # length, kind, nparts, episode, step
-_REC_HEAD = REC_HEAD
 REC_HEAD_BYTES = REC_HEAD.size  # 24
 ALIGN = 8
 
@@ -227,7 +226,7 @@ class RingWriter:
             if cap - off < REC_HEAD_BYTES:
                 pos += cap - off
                 continue
-            length, kind = _REC_HEAD.unpack_from(data, off)[:2]
+            length, kind = REC_HEAD.unpack_from(data, off)[:2]
             pos += length
             n += kind != KIND_PAD
         return n
@@ -240,7 +239,7 @@ class RingWriter:
         if off < 0:
             return False
         data = self._data
-        _REC_HEAD.pack_into(data, off, n, kind, len(parts), episode, step)
+        REC_HEAD.pack_into(data, off, n, kind, len(parts), episode, step)
         struct.pack_into(f"<{len(sizes)}I", data, off + REC_HEAD_BYTES, *sizes)
         pos = off + align(REC_HEAD_BYTES + 4 * len(sizes))
         for p, s in zip(parts, sizes, strict=True):
@@ -277,7 +276,7 @@ class RingWriter:
                 return -1
         if pad:
             if pad >= REC_HEAD_BYTES:  # a shorter tail is skipped by the consumer without a PAD record
-                _REC_HEAD.pack_into(self._data, off, pad, KIND_PAD, 0, 0, 0)
+                REC_HEAD.pack_into(self._data, off, pad, KIND_PAD, 0, 0, 0)
             off = 0
         self._pending = need
         return off
@@ -287,7 +286,8 @@ class RingWriter:
         self._write_pos += self._pending
         self._seg.words[_W_WRITE_POS] = self._write_pos
         used = self._write_pos - self._read_pos
-        self.high_water = max(self.high_water, used)
+        if used > self.high_water:  # noqa: PLR1730  (a compare, not a call: this runs per record)
+            self.high_water = used
         self.records += 1
         if self._seg.words[_W_SLEEPING]:
             self._items.post()

@@ -7,7 +7,6 @@ import struct
 from dataclasses import dataclass
 
 from .ring import (
-    _REC_HEAD,
     _W_CAPACITY,
     _W_READ_POS,
     _W_RELEASED,
@@ -18,6 +17,7 @@ from .ring import (
     HEADER_BYTES,
     KIND_PAD,
     MAGIC,
+    REC_HEAD,
     REC_HEAD_BYTES,
     WAIT_SLICE_S,
     RingSpec,
@@ -117,11 +117,11 @@ class RingReader:
         if cap - off < REC_HEAD_BYTES:  # tail too short for any record: the producer skipped it
             self._cursor += cap - off
             off = 0
-        length, kind, nparts, episode, step = _REC_HEAD.unpack_from(data, off)
+        length, kind, nparts, episode, step = REC_HEAD.unpack_from(data, off)
         if kind == KIND_PAD:
             self._cursor += length
             off = 0
-            length, kind, nparts, episode, step = _REC_HEAD.unpack_from(data, off)
+            length, kind, nparts, episode, step = REC_HEAD.unpack_from(data, off)
         sizes = _sizes_struct(nparts).unpack_from(data, off + REC_HEAD_BYTES)
         pos = off + ((REC_HEAD_BYTES + 4 * nparts + 7) & ~7)
         parts = []

@@ -65,14 +65,14 @@ def summarize(directory: str) -> TraceSummary:
                 "raw_bytes": sum(b.get("array_bytes", b.get("bin_bytes", 0)) + b.get("json_bytes", 0) for b in rec.batches),
             }
         )
+        s.bytes += s.recordings[-1]["bytes"]
+        s.raw_bytes += s.recordings[-1]["raw_bytes"]
         for entry in rec.batches:
             s.batches += 1
             problems = reader.check_batch(entry)
             s.problems.extend(problems)
             if problems:
                 damaged.add(entry["fn"])
-            s.bytes += entry.get("json_bytes", 0) + entry.get("bin_bytes", 0)
-            s.raw_bytes += entry.get("array_bytes", entry.get("bin_bytes", 0)) + entry.get("json_bytes", 0)
         if m.get("error"):
             s.problems.append(f"{m.get('prefix')}: the recorder reported an error: {m['error']}")
     for name in sorted(os.listdir(directory)):

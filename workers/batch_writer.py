@@ -138,8 +138,7 @@ class ArrayField:
         self.rows = self.stored = 0
         self.offset = bin_size if self.direct else 0
         if self.packer is not None:
-            self.packer.rows = 0
-            self.packer.index.seek(0)
+            self.packer.rows = 0  # its index spill was rewound with the others (EpisodeFields.rewind)
 
     def descriptor(self, npyfile: str) -> dict:
         d = ndarray_descriptor((self.rows, *self.shape), self.dtype, npyfile, self.offset, self.stored)
