@@ -1,4 +1,4 @@
-"""The ``envrec`` command: ``envrec record`` (the main job) and ``envrec inspect DIR``."""
+"""The ``envrec`` command: ``envrec record`` (the main job), ``inspect``, ``export`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -204,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("directory")
     i.add_argument("--list", type=int, default=10, metavar="N", help="list the first N episodes (default 10)")
     i.set_defaults(func=_inspect)
+    from envrec.export.command import add_parser as add_export
+
+    add_export(sub)
     b = sub.add_parser("bench", help="measure what recording costs an environment, side by side")
     b.add_argument("--env", default=None, help="Gymnasium env id (default CartPole-v1)")
     b.add_argument("--frames", default=None, metavar="HxW", help="a synthetic env of HxWx3 frames instead, e.g. 210x160 or 720x1280")

@@ -54,7 +54,6 @@ had read but not released.
 
 from __future__ import annotations
 
-import contextlib
 import struct
 import time
 from collections.abc import Callable
@@ -320,14 +319,12 @@ class RingWriter:
             self.blocked_s += time.monotonic() - start
 
     def close(self) -> None:
-        """Detach and unlink the segment (the owner's job, done once)."""
+        """Detach from the segment (the kernel frees it once no worker holds it either)."""
         if self.closed:
             return
         self.closed = True
         self._data.release()
         self._seg.release_views()
         self._shm.close()
-        with contextlib.suppress(FileNotFoundError):
-            self._shm.unlink()
         self._items.close()
         self._space.close()

@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import ConfigError, RecordError
 
-__all__ = ["SUPPORTED_SPACES", "Leaf", "LeafCodec", "compile_flattener", "describe_space", "leaf_codecs", "leaves", "reward_value"]
+__all__ = ["SUPPORTED_SPACES", "Leaf", "LeafCodec", "compile_flattener", "describe_space", "leaf_codecs", "leaves", "reward_value", "space_from_spec"]
 
 SUPPORTED_SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "Dict", "Tuple")
 
@@ -55,7 +55,11 @@ def describe_space(space) -> dict:
     from gymnasium import spaces as S
 
     if isinstance(space, S.Box):
-        return {"type": "Box", "dtype": _le(space.dtype).str, "shape": list(space.shape), "repr": repr(space)}
+        spec = {"type": "Box", "dtype": _le(space.dtype).str, "shape": list(space.shape), "repr": repr(space)}
+        low, high = np.asarray(space.low), np.asarray(space.high)
+        if low.size and (low == low.flat[0]).all() and (high == high.flat[0]).all():
+            spec["bounds"] = [str(low.flat[0].item()), str(high.flat[0].item())]  # "inf" is not JSON
+        return spec
     if isinstance(space, S.Discrete):
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start), "dtype": "<i8", "shape": []}
     if isinstance(space, S.MultiDiscrete):
@@ -77,6 +81,40 @@ def describe_space(space) -> dict:
         f"envrec cannot record a {type(space).__name__} space ({space!r}); "
         f"supported: {', '.join(SUPPORTED_SPACES)} and nestings of Dict and Tuple"
     )
+
+
+def space_from_spec(spec: dict):
+    """The Gymnasium space a spec describes (the inverse of ``describe_space``).
+
+    Exact but for two things a spec does not keep: a Box whose bounds differ
+    per element gets the widest bounds of its dtype, and a Text space gets
+    Gymnasium's default character set.
+    """
+    from gymnasium import spaces as S
+
+    t = spec["type"]
+    if t == "Dict":
+        return S.Dict({k: space_from_spec(sub) for k, sub in spec["spaces"]})
+    if t == "Tuple":
+        return S.Tuple([space_from_spec(sub) for sub in spec["spaces"]])
+    if t == "Text":
+        return S.Text(max_length=spec["max_length"], min_length=spec["min_length"])
+    if t == "Discrete":
+        return S.Discrete(spec["n"], start=spec["start"])
+    dtype = np.dtype(spec["dtype"]).newbyteorder("=")
+    if t == "MultiDiscrete":
+        return S.MultiDiscrete(spec["nvec"], dtype=dtype)
+    if t == "MultiBinary":
+        return S.MultiBinary(spec["n"])
+    if "bounds" in spec:
+        low, high = (dtype.type(float(b)) if dtype.kind == "f" else dtype.type(int(b)) for b in spec["bounds"])
+    elif dtype.kind in "iu":
+        low, high = np.iinfo(dtype).min, np.iinfo(dtype).max
+    elif dtype.kind == "b":
+        low, high = 0, 1
+    else:
+        low, high = -np.inf, np.inf
+    return S.Box(low, high, tuple(spec["shape"]), dtype)
 
 
 def leaves(spec: dict, path: tuple = ()) -> list[Leaf]:

@@ -1,16 +1,16 @@
-"""Shared-memory segments: create (env side), attach (worker side), sweep.
+"""Shared-memory segments: create (env side), map (worker side), list, sweep.
 
-Rules (DESIGN.md): the env process creates every segment and alone unlinks
-it while it lives; once it is dead, the worker that drained the segment
-removes it on its way out, and ``sweep_orphans`` removes whatever a crash
-left behind. No ``multiprocessing`` here: no resource tracker process, no
-adopted segments (python/cpython#82300). Workers map the segment through a
-descriptor they inherit (``map_segment``), never by name, so a worker can
-map it even if its owner died, and the name was removed, before it started.
+A segment is a ``memfd``: anonymous shared memory with a name for
+``/proc/<pid>/fd`` but no file in ``/dev/shm``. Workers map it through the
+descriptor they inherit (``map_segment``). The kernel frees it when the last
+process holding it exits or closes it, so no crash can leak one: not an env
+process killed with SIGKILL, not its workers killed with it (OOM killer, a
+batch scheduler or Ray killing a whole process tree), and ``/dev/shm``'s
+size (64 MiB in a default Docker container) does not limit the ring. No
+``multiprocessing`` here: no resource tracker process (python/cpython#82300).
 
-Names are ``envrec_<pid>_<hex>``: short (POSIX allows little on some
-systems), recognisable, and carrying the owner's pid so that ``sweep()`` can
-remove what a crashed run left behind.
+Names are ``envrec_<pid>_<hex>``, as the segments of earlier versions were in
+``/dev/shm``; ``sweep_orphans`` still removes any of those a crash left.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ import psutil
 
 from .errors import SharedMemoryError
 
-__all__ = ["SEGMENT_PREFIX", "Segment", "create_segment", "list_segments", "map_segment", "sweep_orphans", "unlink_segment"]
+__all__ = ["SEGMENT_PREFIX", "Segment", "create_segment", "list_segments", "map_segment", "sweep_orphans"]
 
 logger = logging.getLogger(__name__)
 
 SEGMENT_PREFIX = "envrec_"
-SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared memory; used for free-space checks and sweeps
+SHM_DIR = "/dev/shm"  # where envrec before memfd segments kept them: swept for leftovers
 
 
 def _new_name() -> str:
@@ -44,36 +44,30 @@ def _format_bytes(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
-def shm_free_bytes() -> int | None:
-    """Bytes free in /dev/shm, or None where there is no such folder."""
-    try:
-        st = os.statvfs(SHM_DIR)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
+def memory_available() -> int:
+    """Bytes of memory the kernel can give without swapping (what a segment's pages come from)."""
+    return int(psutil.virtual_memory().available)
 
 
 class Segment:
-    """A POSIX shared-memory segment this process created and owns: ``name``, ``fd``, ``buf``.
+    """A shared-memory segment this process created: ``name``, ``fd``, ``buf``.
 
     Not ``multiprocessing.shared_memory.SharedMemory``: that registers every
     segment with the resource tracker, a helper process started with
     ``sys.executable`` (which is not Python in an embedded interpreter), and
-    warns about "leaked" segments after a crash that envrec's workers and
-    ``sweep_orphans`` clean up themselves.
+    names it in ``/dev/shm``, where a crash of every process using it leaks it.
     """
 
     def __init__(self, name: str, size: int) -> None:
         self.name = name
-        self.fd = os.open(os.path.join(SHM_DIR, name), os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        self.fd = os.memfd_create(name, os.MFD_CLOEXEC)
         try:
-            # Reserve the pages now: tmpfs allocates lazily, and a page it cannot
+            # Reserve the pages now: shmem allocates lazily, and a page it cannot
             # allocate later kills the process with SIGBUS instead of raising.
             os.posix_fallocate(self.fd, 0, size)
             self._map = mmap.mmap(self.fd, size)
         except BaseException:
             os.close(self.fd)
-            os.unlink(os.path.join(SHM_DIR, name))
             raise
         self.buf: memoryview | None = memoryview(self._map)
 
@@ -85,30 +79,25 @@ class Segment:
             self._map.close()
             os.close(self.fd)
 
-    def unlink(self) -> None:
-        """Remove the name (the owner's job, once); mappings elsewhere stay valid."""
-        os.unlink(os.path.join(SHM_DIR, self.name))
-
 
 def create_segment(size: int) -> Segment:
     """Create a segment of ``size`` bytes whose pages are reserved up front.
 
-    Fails with ``SharedMemoryError`` naming the size asked and the size free,
-    rather than letting a later write fault with SIGBUS on a full tmpfs.
+    Fails with ``SharedMemoryError`` naming the size asked and the memory
+    available, rather than letting a later write fault with SIGBUS.
     """
-    free = shm_free_bytes()
-    if free is not None and size > free:
+    available = memory_available()
+    if size > available:
         raise SharedMemoryError(
-            f"cannot create a {_format_bytes(size)} shared-memory segment: {SHM_DIR} has "
-            f"{_format_bytes(free)} free. Ask for a smaller ring (ring_bytes=...) or give "
-            f"{SHM_DIR} more room (e.g. docker run --shm-size=1g)."
+            f"cannot create a {_format_bytes(size)} shared-memory segment: only {_format_bytes(available)} "
+            "of memory is available. Ask for a smaller ring (ring_bytes=...)."
         )
     try:
         return Segment(_new_name(), size)
     except OSError as exc:
         raise SharedMemoryError(
-            f"cannot reserve {_format_bytes(size)} in {SHM_DIR} ({exc.strerror}); "
-            f"{_format_bytes(shm_free_bytes() or 0)} free. Ask for a smaller ring (ring_bytes=...)."
+            f"cannot reserve {_format_bytes(size)} of shared memory ({exc.strerror}); "
+            f"{_format_bytes(memory_available())} available. Ask for a smaller ring (ring_bytes=...)."
         ) from exc
 
 
@@ -117,21 +106,38 @@ def map_segment(fd: int) -> mmap.mmap:
     return mmap.mmap(fd, 0)
 
 
-def unlink_segment(name: str) -> bool:
-    """Remove a segment whose owner is gone (a worker outliving its env process); False if already gone."""
+_MEMFD = "/memfd:" + SEGMENT_PREFIX
+
+
+def _held_segments() -> set[str]:
+    """Names of envrec memfds some process on this machine holds (those still using memory)."""
+    names = set()
+    for pid in psutil.pids():
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue  # gone, or another user's
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if target.startswith(_MEMFD):
+                names.add(target[len("/memfd:"):].split(" ", 1)[0])
+    return names
+
+
+def _legacy_files() -> list[str]:
     try:
-        os.unlink(os.path.join(SHM_DIR, name))
-    except FileNotFoundError:
-        return False
-    return True
+        return [n for n in os.listdir(SHM_DIR) if n.startswith(SEGMENT_PREFIX)]
+    except OSError:
+        return []
 
 
 def list_segments() -> list[str]:
-    """Names of every envrec segment present on this machine."""
-    try:
-        return sorted(n for n in os.listdir(SHM_DIR) if n.startswith(SEGMENT_PREFIX))
-    except OSError:
-        return []
+    """Names of every envrec segment alive on this machine (held by a process, or left in /dev/shm)."""
+    return sorted(_held_segments().union(_legacy_files()))
 
 
 def _owner_pid(name: str) -> int | None:
@@ -142,15 +148,16 @@ def _owner_pid(name: str) -> int | None:
 
 
 def sweep_orphans() -> list[str]:
-    """Unlink envrec segments whose owning process is gone; return their names."""
+    """Remove the ``/dev/shm`` segments earlier versions left when their owner died; return their names."""
     swept = []
-    for name in list_segments():
+    for name in _legacy_files():
         pid = _owner_pid(name)
         if pid is None or psutil.pid_exists(pid):
             continue
         try:
-            if not unlink_segment(name):
-                continue
+            os.unlink(os.path.join(SHM_DIR, name))
+        except FileNotFoundError:
+            continue
         except OSError as exc:
             logger.warning("could not remove orphaned shared-memory segment %s: %s", name, exc)
             continue

@@ -21,13 +21,14 @@ import tempfile
 import time
 
 import numpy as np
+from gymnasium import spaces
+
 from envrec.infos import pack_info
 from envrec.protocol import SerializerConfig
 from envrec.records import RST, Kind
 from envrec.ring_reader import RecordView
 from envrec.schema import describe_space
 from envrec.workers.serializer import Serializer
-from gymnasium import spaces
 
 OBS = spaces.Box(-1.0, 1.0, (4,), np.float32)
 ACT = spaces.Discrete(2)

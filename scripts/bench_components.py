@@ -23,9 +23,10 @@ import subprocess
 import tempfile
 import time
 
-import envrec
 import gymnasium as gym
 import numpy as np
+
+import envrec
 from envrec.bench.variants import FrameEnv
 from envrec.ffmpeg import VideoSettings, encode_command, find_ffmpeg
 from envrec.records import Status

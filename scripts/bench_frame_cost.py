@@ -19,8 +19,9 @@ import statistics
 import tempfile
 import time
 
-import envrec
 import numpy as np
+
+import envrec
 from envrec.shm import create_segment
 
 SIZES = ((210, 160, 0.002), (400, 600, 0.006), (720, 1280, 0.025))  # height, width, pace (s per frame)

@@ -18,8 +18,9 @@ import statistics
 import tempfile
 import time
 
-import envrec
 import gymnasium as gym
+
+import envrec
 from envrec.records import Status
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 
 import gymnasium as gym
+
 from envrec.bench import format_table, rows_json, run_bench
 from envrec.bench.variants import FrameEnv
 
@@ -30,8 +31,9 @@ def stats_cost(rounds: int = 21, calls: int = 20000) -> tuple[float, float]:
     import tempfile
     import time
 
-    import envrec
     import numpy as np
+
+    import envrec
 
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=0)

@@ -15,8 +15,9 @@ import statistics
 import tempfile
 import time
 
-import envrec
 import gymnasium as gym
+
+import envrec
 
 
 def make(n: int, mode: str, render: bool):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 import gymnasium as gym
+
 from envrec.bench import format_table, rows_json, run_bench
 
 VARIANTS = ("none", "render", "envrec-video", "gymnasium-video", "sync-pipe")

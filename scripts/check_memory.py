@@ -14,11 +14,12 @@ import shutil
 import tempfile
 import time
 
-import envrec
 import gymnasium as gym
 import numpy as np
 import psutil
 from gymnasium import spaces
+
+import envrec
 
 
 class EndlessFrames(gym.Env):

@@ -17,8 +17,9 @@ import os
 import tempfile
 import time
 
-import envrec
 import gymnasium as gym
+
+import envrec
 
 
 def blocked(env) -> float:

@@ -28,12 +28,13 @@ import shutil
 import statistics
 import time
 
-import envrec
 import gymnasium as gym
 import numpy as np
 import psutil
-from envrec.records import Status
 from gymnasium import spaces
+
+import envrec
+from envrec.records import Status
 
 H, W = 210, 160
 ROLES = ("env", "serializer", "encoder", "ffmpeg")

@@ -17,9 +17,10 @@ import tempfile
 import threading
 import time
 
-import envrec
 import numpy as np
 from gymnasium import spaces
+
+import envrec
 
 
 def soak(folder: str, kills: int, seed: int = 0, min_gap_s: float = 0.05, max_gap_s: float = 0.6) -> dict:

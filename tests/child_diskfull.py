@@ -9,9 +9,10 @@ import logging
 import os
 import sys
 
-import envrec
 import numpy as np
 from gymnasium import spaces
+
+import envrec
 
 
 def trace(folder: str) -> dict:

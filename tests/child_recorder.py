@@ -11,9 +11,10 @@ import signal
 import sys
 import time
 
-import envrec
 import numpy as np
 from gymnasium import spaces
+
+import envrec
 
 
 def main() -> None:

@@ -8,8 +8,9 @@ import signal
 import sys
 import time
 
-import envrec
 import numpy as np
+
+import envrec
 
 
 def main() -> None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 
-import envrec
 import gymnasium as gym
 import numpy as np
+
+import envrec
 
 # A user's training script, without an ``if __name__ == "__main__":`` guard. It notes each run of its
 # top level in runs.txt (a worker that re-ran it would add a line) and prints its episode lengths.

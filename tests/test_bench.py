@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from envrec.bench import format_table, parse_frames, run_bench
 from envrec.bench.variants import FrameEnv, InProcessTrace, SyncPipe
 

@@ -6,8 +6,9 @@ import os
 import subprocess
 import sys
 
-import envrec
 import pytest
+
+import envrec
 
 from .video_helpers import decode
 

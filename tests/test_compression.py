@@ -7,14 +7,15 @@ import os
 import subprocess
 import sys
 
-import envrec
 import numpy as np
 import pytest
+from gymnasium import spaces as S
+
+import envrec
 from envrec.compression import Compression, parse_compression
 from envrec.errors import ConfigError
 from envrec.faults import FaultSpec
 from envrec.summary import summarize
-from gymnasium import spaces as S
 
 from .envs import SPACES, SpaceEnv
 from .test_trace_roundtrip import assert_bit_exact, record

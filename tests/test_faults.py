@@ -10,12 +10,13 @@ import json
 import os
 import time
 
-import envrec
 import numpy as np
 import pytest
+from gymnasium import spaces
+
+import envrec
 from envrec.faults import FaultSpec
 from envrec.records import Status
-from gymnasium import spaces
 
 from .waiting import wait_for
 

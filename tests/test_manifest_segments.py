@@ -7,13 +7,14 @@ import importlib.util
 import json
 import os
 
-import envrec
 import numpy as np
 import pytest
+from gymnasium import spaces as S
+
+import envrec
 from envrec.errors import ConfigError
 from envrec.faults import FaultSpec
 from envrec.trace_format import SEGMENT_BATCHES
-from gymnasium import spaces as S
 
 from .waiting import wait_for
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import inspect
 
-import envrec
 import gymnasium as gym
 import pytest
+
+import envrec
 from envrec.errors import ConfigError
 from envrec.options import StreamOptions
 

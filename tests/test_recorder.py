@@ -10,13 +10,14 @@ import subprocess
 import sys
 import time
 
-import envrec
 import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
-from envrec.shm import list_segments, sweep_orphans
 from gymnasium import spaces as S
+
+import envrec
+from envrec.shm import list_segments, sweep_orphans
 
 from .envs import SPACES, SpaceEnv
 from .waiting import wait_for
@@ -254,6 +255,36 @@ def test_env_process_killed_workers_drain_the_ring_and_finalize(tmp_path):
     reader = envrec.TraceReader(tmp_path)
     assert len(reader) == 10 and sum(e.length for e in reader) == 500  # every step handed over survived
     assert [e.observations[-1, 0, 0, 0] for e in reader] == [(50 * k + 49) % 256 for k in range(10)]
+
+
+def _episodes_committed(folder) -> int:
+    try:
+        return len(envrec.TraceReader(folder))
+    except envrec.TraceError:  # no manifest yet
+        return 0
+
+
+def test_env_process_and_worker_killed_together_leave_no_segment(tmp_path):
+    """A batch scheduler, the OOM killer or Ray killing the whole tree: nothing can clean up, nothing is left."""
+    child = _run_child(tmp_path, 120, "wait")
+    worker_pid = int(child.stdout.readline())
+    assert child.stdout.readline().strip() == "ready"
+    assert [s for s in list_segments() if s.startswith(f"envrec_{child.pid}_")]
+    assert wait_for(lambda: _episodes_committed(tmp_path) == 2, 5)  # two whole episodes committed
+    os.kill(worker_pid, signal.SIGKILL)
+    child.kill()
+    child.wait(10)
+    child.stdout.close()
+    assert wait_for(lambda: not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE, 5)
+    # no sweep: the kernel freed the memfds with their last holder
+    assert wait_for(lambda: not [s for s in list_segments() if s.startswith(f"envrec_{child.pid}_")], 2.0)
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"envrec_{child.pid}_")]
+    reader = envrec.TraceReader(tmp_path)
+    assert [e.length for e in reader] == [50, 50]  # the batches committed before the kill; the rest died in the ring
+    left = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert left and all(n.startswith(".") and n.endswith(f".{worker_pid}.tmp") for n in left)  # hidden, the dead worker's
+    for n in left:  # what the next recording with this prefix removes when it starts
+        os.unlink(tmp_path / n)
 
 
 def test_env_process_killed_while_idle(tmp_path):

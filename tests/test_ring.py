@@ -10,12 +10,13 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from envrec import shm
 from envrec.errors import RecordTooLargeError, SharedMemoryError
 from envrec.ring import ConsumerGone, RingWriter, record_size
 from envrec.ring_reader import RingReader
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 
 @pytest.fixture
@@ -142,10 +143,16 @@ def test_blocked_writer_raises_when_consumer_is_gone(ring):
     assert time.monotonic() - t0 < 1.0
 
 
-def test_creation_fails_clearly_when_dev_shm_is_too_small(monkeypatch):
-    monkeypatch.setattr(shm, "shm_free_bytes", lambda: 1 << 20)
-    with pytest.raises(SharedMemoryError, match=r"64\.0 MiB.*1\.0 MiB free"):
+def test_creation_fails_clearly_when_memory_is_short(monkeypatch):
+    monkeypatch.setattr(shm, "memory_available", lambda: 1 << 20)
+    with pytest.raises(SharedMemoryError, match=r"64\.0 MiB.*only 1\.0 MiB of memory is available"):
         RingWriter(64 << 20)
+
+
+def test_segments_are_memfds_no_file_in_dev_shm(ring):
+    w, _ = ring
+    assert w.name in shm.list_segments()  # held by this process
+    assert not os.path.exists(f"/dev/shm/{w.name}")  # nothing a crash could leave behind
 
 
 def test_sweep_removes_segments_of_dead_owners_only(ring):

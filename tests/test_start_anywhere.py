@@ -12,11 +12,12 @@ import sys
 import threading
 import time
 
-import envrec
 import gymnasium as gym
 import numpy as np
 import psutil
 import pytest
+
+import envrec
 from envrec.shm import list_segments
 
 from .start_anywhere_helpers import (

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import random
 
-import envrec
 import gymnasium as gym
 import pytest
+
+import envrec
 from envrec.stats import CallTimes
 
 from .video_helpers import ColourEnv, meta, run_episodes

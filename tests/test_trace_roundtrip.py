@@ -8,12 +8,13 @@ import math
 import mmap
 import os
 
-import envrec
 import gymnasium as gym
 import numpy as np
 import pytest
-from envrec.infos import Unrepresentable
 from gymnasium import spaces as S
+
+import envrec
+from envrec.infos import Unrepresentable
 
 from .envs import SPACES, Capture, SpaceEnv
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
-import envrec
 import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
+
+import envrec
 
 from .video_helpers import decode, meta
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 
-import envrec
 import gymnasium as gym
 import numpy as np
 import pytest
+
+import envrec
 from envrec.ffmpeg import VideoSettings, encode_command, encoded_size, find_ffmpeg
 
 from .video_helpers import ColourEnv, decode, meta, probe_size, run_episodes

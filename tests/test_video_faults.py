@@ -8,10 +8,11 @@ import subprocess
 import sys
 import time
 
-import envrec
 import numpy as np
 import psutil
 import pytest
+
+import envrec
 from envrec.records import Status
 
 from .video_helpers import decode, meta

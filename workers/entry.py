@@ -37,7 +37,6 @@ from envrec.faults import NO_FAULT
 from envrec.protocol import DONE, ERROR, CheckpointingHandler, Handler, Kind, Status
 from envrec.ring import RingSpec
 from envrec.ring_reader import RingReader
-from envrec.shm import unlink_segment
 
 from .resources import resources
 
@@ -90,7 +89,6 @@ def _run(cfg, make: Callable[[Callable], Handler], ring_spec: RingSpec, conn, pa
     reader = RingReader(ring_spec)
     handler: Handler | None = None
     failed = False
-    orphaned = False
     try:
         try:
             getattr(cfg, "faults", NO_FAULT).injector().point("start")
@@ -101,12 +99,9 @@ def _run(cfg, make: Callable[[Callable], Handler], ring_spec: RingSpec, conn, pa
         if not failed:
             reader.set_status(Status.READY, 1)
             failed = _loop(reader, handler, conn, parent_pid)
-        orphaned = _parent_gone(parent_pid)
     finally:
         reader.close()
         conn.close()
-    if orphaned:
-        unlink_segment(ring_spec.name)  # its owner is dead and no successor can be started
     if failed:
         sys.exit(1)  # handed over: a non-zero exit says the work is not finished
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from envrec.infos import unpack_info
 from envrec.protocol import Kind, SerializerConfig, Status, VectorSerializerConfig
 from envrec.records import RST, TraceLayout

@@ -1,0 +1,61 @@
+"""Streaming a set of recordings as Arrow record batches, one per committed trace batch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from envrec.batch_files import BatchFiles, TraceError
+from envrec.trace_format import BatchEntry
+
+from .arrow_table import episodes_to_batch, step_schema
+from .sources import PathsLike, RecordingSource, find_recordings
+
+__all__ = ["batch_rows", "common_schema", "iter_record_batches"]
+
+
+def common_schema(sources: list[RecordingSource]) -> pa.Schema:
+    """The row schema every recording shares; ``TraceError`` naming two recordings whose spaces differ."""
+    first = sources[0]
+    schema = step_schema(first.manifest)
+    for src in sources[1:]:
+        other = step_schema(src.manifest)
+        if not other.equals(schema):
+            raise TraceError(
+                f"recordings {first.name} and {src.name} have different spaces "
+                f"(observation {schema.field('observation').type} vs {other.field('observation').type}, "
+                f"action {schema.field('action').type} vs {other.field('action').type}): export them separately"
+            )
+    return schema
+
+
+def batch_rows(src: RecordingSource, entry: BatchEntry, schema: pa.Schema, files: BatchFiles | None = None) -> pa.RecordBatch:
+    """The rows of one committed batch of ``src``."""
+    own = files is None
+    files = files or BatchFiles(src.directory)
+    try:
+        return episodes_to_batch(src.name, src.manifest, files.episodes(src.manifest, entry), schema)
+    finally:
+        if own:
+            files.close()
+
+
+def iter_record_batches(paths: PathsLike, verify: bool = True) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The shared schema and a lazy stream of every committed batch's rows (one batch in memory at a time)."""
+    sources = find_recordings(paths, verify=verify)
+    schema = common_schema(sources)
+
+    def stream() -> Iterator[pa.RecordBatch]:
+        for src in sources:
+            files = BatchFiles(src.directory, verify)
+            try:
+                for entry in src.batches:
+                    batch = batch_rows(src, entry, schema, files)
+                    files.close()  # the batch's arrays now live in Arrow buffers
+                    if batch.num_rows:
+                        yield batch
+            finally:
+                files.close()
+
+    return schema, stream()

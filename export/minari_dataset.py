@@ -1,0 +1,138 @@
+"""``envrec export --minari``: a Minari dataset built from traces with ``minari.create_dataset_from_buffers``.
+
+Lossless: ``data_format="arrow"`` and, where the installed Minari has it,
+``jpeg_encoding=False`` (image observations stay raw). Each episode becomes
+a ``minari.EpisodeBuffer`` with its seed and reset options; infos are kept
+when they have the same keys at every step of the episode (Minari stores
+infos as columns), otherwise that episode's infos are left out and a warning
+says so. Episodes are numbered in reading order (recordings by name, then
+episode order); episodes without a step are skipped. The dataset is built one
+trace batch at a time (``update_dataset_from_buffer``), so memory does not
+grow with the recording; if the export fails, the partial dataset is deleted.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+import gymnasium as gym
+
+from envrec.batch_files import BatchFiles, Episode, TraceError
+from envrec.errors import ConfigError
+from envrec.schema import describe_space, space_from_spec
+
+from .sources import PathsLike, RecordingSource, find_recordings
+
+__all__ = ["write_minari"]
+
+log = logging.getLogger(__name__)
+
+
+def _transpose(infos: list[dict]) -> dict | None:
+    """Per-step info dicts as Minari's dict of per-step lists; ``None`` when their keys differ."""
+    keys = list(infos[0])
+    if any(not isinstance(i, dict) or list(i) != keys for i in infos):
+        return None
+    out: dict[str, Any] = {}
+    for k in keys:
+        if not isinstance(k, str):
+            return None
+        values = [i[k] for i in infos]
+        if isinstance(values[0], dict):
+            sub = _transpose(values)
+            if sub is None:
+                return None
+            out[k] = sub
+        else:
+            out[k] = values
+    return out
+
+
+def _buffer(ep: Episode) -> Any:
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    infos = _transpose(ep.infos) if len(ep.infos) == ep.length + 1 and ep.infos[0] is not None else None
+    if infos is None and any(ep.infos):
+        log.warning("episode %d: its infos change keys between steps; Minari cannot store them, left out", ep.episode_id)
+    return EpisodeBuffer(
+        seed=ep.seed,
+        options=ep.options,
+        observations=ep.observations,
+        actions=ep.actions,
+        rewards=ep.rewards,
+        terminations=ep.terminations,
+        truncations=ep.truncations,
+        infos=infos or None,
+    )
+
+
+def _env_and_spaces(src: RecordingSource) -> dict[str, Any]:
+    """The recording's env spec when its env id is registered, and spaces rebuilt from the manifest."""
+    m = src.manifest
+    out: dict[str, Any] = {
+        "observation_space": space_from_spec(m["observation_space"]),
+        "action_space": space_from_spec(m["action_space"]),
+    }
+    env_id = m.get("env_id")
+    if not env_id:
+        return out
+    try:
+        env = gym.make(env_id)
+    except Exception as exc:  # noqa: BLE001  (any failure to build the env: export with the recorded spaces)
+        log.info("%s: not made (%s); exporting with the spaces from the manifest", env_id, exc)
+        return out
+    try:
+        out["env"] = env.spec
+        if describe_space(env.observation_space) == m["observation_space"]:
+            out["observation_space"] = env.observation_space  # exact bounds
+        if describe_space(env.action_space) == m["action_space"]:
+            out["action_space"] = env.action_space
+    finally:
+        env.close()
+    return out
+
+
+def _check_spaces(sources: list[RecordingSource]) -> None:
+    first = sources[0].manifest
+    for src in sources[1:]:
+        for key in ("observation_space", "action_space"):
+            if src.manifest[key] != first[key]:
+                raise TraceError(
+                    f"recordings {sources[0].name} and {src.name} have different {key.replace('_', ' ')}s: "
+                    "a Minari dataset has one; export them separately"
+                )
+
+
+def write_minari(paths: PathsLike, dataset_id: str, verify: bool = True, **metadata: Any) -> Any:
+    """Create the Minari dataset ``dataset_id`` from every episode under ``paths``."""
+    import minari
+
+    if dataset_id in minari.list_local_datasets():
+        raise ConfigError(f"a local Minari dataset named {dataset_id} exists: choose another id or delete it")
+    sources = find_recordings(paths, verify=verify)
+    _check_spaces(sources)
+    kwargs: dict[str, Any] = {**_env_and_spaces(sources[0]), "data_format": "arrow", **metadata}
+    if "jpeg_encoding" in inspect.signature(minari.create_dataset_from_buffers).parameters:
+        kwargs.setdefault("jpeg_encoding", False)
+    dataset = None
+    try:
+        for src in sources:
+            files = BatchFiles(src.directory, verify)
+            for entry in src.batches:
+                buffers = [_buffer(ep) for ep in files.episodes(src.manifest, entry) if ep.length > 0]
+                if not buffers:
+                    continue
+                if dataset is None:
+                    dataset = minari.create_dataset_from_buffers(dataset_id, buffers, **kwargs)
+                else:
+                    dataset.update_dataset_from_buffer(buffers)
+                files.close()
+        if dataset is None:
+            raise TraceError(f"no episode with a step under {paths}: nothing to export")
+    except BaseException:
+        if dataset is not None:
+            minari.delete_dataset(dataset_id)
+        raise
+    return dataset

@@ -1,0 +1,65 @@
+"""A ``ray.data.Datasource`` of traces: one read task per committed batch, the rows of ``envrec.export``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from ray.data import Datasource, ReadTask
+from ray.data.block import BlockMetadata
+
+from envrec.trace_format import BatchEntry
+
+from .batches import batch_rows, common_schema
+from .sources import PathsLike, RecordingSource, find_recordings
+
+__all__ = ["TraceDatasource"]
+
+ROW_OVERHEAD = 64  # bytes per row besides its arrays: ids, reward, flags, info text
+
+
+def _estimate(entry: BatchEntry) -> int | None:
+    arrays = entry.get("array_bytes")
+    steps = entry.get("steps")
+    if arrays is None or steps is None:
+        return None
+    return 2 * int(arrays) + ROW_OVERHEAD * int(steps)  # observations appear twice: observation, next_observation
+
+
+class TraceDatasource(Datasource):
+    """The committed batches of every recording under ``paths``, listed when the datasource is made."""
+
+    def __init__(self, paths: PathsLike, verify: bool = True) -> None:
+        super().__init__()
+        self._sources = find_recordings(paths, verify=verify)
+        self._schema = common_schema(self._sources)
+        self._verify = verify
+
+    def get_name(self) -> str:
+        return "EnvrecTraces"
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        sizes = [_estimate(e) for s in self._sources for e in s.batches]
+        return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, **kwargs: Any) -> list[ReadTask]:
+        """One task per committed batch (``parallelism`` is a hint a batch-sized task already meets)."""
+        tasks = []
+        for src in self._sources:
+            for entry in src.batches:
+                meta = BlockMetadata(
+                    num_rows=entry.get("steps"),
+                    size_bytes=_estimate(entry),
+                    input_files=(f"{src.directory}/{entry['fn']}", f"{src.directory}/{entry['bin']}"),
+                    exec_stats=None,
+                )
+                tasks.append(ReadTask(_reader(src, entry, self._schema), meta, schema=self._schema,
+                                      per_task_row_limit=per_task_row_limit))
+        return tasks
+
+
+def _reader(src: RecordingSource, entry: BatchEntry, schema: pa.Schema):
+    def read() -> list[pa.Table]:
+        return [pa.Table.from_batches([batch_rows(src, entry, schema)], schema=schema)]
+
+    return read
