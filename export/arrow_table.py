@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,7 +56,7 @@ def space_type(spec: dict) -> pa.DataType:
     return pa.fixed_shape_tensor(value, shape) if shape else value
 
 
-def step_schema(manifest: dict) -> pa.Schema:
+def step_schema(manifest: Mapping[str, Any]) -> pa.Schema:
     """The schema of a recording's rows."""
     obs, act = space_type(manifest["observation_space"]), space_type(manifest["action_space"])
     return pa.schema([
@@ -126,7 +126,7 @@ def _step_infos(ep: Episode) -> list[str | None]:
     return [json.dumps(plain_json(info), separators=(",", ":")) for info in ep.infos[1:]]
 
 
-def episodes_to_batch(name: str, manifest: dict, episodes: list[Episode], schema: pa.Schema) -> pa.RecordBatch:
+def episodes_to_batch(name: str, manifest: Mapping[str, Any], episodes: list[Episode], schema: pa.Schema) -> pa.RecordBatch:
     """The rows of ``episodes`` (one per step; episodes without a step add none)."""
     episodes = [ep for ep in episodes if ep.length > 0]
     if not episodes:

@@ -42,7 +42,9 @@ class TraceDatasource(Datasource):
         sizes = [_estimate(e) for s in self._sources for e in s.batches]
         return None if any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
 
-    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, **kwargs: Any) -> list[ReadTask]:
+    def get_read_tasks(
+        self, parallelism: int, per_task_row_limit: int | None = None, data_context: Any = None
+    ) -> list[ReadTask]:
         """One task per committed batch (``parallelism`` is a hint a batch-sized task already meets)."""
         tasks = []
         for src in self._sources:

@@ -25,6 +25,7 @@ _EXPORTS = {
     "Episode": ".reader",
     "TraceError": ".reader",
     "scan_recorded_traces": ".reader",
+    "to_arrow": ".export",
     "Unrepresentable": ".infos",
     "EnvrecError": ".errors",
     "ConfigError": ".errors",
@@ -39,6 +40,7 @@ __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604  (the exported names are t
 if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr__ imports lazily)
     from .compression import Compression  # noqa: F401
     from .errors import ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
+    from .export import to_arrow  # noqa: F401
     from .ffmpeg import VideoSettings  # noqa: F401
     from .infos import Unrepresentable  # noqa: F401
     from .options import StreamOptions  # noqa: F401

@@ -19,8 +19,11 @@ def _children() -> set[int]:
     out = set()
     for p in psutil.Process().children(recursive=True):
         try:
-            if "resource_tracker" in " ".join(p.cmdline()):
+            cmd = " ".join(p.cmdline())
+            if "resource_tracker" in cmd:
                 continue  # multiprocessing's own, started once per interpreter
+            if cmd.startswith("ray::") or "/site-packages/ray/" in cmd:
+                continue  # a Ray cluster's own processes (its idle workers outlive a test; envrec's workers are checked)
         except psutil.Error:
             continue
         out.add(p.pid)

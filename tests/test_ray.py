@@ -1,0 +1,130 @@
+"""Recording inside Ray actors (as RLlib's EnvRunners do) and reading traces back with Ray Data, on a local cluster."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import gymnasium as gym
+import psutil
+import pyarrow as pa
+import pytest
+import ray
+
+import envrec
+from envrec.export import to_arrow, to_parquet
+from envrec.ray import read_traces, recording_env_creator
+from envrec.shm import list_segments
+
+from .waiting import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")
+    yield
+    ray.shutdown()
+
+
+def _cartpole(config):
+    return gym.make("CartPole-v1", render_mode="rgb_array")
+
+
+@ray.remote(max_concurrency=2)
+class Stepper:
+    """What an EnvRunner does with the env its creator makes: step it, reset it, close it."""
+
+    def __init__(self, folder, worker_index, video=False):
+        creator = recording_env_creator(_cartpole, folder, video={"episode_trigger": lambda e: True} if video else False,
+                                        batch_bytes=4_000)
+        self.env = creator({"worker_index": worker_index})
+        self.env.reset(seed=worker_index)
+        self.env.action_space.seed(worker_index)
+        self.steps = 0
+
+    def pid(self):
+        return os.getpid()
+
+    def done(self):
+        return self.steps
+
+    def folder(self):
+        return self.env.directory
+
+    def run(self, n):
+        for _ in range(n):
+            _, _, terminated, truncated, _ = self.env.step(self.env.action_space.sample())
+            self.steps += 1
+            if terminated or truncated:
+                self.env.reset()
+        return self.steps
+
+    def close(self):
+        self.env.close()
+
+
+def _committed(folder) -> int:
+    try:
+        return sum(e.length for e in envrec.TraceReader(folder))
+    except envrec.TraceError:  # no manifest yet
+        return 0
+
+
+def _sorted(table: pa.Table) -> pa.Table:
+    return table.sort_by([("recording", "ascending"), ("episode_id", "ascending"), ("step", "ascending")])
+
+
+def test_two_actors_record_and_read_traces_counts_every_step(cluster, tmp_path):
+    actors = [Stepper.remote(str(tmp_path), i) for i in (1, 2)]
+    folders = ray.get([a.folder.remote() for a in actors])
+    pids = ray.get([a.pid.remote() for a in actors])
+    assert [os.path.basename(f).rsplit("-", 1)[0] for f in folders] == [f"runner-1-{pids[0]}", f"runner-2-{pids[1]}"]
+    steps = ray.get([a.run.remote(n) for a, n in zip(actors, (700, 450), strict=True)])
+    ray.get([a.close.remote() for a in actors])
+    ds = read_traces(str(tmp_path))
+    assert ds.count() == sum(steps) == 1150
+    assert ds.sum("reward") == 1150.0  # CartPole pays 1 a step: every row was read, not only counted
+    got = pa.concat_tables(ray.get(ds.to_arrow_refs()))
+    assert _sorted(got).equals(_sorted(to_arrow(tmp_path)))  # Ray's rows are envrec.to_arrow's, bit for bit
+    out = tmp_path / "pq"
+    to_parquet(tmp_path, out)
+    assert ray.data.read_parquet(str(out)).count() == 1150
+    for a in actors:
+        ray.kill(a)
+
+
+def test_killed_actor_keeps_what_it_committed_and_leaks_nothing(cluster, tmp_path):
+    victim, survivor = Stepper.remote(str(tmp_path), 1, video=True), Stepper.remote(str(tmp_path), 2)
+    pid = ray.get(victim.pid.remote())
+    victim_folder = ray.get(victim.folder.remote())
+    victim.run.remote(10**7)  # runs until killed
+    assert wait_for(lambda: ray.get(victim.done.remote()) > 1500 and _committed(victim_folder) > 0, 60)
+    committed_before = _committed(victim_folder)
+    tree = [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
+    names = {psutil.Process(p).name() for p in tree[1:]}
+    assert any("ffmpeg" in n for n in names) and len(tree) >= 4  # serializer, encoder, ffmpeg
+    assert [s for s in list_segments() if s.startswith(f"envrec_{pid}_")]
+    ray.kill(victim)
+    killed_at = time.monotonic()
+
+    def gone(p):
+        try:
+            return psutil.Process(p).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    assert wait_for(lambda: all(gone(p) for p in tree), 5.0), [p for p in tree if not gone(p)]
+    assert wait_for(lambda: not [s for s in list_segments() if s.startswith(f"envrec_{pid}_")], 5.0 - (time.monotonic() - killed_at))
+    committed = envrec.TraceReader(victim_folder)  # every batch it committed reads back, CRC-32 checked
+    kept = sum(e.length for e in committed)
+    assert kept >= committed_before  # nothing committed was lost
+    for n in os.listdir(victim_folder):  # the batch it was writing died with it: hidden, named by the dead worker
+        if n.endswith(".tmp"):
+            os.unlink(os.path.join(victim_folder, n))
+    steps = ray.get(survivor.run.remote(300))  # the other runner goes on recording
+    ray.get(survivor.close.remote())
+    assert read_traces(str(tmp_path)).count() == kept + steps
+    ray.kill(survivor)
