@@ -26,6 +26,7 @@ _EXPORTS = {
     "TraceError": ".reader",
     "scan_recorded_traces": ".reader",
     "to_arrow": ".export",
+    "EpisodeOutcome": ".clip_triggers",
     "Unrepresentable": ".infos",
     "EnvrecError": ".errors",
     "ConfigError": ".errors",
@@ -38,6 +39,7 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604  (the exported names are the keys above, kept once)
 
 if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr__ imports lazily)
+    from .clip_triggers import EpisodeOutcome  # noqa: F401
     from .compression import Compression  # noqa: F401
     from .errors import ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
     from .export import to_arrow  # noqa: F401

@@ -15,6 +15,7 @@ from time import perf_counter_ns
 from typing import Any, Self
 
 from .atomic import remove_stale_tmp
+from .commit_watch import BatchCallback, CommitWatcher
 from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .faults import NO_FAULT, FaultSpec, from_env
@@ -114,6 +115,7 @@ class TraceRecorder:
         batch_bytes: int = 5_000_000,
         compression: str | Compression | None = None,
         max_bytes: int | None = None,
+        on_batch_committed: BatchCallback | None = None,
         options: StreamOptions | None = None,
         faults: FaultSpec | None = None,
         start_method: str | None = None,
@@ -122,6 +124,8 @@ class TraceRecorder:
         warn_start_method(start_method)
         opts = StreamOptions.merge(options, stream_options)
         ring_bytes = opts.ring_or(DEFAULT_RING_BYTES)
+        if on_batch_committed is not None and not callable(on_batch_committed):
+            raise ConfigError(f"on_batch_committed must be callable, not {on_batch_committed!r}")
         if batch_bytes <= 0:
             raise ConfigError(f"batch_bytes must be positive, not {batch_bytes}")
         check_max_bytes(max_bytes, batch_bytes)
@@ -162,6 +166,7 @@ class TraceRecorder:
         self.times = CallTimes() if opts.timing else None
         self._episode = -1
         self._step = 0
+        self._commits = CommitWatcher(self.directory, self.manifest_path, on_batch_committed) if on_batch_committed else None
         register_closer(self)
 
     def _choose_prefix(self, name_prefix: str | None) -> str:
@@ -208,6 +213,8 @@ class TraceRecorder:
         """
         t0 = perf_counter_ns()
         self._stream.check_open()
+        if self._commits is not None:
+            self.poll()
         self._episode += 1
         self._step = 0
         meta = pack_info({"seed": seed, "options": options})
@@ -219,6 +226,8 @@ class TraceRecorder:
         """Record one step of the current episode."""
         t0 = perf_counter_ns()
         self._stream.check_open()
+        if self._commits is not None:
+            self.poll()
         if self._episode < 0:
             raise RecordError("add_step() before any add_reset(): a trace episode starts with its reset observation")
         self._step += 1
@@ -235,6 +244,11 @@ class TraceRecorder:
         )
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
+
+    def poll(self) -> None:
+        """Call ``on_batch_committed`` for the batches committed since the last look (every add_* does)."""
+        if self._commits is not None:
+            self._commits.poll(self._stream.status(Status.BATCHES))
 
     # -- counters and ending -----------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -291,6 +305,8 @@ class TraceRecorder:
                     logger.info("envrec: removed %d unfinished file(s) of the dead serializer", len(removed))
             if self._stream.broken is not None:
                 self._record_failure_in_manifest(self._stream.broken)
+        if self._commits is not None:
+            self._commits.poll(self.stats()["batches"])  # the last batches, committed by close
         logger.info("envrec: trace of %d episode(s) in %s: %s", self._episode + 1, self.manifest_path, summary_line(self.stats()))
         return summary
 

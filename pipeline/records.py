@@ -89,6 +89,7 @@ class Status(IntEnum):
     COMMIT_US = 16  # microseconds spent in those commits, in total (batch files, manifest, eviction)
     EVICTED = 17  # batches (trace) or clips (video) deleted to keep the folder within max_bytes / keep_last_clips
     BYTES_EVICTED = 18  # bytes of files so deleted
+    CLIPS_DISCARDED = 19  # clips deleted because keep_if said so (video stream)
 
 
 @dataclass(frozen=True)

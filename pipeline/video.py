@@ -21,6 +21,7 @@ import logging
 import os
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any, Self
@@ -40,7 +41,9 @@ from .stats import CallTimes, process_facts, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix
 
-__all__ = ["DEFAULT_FRAME_RING_BYTES", "VideoRecorder", "check_text_frame"]
+__all__ = ["DEFAULT_FRAME_RING_BYTES", "ClipCallback", "VideoRecorder", "check_text_frame"]
+
+ClipCallback = Callable[[str | None, ClipMeta], None]  # (the video's path, None without one; its metadata)
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +82,7 @@ class _ClipState:
     frames: int = 0
     dropped: int = 0
     broken: str | None = None
+    keep: bool = True
     blocked_at_start: float = 0.0
     calls_at_start: tuple[int, int] = (0, 0)
 
@@ -103,12 +107,16 @@ class VideoRecorder:
         env_id: str | None = None,
         max_bytes: int | None = None,
         keep_last_clips: int | None = None,
+        on_clip_closed: ClipCallback | None = None,
         options: StreamOptions | None = None,
         faults: FaultSpec | None = None,
         start_method: str | None = None,
         **stream_options: Any,
     ) -> None:
         warn_start_method(start_method)
+        if on_clip_closed is not None and not callable(on_clip_closed):
+            raise ConfigError(f"on_clip_closed must be callable, not {on_clip_closed!r}")
+        self.on_clip_closed = on_clip_closed
         opts = StreamOptions.merge(options, stream_options)
         hang_timeout_s = opts.hang_timeout_s
         if fps <= 0:
@@ -230,11 +238,16 @@ class VideoRecorder:
             clip.dropped += 1
             self.frames_dropped += 1
 
-    def end_clip(self) -> None:
-        """Finish the current clip: the worker closes its file and writes its metadata."""
+    def end_clip(self, keep: bool = True) -> None:
+        """Finish the current clip: the worker closes its file and writes its metadata.
+
+        ``keep=False`` discards it: the worker deletes what it encoded and
+        counts it in ``clips_discarded``; no callback is called for it.
+        """
         clip, self.clip = self.clip, None
         if clip is None:
             return
+        clip.keep = keep
         self._send(Kind.CLIP_END, 0, 0, (self._clip_end_part(clip),))
         self._stream.check()
         if self._stream.broken is not None:
@@ -248,22 +261,34 @@ class VideoRecorder:
             total = self.times.total_ns - clip.calls_at_start[1]
             env.update(calls=calls, call_mean_us=total / calls / 1e3 if calls else 0.0, call_total_s=total / 1e9)
             env.update(run_call_p99_us=self.times.percentile(99), run_call_max_us=self.times.max_ns / 1e3)
-        return json.dumps({"frames_sent": clip.frames, "frames_dropped": clip.dropped, "env_process": env}).encode("utf-8")
+        doc = {"frames_sent": clip.frames, "frames_dropped": clip.dropped, "env_process": env, "keep": clip.keep}
+        return json.dumps(doc).encode("utf-8")
 
-    def _report_finished(self) -> None:
-        """Log (once each) the clips the worker finished broken since the last look."""
-        finished = self._stream.status(Status.CLIPS)
+    def poll(self) -> None:
+        """Report clips the worker finished since the last look: ``on_clip_closed``, and a warning for broken ones.
+
+        One shared-memory read when nothing finished; ``RecordVideo`` calls it
+        from every ``step()`` and ``reset()``, and ``close()`` does after the
+        worker has finished everything.
+        """
+        # Once the worker is gone every clip sent is final (its metadata written by one side or the other).
+        finished = self._clips_seen + len(self._unreported) if self._stream.closed else self._stream.status(Status.CLIPS)
         while self._clips_seen < finished and self._unreported:
             clip = self._unreported.popleft()
             self._clips_seen += 1
-            if clip.broken is not None:
-                continue  # the env side broke it, and said so then
+            if not clip.keep:
+                continue  # discarded by the worker: nothing on disk to report
             try:
                 m = read_clip_meta(meta_path(self.folder, clip.name))
             except (OSError, ValueError):
-                continue
-            if m.get("broken"):
+                continue  # evicted by a budget before we looked, or never written (a dead encoder)
+            if m.get("broken") and clip.broken is None:  # the env side said so itself when it broke it
                 logger.warning("envrec: clip %s is broken: %s", clip.name, m.get("reason"))
+            if self.on_clip_closed is not None:
+                video = m.get("path")
+                self.on_clip_closed(os.path.join(self.folder, video) if video else None, m)
+
+    _report_finished = poll
 
     def _refuse(self, problem: str) -> None:
         clip = self.clip
@@ -346,6 +371,7 @@ class VideoRecorder:
             "frames_dropped": self.frames_dropped + s.status(Status.FRAMES_DROPPED),
             "clips_evicted": s.status(Status.EVICTED),
             "bytes_evicted": s.status(Status.BYTES_EVICTED),
+            "clips_discarded": s.status(Status.CLIPS_DISCARDED),
             **s.stats(),
             **(self.times.summary() if self.times is not None else {}),
             "ffmpeg": self.ffmpeg,

@@ -10,13 +10,16 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
+from .clip_triggers import KeepIf, OutcomeTracker, decide
+from .commit_watch import BatchCallback
 from .compression import Compression
+from .errors import ConfigError
 from .ffmpeg import VideoSettings
 from .options import StreamOptions
 from .recorder import TraceRecorder
 from .stream import warn_start_method
 from .trace_format import check_prefix
-from .video import VideoRecorder
+from .video import ClipCallback, VideoRecorder
 
 __all__ = ["RecordTrace", "RecordVideo"]
 
@@ -37,6 +40,9 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
     ``None`` keeps the files readable by gym-recording's playback.
     ``max_bytes`` is a disk budget for this recording's batches: beyond it
     the oldest whole batches are evicted (``batches_evicted`` in ``stats()``).
+    ``on_batch_committed(json_path, entry)`` is called in this process, from
+    the next ``step()``/``reset()``/``close()`` after the serializer commits a
+    batch (never blocking on it), once per batch, oldest first.
 
     Stream options (ring size, backpressure, strict, restarts, timeouts,
     timing) come as ``options=StreamOptions(...)`` or as its fields by name.
@@ -60,6 +66,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         batch_bytes: int = 5_000_000,
         compression: str | Compression | None = None,
         max_bytes: int | None = None,
+        on_batch_committed: BatchCallback | None = None,
         recorder: TraceRecorder | None = None,
         options: StreamOptions | None = None,
         start_method: str | None = None,
@@ -91,9 +98,12 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 batch_bytes=batch_bytes,
                 compression=compression,
                 max_bytes=max_bytes,
+                on_batch_committed=on_batch_committed,
                 options=options,
                 **stream_options,
             )
+        elif on_batch_committed is not None:
+            raise TypeError("on_batch_committed belongs to the recorder: pass it to TraceRecorder(...) with recorder=")
         self.recorder = recorder
 
     @property
@@ -136,6 +146,18 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
     clip would only stall the step). Options after ``gc_trigger`` are envrec's;
     ``max_bytes`` and ``keep_last_clips`` bound the clips kept on disk (the
     oldest are deleted, never the newest; ``clips_evicted`` in ``stats()``).
+
+    ``on_clip_closed(video_path, meta)`` is called in this process, from the
+    next ``step()``/``reset()``/``close()`` after the encoder has finished a
+    clip (its file complete on disk, its ``.meta.json`` written): for
+    W&B, TensorBoard, an upload. ``video_path`` is None for a clip with no
+    playable file (``meta["broken"]`` says why). ``keep_if(outcome)`` decides,
+    when a clip ends, whether it is kept: it gets an ``EpisodeOutcome``
+    (return, length, terminated/truncated, last info of the episode the clip
+    ends in); a clip it refuses is deleted by the encoder and counted in
+    ``clips_discarded``. ``fps`` defaults to the env's ``render_fps``; one frame
+    is recorded per step, so for an env whose step spans several frames
+    (frame skip) pass ``fps=render_fps / frameskip`` to play in real time.
     """
 
     def __init__(
@@ -154,6 +176,8 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         ffmpeg: str | None = None,
         max_bytes: int | None = None,
         keep_last_clips: int | None = None,
+        on_clip_closed: ClipCallback | None = None,
+        keep_if: KeepIf | None = None,
         options: StreamOptions | None = None,
         start_method: str | None = None,
         **stream_options: Any,
@@ -192,6 +216,8 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.render_history: list = []
         self.step_id = -1
         self.episode_id = -1
+        if keep_if is not None and not callable(keep_if):  # before the worker starts
+            raise ConfigError(f"keep_if must be callable, not {keep_if!r}")
         self.recorder = VideoRecorder(
             self.video_folder,
             fps=fps,
@@ -200,9 +226,12 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             env_id=env.spec.id if env.spec is not None else None,
             max_bytes=max_bytes,
             keep_last_clips=keep_last_clips,
+            on_clip_closed=on_clip_closed,
             options=options,
             **stream_options,
         )
+        self.keep_if = keep_if
+        self._outcome = OutcomeTracker()
         self._text = env.render_mode == "ansi"
 
     def _capture_frame(self) -> None:
@@ -221,7 +250,9 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         obs, info = super().reset(seed=seed, options=options)
         self.episode_id += 1
         if self.recording and self.video_length == float("inf"):
-            self.stop_recording()
+            self.stop_recording()  # the previous episode's clip, decided on that episode's outcome
+        self._outcome.reset(self.episode_id, info)
+        self.recorder.poll()
         if self.episode_trigger and self.episode_trigger(self.episode_id):
             self.start_recording(f"{self.name_prefix}-episode-{self.episode_id}")
         if self.recording:
@@ -233,6 +264,8 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def step(self, action):
         obs, rew, terminated, truncated, info = self.env.step(action)
         self.step_id += 1
+        self._outcome.step(rew, terminated, truncated, info)
+        self.recorder.poll()
         if self.step_trigger and self.step_trigger(self.step_id):
             self.start_recording(f"{self.name_prefix}-step-{self.step_id}")
         if self.recording:
@@ -266,7 +299,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         assert self.recording, "stop_recording was called, but no recording was started"
         if self.recorded_frames == 0:
             logger.warning("Ignored saving a video as there were zero frames to save.")
-        self.recorder.end_clip()
+        self.recorder.end_clip(keep=decide(self.keep_if, self._outcome.outcome()))
         self.recorded_frames = 0
         self.recording = False
         self._video_name = None

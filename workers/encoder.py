@@ -73,6 +73,7 @@ class Encoder:
         self._status = status or (lambda i, v: None)
         self.clip: _Clip | None = None
         self.clips = 0
+        self.clips_discarded = 0
         self.clips_broken = 0
         self.frames_written = 0
         self.frames_dropped = 0
@@ -239,6 +240,9 @@ class Encoder:
                     self._remux(clip, path)
                 clip.extra["fragmented"] = not self.cfg.settings.faststart or "remux_error" in clip.extra
         self.clip = None
+        if not env_side.get("keep", True):
+            self._discard(clip, path)
+            return
         empty = clip.frames == 0
         if empty and os.path.exists(path):
             os.unlink(path)
@@ -254,6 +258,16 @@ class Encoder:
             if self.budget.enforce()[0]:
                 self._status(Status.EVICTED, self.budget.evicted)
                 self._status(Status.BYTES_EVICTED, self.budget.bytes_evicted)
+        self._status(Status.CLIPS, self.clips)
+
+    def _discard(self, clip: _Clip, path: str) -> None:
+        """keep_if said no: delete what was encoded; the clip counts as finished (the env side waits for it)."""
+        for leftover in (path, meta_path(self.cfg.folder, clip.name)):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+        self.clips_discarded += 1
+        self.clips += 1
+        self._status(Status.CLIPS_DISCARDED, self.clips_discarded)
         self._status(Status.CLIPS, self.clips)
 
     def _remux(self, clip: _Clip, path: str) -> None:
@@ -361,6 +375,7 @@ class Encoder:
         return {
             "clips": self.clips,
             "clips_broken": self.clips_broken,
+            "clips_discarded": self.clips_discarded,
             "frames_written": self.frames_written,
             "frames_dropped": self.frames_dropped,
             "records": self.records,

@@ -1,0 +1,68 @@
+"""What ``RecordVideo(keep_if=...)`` decides on: the outcome of the episode a clip shows.
+
+``keep_if`` turns "record every episode" into "keep only the interesting
+ones": failures (``lambda o: o.terminated``), the best (``lambda o:
+o.episode_return > 400``), the long ones. It is called in the env process
+when a clip ends; a clip it refuses is deleted by the encoder worker and
+counted in ``clips_discarded``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, SupportsFloat
+
+__all__ = ["EpisodeOutcome", "KeepIf", "OutcomeTracker"]
+
+
+@dataclass(frozen=True)
+class EpisodeOutcome:
+    """The episode a clip ends in, as far as it went.
+
+    ``length`` counts steps; ``terminated``/``truncated`` are the last step's
+    (both False for a clip ended mid-episode, by ``video_length``, a step
+    trigger or ``close()``); ``info`` is the last step's info (the reset's
+    before any step).
+    """
+
+    episode_id: int
+    episode_return: float
+    length: int
+    terminated: bool
+    truncated: bool
+    info: dict = field(default_factory=dict)
+
+
+KeepIf = Callable[[EpisodeOutcome], bool]
+
+
+class OutcomeTracker:
+    """Adds up the current episode's return and length as steps go by (two additions a step)."""
+
+    def __init__(self) -> None:
+        self.episode_id = -1
+        self._return = 0.0
+        self._length = 0
+        self._last: tuple[bool, bool, dict] = (False, False, {})
+
+    def reset(self, episode_id: int, info: dict) -> None:
+        self.episode_id = episode_id
+        self._return, self._length, self._last = 0.0, 0, (False, False, info)
+
+    def step(self, reward: SupportsFloat, terminated: bool, truncated: bool, info: dict) -> None:
+        self._return += float(reward)
+        self._length += 1
+        self._last = (bool(terminated), bool(truncated), info)
+
+    def outcome(self) -> EpisodeOutcome:
+        terminated, truncated, info = self._last
+        return EpisodeOutcome(self.episode_id, self._return, self._length, terminated, truncated, info)
+
+
+def decide(keep_if: KeepIf | None, outcome: EpisodeOutcome) -> bool:
+    """``keep_if``'s answer as a bool (every clip is kept without one)."""
+    if keep_if is None:
+        return True
+    answer: Any = keep_if(outcome)
+    return bool(answer)
