@@ -205,8 +205,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--list", type=int, default=10, metavar="N", help="list the first N episodes (default 10)")
     i.set_defaults(func=_inspect)
     from envrec.export.command import add_parser as add_export
+    from envrec.viewer.command import add_parser as add_view
 
     add_export(sub)
+    add_view(sub)
     b = sub.add_parser("bench", help="measure what recording costs an environment, side by side")
     b.add_argument("--env", default=None, help="Gymnasium env id (default CartPole-v1)")
     b.add_argument("--frames", default=None, metavar="HxW", help="a synthetic env of HxWx3 frames instead, e.g. 210x160 or 720x1280")

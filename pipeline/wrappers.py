@@ -196,28 +196,19 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         warn_start_method(start_method)
         gym.Wrapper.__init__(self, env)
         _check_render_mode(env.render_mode)
-        if episode_trigger is None and step_trigger is None:
-            from gymnasium.utils.save_video import capped_cubic_video_schedule
-
-            episode_trigger = capped_cubic_video_schedule
-        self.episode_trigger = episode_trigger
-        self.step_trigger = step_trigger
+        self._set_triggers(episode_trigger, step_trigger, video_length, gc_trigger, keep_if)
         self.disable_logger = disable_logger
-        self.gc_trigger = gc_trigger
         self.video_folder = _video_folder(video_folder)
         if fps is None:
             fps = self.metadata.get("render_fps", 30)
         self.frames_per_sec: int = fps
         self.name_prefix: str = check_prefix(name_prefix)
         self._video_name: str | None = None
-        self.video_length: int | float = video_length if video_length != 0 else float("inf")
         self.recording: bool = False
         self.recorded_frames = 0  # a count: the frames themselves go to the encoder
         self.render_history: list = []
         self.step_id = -1
         self.episode_id = -1
-        if keep_if is not None and not callable(keep_if):  # before the worker starts
-            raise ConfigError(f"keep_if must be callable, not {keep_if!r}")
         self.recorder = VideoRecorder(
             self.video_folder,
             fps=fps,
@@ -230,9 +221,22 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             options=options,
             **stream_options,
         )
-        self.keep_if = keep_if
         self._outcome = OutcomeTracker()
         self._text = env.render_mode == "ansi"
+
+    def _set_triggers(self, episode_trigger, step_trigger, video_length: int, gc_trigger, keep_if: KeepIf | None) -> None:
+        """Gymnasium's defaults (the capped-cubic episode schedule), and keep_if checked before any worker starts."""
+        if episode_trigger is None and step_trigger is None:
+            from gymnasium.utils.save_video import capped_cubic_video_schedule
+
+            episode_trigger = capped_cubic_video_schedule
+        if keep_if is not None and not callable(keep_if):
+            raise ConfigError(f"keep_if must be callable, not {keep_if!r}")
+        self.episode_trigger = episode_trigger
+        self.step_trigger = step_trigger
+        self.video_length: int | float = video_length if video_length != 0 else float("inf")
+        self.gc_trigger = gc_trigger
+        self.keep_if = keep_if
 
     def _capture_frame(self) -> None:
         assert self.recording, "Cannot capture a frame, recording wasn't started."

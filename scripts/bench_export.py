@@ -1,7 +1,7 @@
 """What reading recordings out costs: Parquet export, envrec.to_arrow, Minari export, Ray's read_traces.
 
 Records two workloads once (``--steps`` steps of an Atari-like env,
-210x160x3 uint8 frames, and 50x as many CartPole steps; raw traces), then
+210x160x3 uint8 frames, and 10x as many CartPole steps; raw traces), then
 times each reader over the same folder, interleaved over ``--rounds`` rounds;
 prints medians (steps/s and MB/s of the arrays read, observations counted
 once) and the spread (min-max) across rounds. The peer for the Parquet export
@@ -110,7 +110,7 @@ def main() -> None:
         import gymnasium as gym
 
         for label, make, n in (("Atari-like 210x160x3", lambda: AtariLikeEnv(1000), args.steps),
-                               ("CartPole-v1", lambda: gym.make("CartPole-v1"), 50 * args.steps)):
+                               ("CartPole-v1", lambda: gym.make("CartPole-v1"), 10 * args.steps)):
             folder = os.path.join(root, label.split()[0])
             array_bytes = record(folder, n, make())
             _tables.pop(folder, None)

@@ -84,8 +84,8 @@ def main() -> None:
     results: dict[tuple[int, bool], list[tuple[float, float]]] = {(n, r): [] for n in ACTORS for r in (False, True)}
     try:
         for _ in range(args.rounds):
-            for key in results:
-                results[key].append(one(*key, args, root))
+            for key, runs in results.items():
+                runs.append(one(*key, args, root))
     finally:
         shutil.rmtree(root, ignore_errors=True)
         ray.shutdown()

@@ -7,7 +7,6 @@ import os
 import subprocess
 import threading
 
-import numpy as np
 import pytest
 
 import envrec

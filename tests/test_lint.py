@@ -16,19 +16,20 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_ruff_finds_nothing():
     out = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "pipeline", "workers", "export", "tests", "scripts"],
+        [sys.executable, "-m", "ruff", "check", "pipeline", "workers", "export", "viewer", "tests", "scripts"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_mypy_finds_nothing_in_the_package(tmp_path):
-    """Checked as installed (``envrec`` = pipeline/, ``envrec.workers`` = workers/, ``envrec.export`` = export/), from a copy of the sources
+    """Checked as installed (``envrec`` = pipeline/, ``envrec.workers`` = workers/, ``envrec.export`` = export/, ``envrec.viewer`` = viewer/), from a copy of the sources
     laid out that way, so an editable install checks the same files as CI's."""
     pkg = tmp_path / "envrec"
     shutil.copytree(os.path.join(ROOT, "pipeline"), pkg, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(os.path.join(ROOT, "workers"), pkg / "workers", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(os.path.join(ROOT, "export"), pkg / "export", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(os.path.join(ROOT, "viewer"), pkg / "viewer", ignore=shutil.ignore_patterns("__pycache__"))
     out = subprocess.run(
         [sys.executable, "-m", "mypy", "--config-file", os.path.join(ROOT, "setup.cfg"), "--cache-dir", str(tmp_path / "cache"),
          "-p", "envrec"],
@@ -42,7 +43,7 @@ def test_modules_and_functions_stay_small():
     import ast
 
     too_big = []
-    for top in ("pipeline", "workers", "export"):
+    for top in ("pipeline", "workers", "export", "viewer"):
         for folder, _, names in os.walk(os.path.join(ROOT, top)):
             for name in names:
                 if not name.endswith(".py"):
@@ -81,7 +82,7 @@ def test_imports_go_one_way():
             for mod in _imports(os.path.join(ROOT, "workers", name)):
                 if mod.startswith("envrec.") and not mod.startswith("envrec.workers"):
                     assert mod.split(".")[1] in SHARED, f"workers/{name} imports the env-side module {mod}"
-    for folder, _, names in [*os.walk(os.path.join(ROOT, "pipeline")), *os.walk(os.path.join(ROOT, "export"))]:
+    for folder, _, names in [*(w for top in ("pipeline", "export", "viewer") for w in os.walk(os.path.join(ROOT, top)))]:
         for name in names:
             if name.endswith(".py"):
                 mods = _imports(os.path.join(folder, name))

@@ -1,0 +1,188 @@
+"""envrec view's server over plain HTTP: index and plot JSON, byte ranges, and no path out of the folder."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces as S
+
+import envrec
+from envrec.viewer import ViewerServer
+
+from .video_helpers import run_episodes
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def record_cartpole(folder, episodes=3) -> None:
+    """What ``envrec record`` writes: a trace and a clip of every episode, side by side."""
+    env = gym.make("CartPole-v1", render_mode="rgb_array")
+    env = envrec.RecordVideo(env, str(folder), episode_trigger=lambda e: True)
+    env = envrec.RecordTrace(env, folder)
+    env.action_space.seed(0)
+    run_episodes(env, episodes)
+    env.close()
+
+
+@pytest.fixture
+def served(tmp_path):
+    root = tmp_path / "rec"
+    record_cartpole(root)
+    server = ViewerServer(root).start()
+    yield server, root
+    server.close()
+
+
+def get(server, path, headers=None, method="GET"):
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.request(method, path, headers=headers or {})
+    r = conn.getresponse()
+    body = r.read()
+    conn.close()
+    return r.status, dict(r.getheaders()), body
+
+
+def test_index_lists_recordings_episodes_and_their_clips(served):
+    server, root = served
+    status, headers, body = get(server, "/api/index")
+    assert status == 200 and headers["Content-Type"] == "application/json"
+    doc = json.loads(body)
+    episodes = list(envrec.TraceReader(root))
+    assert [(e["episode_id"], e["length"], e["return"], e["ended_by"]) for e in doc["episodes"]] == [
+        (e.episode_id, e.length, e.total_reward, e.ended_by) for e in episodes]
+    assert all(e["clip"] == f"{_clip_prefix(root)}-episode-{e['episode_id']}" for e in doc["episodes"])
+    assert doc["recordings"][0]["steps"] == sum(e.length for e in episodes) and doc["recordings"][0]["complete"]
+    assert len(doc["clips"]) == 3 and all(c["url"].startswith("/files/") and not c["broken"] for c in doc["clips"])
+    for page in ("/", "/episode", "/static/viewer.js", "/static/style.css"):
+        assert get(server, page)[0] == 200
+
+
+def _clip_prefix(root) -> str:
+    return next(n for n in os.listdir(root) if n.endswith(".mp4")).split("-episode-")[0]
+
+
+def test_episode_json_has_every_step_and_the_clip(served):
+    server, root = served
+    ep = envrec.TraceReader(root)[1]
+    status, _, body = get(server, f"/api/episode?recording={envrec.TraceReader(root).manifests[0]['prefix']}&episode=1&width=800&obs=0,2")
+    assert status == 200
+    doc = json.loads(body)
+    s = doc["series"]
+    assert doc["length"] == ep.length and s["reward"]["x"] == list(range(1, ep.length + 1))  # step t's reward at x = t
+    assert s["reward"]["min"] == ep.rewards.tolist() and s["return"]["max"] == np.cumsum(ep.rewards).tolist()
+    assert s["actions"][0]["min"] == ep.actions.tolist()
+    assert [o["dim"] for o in s["observations"]] == [0, 2]
+    assert s["observations"][1]["min"] == ep.observations[:, 2].astype(np.float64).tolist()  # observation index: 0 .. length
+    assert doc["clip"]["url"].endswith("-episode-1.mp4") and doc["clip"]["frames"] == ep.length + 1 and doc["clip"]["fps"] == 50
+
+
+@pytest.mark.parametrize("query, status", [
+    ("recording=nope&episode=0", 404),
+    ("episode=0", 400),
+    ("recording={p}&episode=99", 404),
+    ("recording={p}&episode=0&obs=4", 404),  # CartPole has dimensions 0..3
+    ("recording={p}&episode=x", 400),
+])
+def test_episode_json_errors(served, query, status):
+    server, root = served
+    prefix = envrec.TraceReader(root).manifests[0]["prefix"]
+    got, _, body = get(server, "/api/episode?" + query.format(p=prefix))
+    assert got == status and "error" in json.loads(body)
+
+
+def test_a_long_episode_is_downsampled_min_max_and_fast(tmp_path):
+    rec = envrec.TraceRecorder(tmp_path, S.Box(-np.inf, np.inf, (3,), np.float32), S.Discrete(2), batch_bytes=50_000_000)
+    rng = np.random.default_rng(0)
+    obs = rng.standard_normal((100_001, 3)).astype(np.float32)
+    rewards = rng.standard_normal(100_000)
+    rewards[54_321] = 50.0  # a spike of one step must survive downsampling
+    rec.add_reset(obs[0])
+    for t in range(100_000):
+        rec.add_step(t % 2, obs[t + 1], rewards[t], t == 99_999, False)
+    rec.close()
+    server = ViewerServer(tmp_path).start()
+    try:
+        get(server, "/api/index")
+        t0 = time.perf_counter()
+        status, _, body = get(server, f"/api/episode?recording={rec.prefix}&episode=0&width=1000")
+        took = time.perf_counter() - t0
+    finally:
+        server.close()
+    assert status == 200 and took < 1.0, took
+    r = json.loads(body)["series"]["reward"]
+    assert len(r["x"]) <= 1000 and r["bucket"] == 100
+    assert max(r["max"]) == 50.0 and min(r["min"]) == pytest.approx(rewards.min())
+    assert all(lo <= hi for lo, hi in zip(r["min"], r["max"], strict=True))
+    assert len(body) < 400_000
+
+
+def test_byte_ranges(served):
+    server, root = served
+    name = next(n for n in sorted(os.listdir(root)) if n.endswith(".mp4"))
+    data = (root / name).read_bytes()
+    url = f"/files/{name}"
+    status, headers, body = get(server, url)
+    assert status == 200 and body == data and headers["Accept-Ranges"] == "bytes" and headers["Content-Type"] == "video/mp4"
+    for spec, lo, hi in (("bytes=0-99", 0, 99), ("bytes=100-", 100, len(data) - 1), ("bytes=-50", len(data) - 50, len(data) - 1),
+                         (f"bytes=10-{len(data) + 100}", 10, len(data) - 1)):
+        status, headers, body = get(server, url, {"Range": spec})
+        assert status == 206 and body == data[lo : hi + 1], spec
+        assert headers["Content-Range"] == f"bytes {lo}-{hi}/{len(data)}"
+    for bad in (f"bytes={len(data)}-", "bytes=5-2", "bytes=-0", "lines=1-2"):
+        status, headers, _ = get(server, url, {"Range": bad})
+        assert status == 416 and headers["Content-Range"] == f"bytes */{len(data)}", bad
+    status, headers, body = get(server, url, method="HEAD")
+    assert status == 200 and body == b"" and int(headers["Content-Length"]) == len(data)
+
+
+def test_nothing_outside_the_folder_is_reachable(served, tmp_path):
+    server, root = served
+    (tmp_path / "secret.txt").write_text("not yours")
+    (root / "sub").mkdir()
+    (root / "sub" / "ok.txt").write_text("fine")
+    os.symlink(tmp_path / "secret.txt", root / "link.txt")
+    os.symlink(tmp_path, root / "linkdir")
+    assert get(server, "/files/sub/ok.txt")[2] == b"fine"
+    for path in ("/files/../secret.txt", "/files/%2e%2e/secret.txt", "/files/..%2fsecret.txt", "/files/sub%2Fok.txt",
+                 "/files/sub/../../secret.txt", "/files/link.txt", "/files/linkdir/secret.txt", "/files//etc/passwd",
+                 "/files/%2Fetc%2Fpasswd", "/files/sub%5cok.txt", "/files/sub/./ok.txt", "/files/sub", "/static/../README.md",
+                 "/static/%2e%2e/catalog.py", "/etc/passwd", "/files/"):
+        status, _, body = get(server, path)
+        assert status == 404 and b"not yours" not in body, path
+
+
+def test_requests_for_another_host_are_refused(served):
+    server, _ = served
+    assert get(server, "/api/index", {"Host": "evil.example:80"})[0] == 403
+    assert get(server, "/api/index", {"Host": f"localhost:{server.server_address[1]}"})[0] == 200
+
+
+def test_cli_serves_until_interrupted(tmp_path):
+    record_cartpole(tmp_path, episodes=1)
+    proc = subprocess.Popen([sys.executable, "-m", "envrec", "view", str(tmp_path), "--port", "0", "--no-browser"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert "http://127.0.0.1:" in line, line
+        port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/api/index")
+        assert len(json.loads(conn.getresponse().read())["episodes"]) == 1
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+        proc.stdout.close()
+    bad = subprocess.run([sys.executable, "-m", "envrec", "view", str(tmp_path / "nope"), "--no-browser"],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "is not a folder" in bad.stderr

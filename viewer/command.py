@@ -1,0 +1,45 @@
+"""``envrec view DIR [--port P] [--host H] [--no-browser]``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import webbrowser
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub) -> None:
+    """Register ``envrec view`` on the CLI's subparsers."""
+    v = sub.add_parser("view", help="watch recorded episodes: video synced with reward, action and observation plots")
+    v.add_argument("directory", help="a folder of recordings and clips (searched recursively)")
+    v.add_argument("--port", type=int, default=8765, help="port to serve on (default 8765; 0: any free port)")
+    v.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    v.add_argument("--no-browser", action="store_true", help="do not open a browser; print the address only")
+    v.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .server import ViewerServer
+
+    if not os.path.isdir(args.directory):
+        print(f"envrec view: {args.directory} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        server = ViewerServer(args.directory, args.host, args.port)
+    except OSError as exc:
+        print(f"envrec view: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    print(f"envrec view: {server.root} at {server.url} (Ctrl-C to stop)", flush=True)
+    if not args.no_browser:
+        webbrowser.open(server.url)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0

@@ -1,0 +1,293 @@
+// envrec view: the index (recordings, episodes, clips) and the episode page (video synced with plots).
+// Plain JavaScript and canvas: no library, no network beyond the server that sent this page.
+"use strict";
+
+const $ = (sel) => document.querySelector(sel);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v; else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(c == null ? "" : String(c)));
+  return node;
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, {cache: "no-store"});
+  const doc = await r.json();
+  if (!r.ok) throw new Error(doc.error || r.statusText);
+  return doc;
+}
+
+function fmt(v) {
+  if (v === null || v === undefined) return "";
+  if (typeof v === "number" && !Number.isInteger(v)) return v.toPrecision(6).replace(/\.?0+$/, "");
+  return String(v);
+}
+
+// ---------------------------------------------------------------- index page
+const sortState = {};
+
+function sortable(table, rows, render) {
+  const id = table.id;
+  const apply = () => {
+    const s = sortState[id];
+    const sorted = rows.slice();
+    if (s) {
+      sorted.sort((a, b) => {
+        const x = a[s.key], y = b[s.key];
+        if (x === y) return 0;
+        if (x === null || x === undefined) return 1;
+        if (y === null || y === undefined) return -1;
+        return (x < y ? -1 : 1) * s.dir;
+      });
+    }
+    for (const th of table.querySelectorAll("th")) {
+      th.classList.toggle("sorted-asc", !!s && th.dataset.key === s.key && s.dir === 1);
+      th.classList.toggle("sorted-desc", !!s && th.dataset.key === s.key && s.dir === -1);
+    }
+    const body = table.querySelector("tbody");
+    body.replaceChildren(...sorted.map(render));
+  };
+  for (const th of table.querySelectorAll("th")) {
+    th.onclick = () => {
+      const s = sortState[id];
+      sortState[id] = {key: th.dataset.key, dir: s && s.key === th.dataset.key ? -s.dir : 1};
+      apply();
+    };
+  }
+  apply();
+}
+
+function episodeLink(recording, episode) {
+  return `/episode?recording=${encodeURIComponent(recording)}&episode=${episode}`;
+}
+
+async function showIndex() {
+  let doc;
+  try {
+    doc = await getJSON("/api/index");
+  } catch (e) {
+    $("#root").textContent = `cannot read the index: ${e.message}`;
+    return;
+  }
+  $("#root").textContent = doc.root;
+  sortable($("#recordings"), doc.recordings, (r) => el("tr", {},
+    el("td", {}, r.name), el("td", {}, r.env_id || ""), el("td", {class: "num"}, r.episodes),
+    el("td", {class: "num"}, r.steps), el("td", r.complete ? {} : {class: "live"}, r.complete ? "complete" : "recording")));
+  sortable($("#episodes"), doc.episodes, (e) => el("tr", {"data-episode": e.episode_id},
+    el("td", {}, e.recording), el("td", {class: "num"}, el("a", {href: episodeLink(e.recording, e.episode_id)}, e.episode_id)),
+    el("td", {class: "num"}, e.length), el("td", {class: "num"}, fmt(e.return)), el("td", {}, e.ended_by),
+    el("td", {}, e.complete ? "yes" : "no"), el("td", {}, e.clip || "")));
+  sortable($("#clips"), doc.clips, (c) => el("tr", {},
+    el("td", {}, c.url ? el("a", {href: c.url}, c.name) : c.name), el("td", {class: "num"}, fmt(c.episode_id)),
+    el("td", {class: "num"}, fmt(c.frames)), el("td", {class: "num"}, fmt(c.fps)),
+    el("td", {}, c.broken ? `broken: ${c.reason || ""}` : "ok")));
+  document.body.dataset.loaded = "1";
+  if (doc.recordings.some((r) => !r.complete)) setTimeout(showIndex, 3000);  // live: refresh
+}
+
+// ---------------------------------------------------------------- episode page
+class CastPlayer {
+  // Plays an asciicast (text frames) with the interface the plots use: currentTime, paused, play(), pause().
+  constructor(pre, text) {
+    const lines = text.split("\n").filter((l) => l.trim());
+    this.events = lines.slice(1).map((l) => JSON.parse(l)).filter((e) => e[1] === "o");
+    this.pre = pre;
+    this.paused = true;
+    this.base = 0;
+    this.startedAt = 0;
+    this.duration = this.events.length ? this.events[this.events.length - 1][0] + 0.001 : 0;
+    this.show();
+  }
+  get currentTime() {
+    return this.paused ? this.base : Math.min(this.duration, this.base + (performance.now() - this.startedAt) / 1000);
+  }
+  set currentTime(t) {
+    this.base = Math.max(0, Math.min(t, this.duration));
+    this.startedAt = performance.now();
+    this.show();
+  }
+  play() { this.base = this.currentTime >= this.duration ? 0 : this.currentTime; this.startedAt = performance.now(); this.paused = false; }
+  pause() { this.base = this.currentTime; this.paused = true; }
+  show() {
+    const t = this.currentTime;
+    let i = 0;
+    while (i + 1 < this.events.length && this.events[i + 1][0] <= t) i++;
+    // eslint-disable-next-line no-control-regex
+    this.pre.textContent = this.events.length ? this.events[i][2].replace(/\x1b\[[0-9;?]*[A-Za-z]/g, "") : "";
+  }
+}
+
+class Plot {
+  constructor(label, series, domain) {
+    this.series = series;  // [{x, min, max, label}]
+    this.domain = domain;  // [first x, last x]
+    this.width = plotWidth();
+    this.height = 90;
+    this.canvas = el("canvas", {class: "plot", width: this.width, height: this.height, "data-label": label});
+    this.cursor = el("div", {class: "cursor"});
+    this.cursor.style.cssText = "position:absolute;top:0;width:1px;height:100%;background:#c01c28;pointer-events:none;left:0";
+    this.box = el("div", {class: "plot-box"});
+    this.box.style.cssText = "position:relative;display:inline-block";
+    this.box.append(this.canvas, this.cursor);
+    this.label = label;
+    this.draw();
+  }
+  px(x) {
+    const [a, b] = this.domain;
+    return 1 + (b > a ? (x - a) / (b - a) : 0) * (this.width - 2);
+  }
+  step(px) {
+    const [a, b] = this.domain;
+    return Math.max(a, Math.min(b, Math.round(a + ((px - 1) / (this.width - 2)) * (b - a))));
+  }
+  draw() {
+    const ctx = this.canvas.getContext("2d");
+    let lo = Infinity, hi = -Infinity;
+    for (const s of this.series) for (let i = 0; i < s.x.length; i++) {
+      if (s.min[i] !== null) lo = Math.min(lo, s.min[i]);
+      if (s.max[i] !== null) hi = Math.max(hi, s.max[i]);
+    }
+    if (!(lo <= hi)) { lo = 0; hi = 1; }
+    if (lo === hi) { lo -= 1; hi += 1; }
+    const pad = 14, y = (v) => pad + (1 - (v - lo) / (hi - lo)) * (this.height - pad - 4);
+    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, this.width, this.height);
+    ctx.fillStyle = "#555"; ctx.font = "11px sans-serif";
+    ctx.fillText(`${this.label}   [${fmt(lo)}, ${fmt(hi)}]`, 4, 11);
+    const colours = ["#1a5fb4", "#e66100", "#26a269", "#9141ac", "#c64600", "#613583", "#2ec27e", "#865e3c"];
+    this.series.forEach((s, k) => {
+      ctx.strokeStyle = colours[k % colours.length];
+      ctx.beginPath();
+      let open = false;
+      for (let i = 0; i < s.x.length; i++) {
+        if (s.min[i] === null || s.max[i] === null) { open = false; continue; }
+        const px = this.px(s.x[i]);
+        if (open) ctx.lineTo(px, y(s.min[i])); else ctx.moveTo(px, y(s.min[i]));
+        ctx.lineTo(px, y(s.max[i]));
+        open = true;
+      }
+      ctx.stroke();
+    });
+  }
+  moveCursor(step) {
+    const px = Math.round(this.px(step));
+    this.cursor.style.left = `${px}px`;
+    this.canvas.dataset.cursorX = String(px);
+  }
+}
+
+function plotWidth() {
+  return Math.max(300, Math.min(1200, document.documentElement.clientWidth - 60));
+}
+
+const state = {player: null, fps: 30, plots: [], length: 0, lastStep: -1};
+
+function params() {
+  const q = new URLSearchParams(location.search);
+  return {recording: q.get("recording"), episode: q.get("episode"), obs: q.get("obs")};
+}
+
+function stepOfPlayer() {
+  // Frame f of an episode's clip shows observation f (frame 0: the reset), and x is the observation index.
+  const p = state.player;
+  if (!p) return null;
+  return Math.max(0, Math.min(state.length, Math.floor(p.currentTime * state.fps + 1e-6)));
+}
+
+function seek(step) {
+  document.body.dataset.seekedTo = String(step);
+  if (state.player) state.player.currentTime = (step + 0.5) / state.fps;
+  setCursor(step);
+}
+
+function setCursor(step) {
+  if (step === null || step === state.lastStep) return;
+  state.lastStep = step;
+  document.body.dataset.cursorStep = String(step);
+  for (const p of state.plots) p.moveCursor(step);
+}
+
+function tick() {
+  const p = state.player;
+  if (p) {
+    if (p instanceof CastPlayer && !p.paused) p.show();
+    setCursor(stepOfPlayer());
+  }
+  requestAnimationFrame(tick);
+}
+
+async function showMedia(clip) {
+  const media = $("#media");
+  media.replaceChildren();
+  if (!clip || !clip.url) {
+    media.append(el("p", {class: "muted"}, "no clip of this episode: plots only"));
+    return;
+  }
+  state.fps = clip.fps || 30;
+  if (clip.kind === "ansi") {
+    const pre = el("pre", {id: "cast"});
+    const button = el("button", {id: "cast-play"}, "play / pause");
+    media.append(pre, button);
+    const r = await fetch(clip.url);
+    state.player = new CastPlayer(pre, await r.text());
+    button.onclick = () => (state.player.paused ? state.player.play() : state.player.pause());
+  } else {
+    const video = el("video", {id: "player", src: clip.url, controls: "", muted: "", playsinline: "", preload: "auto"});
+    video.muted = true;
+    media.append(video);
+    state.player = video;
+  }
+}
+
+function showPlots(doc) {
+  const domain = [0, doc.length];
+  const s = doc.series;
+  const groups = [["reward", [s.reward]], ["return", [s["return"]]]];
+  for (const a of s.actions) groups.push([`action ${a.label}`, [a]]);
+  for (const o of s.observations) groups.push([`observation ${o.label}`, [o]]);
+  state.plots = groups.map(([label, series]) => new Plot(label, series, domain));
+  $("#plots").replaceChildren(...state.plots.map((p) => el("div", {}, p.box)));
+  for (const p of state.plots) {
+    p.canvas.addEventListener("click", (ev) => {
+      const rect = p.canvas.getBoundingClientRect();
+      seek(p.step((ev.clientX - rect.left) * (p.width / rect.width)));
+    });
+  }
+  state.lastStep = -1;
+  setCursor(stepOfPlayer() ?? 0);
+}
+
+async function loadEpisode(first) {
+  const q = params();
+  const dims = $("#obs-dims").value.trim();
+  let url = `/api/episode?recording=${encodeURIComponent(q.recording)}&episode=${encodeURIComponent(q.episode)}&width=${plotWidth()}`;
+  if (dims) url += `&obs=${encodeURIComponent(dims)}`;
+  let doc;
+  try {
+    doc = await getJSON(url);
+  } catch (e) {
+    $("#status").textContent = e.message;
+    return;
+  }
+  $("#status").textContent = "";
+  state.length = doc.length;
+  $("#title").textContent = `${doc.recording}, episode ${doc.episode_id}`;
+  $("#summary").textContent = `${doc.length} steps, return ${fmt(doc["return"])}, ended by ${doc.ended_by}` +
+    `${doc.complete ? "" : " (incomplete)"}, seed ${fmt(doc.seed)}; observation has ${doc.observation_dims} dimension(s)`;
+  if (!dims) $("#obs-dims").value = doc.series.observations.map((o) => o.dim).join(",");
+  if (first) await showMedia(doc.clip);
+  showPlots(doc);
+  document.body.dataset.loaded = "1";
+}
+
+async function showEpisode() {
+  const q = params();
+  if (q.obs) $("#obs-dims").value = q.obs;
+  $("#apply-dims").onclick = () => loadEpisode(false);
+  await loadEpisode(true);
+  requestAnimationFrame(tick);
+}
+
+if (document.body.dataset.page === "index") showIndex(); else showEpisode();
