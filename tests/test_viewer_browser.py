@@ -1,0 +1,156 @@
+"""envrec view in a real headless browser (Playwright driving Debian's Chromium).
+
+The index lists the episodes; an episode page plays its clip, the plot
+cursor follows the video, a click on a plot seeks the video, nothing is
+logged as an error and no request leaves 127.0.0.1. Needs ``playwright``
+(the test extra) and ``/usr/bin/chromium`` (``.ci/run`` installs it with
+apt-get); outside CI a machine without them skips with the reason printed,
+under ``CI=true`` the test fails instead. ``ENVREC_VIEWER_SCREENSHOT=FILE``
+saves the episode page (``docs/viewer.png`` was made so).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from urllib.parse import urlsplit
+
+import gymnasium as gym
+import pytest
+
+import envrec
+from envrec.viewer import ViewerServer
+
+pytestmark = pytest.mark.timeout(180)
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# As root in a container, with no network: no sandbox, and none of Chromium's own connections.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--autoplay-policy=no-user-gesture-required"]
+FPS = 10  # slow enough that a short CartPole episode plays for seconds
+
+
+def _browser_or_skip():
+    missing = []
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing.append("the playwright package (pip install '.[test]')")
+        sync_playwright = None
+    if not os.path.exists(CHROMIUM):
+        missing.append("chromium (apt-get install chromium)")
+    if missing:
+        reason = f"the viewer's browser test needs {' and '.join(missing)}"
+        if os.environ.get("CI"):
+            pytest.fail(reason + ": .ci/run installs them, so under CI=true this is a failure")
+        print(f"SKIPPED: {reason}")
+        pytest.skip(reason)
+    return sync_playwright
+
+
+@pytest.fixture
+def recording(tmp_path):
+    env = gym.make("CartPole-v1", render_mode="rgb_array")
+    env = envrec.RecordVideo(env, str(tmp_path), episode_trigger=lambda e: True, fps=FPS)
+    env = envrec.RecordTrace(env, tmp_path, name_prefix="cartpole")
+    env.action_space.seed(3)
+    for seed in range(4):
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            done = term or trunc
+    env.close()
+    episodes = list(envrec.TraceReader(tmp_path))
+    server = ViewerServer(tmp_path).start()
+    yield server, episodes
+    server.close()
+
+
+def test_episode_page_plays_the_clip_with_a_cursor_that_follows_and_seeks(recording):
+    sync_playwright = _browser_or_skip()
+    server, episodes = recording
+    longest = max(episodes, key=lambda e: e.length)
+    errors, hosts = [], set()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1100, "height": 1300})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda r: hosts.add(urlsplit(r.url).hostname))
+
+        page.goto(server.url)
+        page.wait_for_selector("body[data-loaded='1']")
+        rows = page.locator("#episodes tbody tr")
+        assert rows.count() == len(episodes)
+        page.click("#episodes th[data-key='length']")
+        page.click("#episodes th[data-key='length']")  # descending: the longest first
+        assert rows.first.get_attribute("data-episode") == str(longest.episode_id)
+
+        rows.first.locator("a").click()
+        page.wait_for_selector("body[data-loaded='1']")
+        assert page.locator("#summary").inner_text().startswith(f"{longest.length} steps")
+        assert page.locator("canvas.plot").count() >= 2 + 1 + 4  # reward, return, action, 4 observation dims
+        page.wait_for_function("document.getElementById('player').readyState >= 2")
+        page.evaluate("document.getElementById('player').play()")
+        page.wait_for_function("document.getElementById('player').currentTime > 0.8", timeout=15_000)
+        first = page.evaluate("[document.getElementById('player').currentTime, Number(document.body.dataset.cursorStep)]")
+        page.wait_for_timeout(600)
+        second = page.evaluate("[document.getElementById('player').currentTime, Number(document.body.dataset.cursorStep)]")
+        assert second[0] > first[0] and second[1] > first[1]  # the video plays, the cursor follows
+        for t, step in (first, second):
+            assert abs(step - int(t * FPS)) <= 2, (t, step)
+        page.evaluate("document.getElementById('player').pause()")
+
+        target = longest.length // 3
+        plot = page.locator("canvas.plot").first
+        box = plot.bounding_box()
+        x = 1 + target / longest.length * (box["width"] - 2)
+        plot.click(position={"x": x, "y": box["height"] / 2})
+        page.wait_for_function(f"Math.abs(document.getElementById('player').currentTime - {(target + 0.5) / FPS}) < 0.05")
+        assert abs(int(page.evaluate("document.body.dataset.cursorStep")) - target) <= 1
+        cursor_x = float(plot.get_attribute("data-cursor-x"))
+        assert abs(cursor_x - x) <= 2 * box["width"] / longest.length + 1
+
+        if os.environ.get("ENVREC_VIEWER_SCREENSHOT"):
+            page.evaluate(f"document.getElementById('player').currentTime = {(longest.length * 0.6 + 0.5) / FPS}")
+            page.wait_for_timeout(500)
+            page.screenshot(path=os.environ["ENVREC_VIEWER_SCREENSHOT"], full_page=True)
+        browser.close()
+    assert not errors, errors
+    assert hosts == {"127.0.0.1"}, hosts
+
+
+def test_ansi_clip_plays_as_text_synced_with_the_plots(tmp_path):
+    sync_playwright = _browser_or_skip()
+    env = gym.make("FrozenLake-v1", render_mode="ansi", is_slippery=False)
+    env = envrec.RecordVideo(env, str(tmp_path), episode_trigger=lambda e: True, fps=FPS)
+    env = envrec.RecordTrace(env, tmp_path, name_prefix="lake")
+    env.reset(seed=0)
+    for action in (2, 2, 1, 1, 1, 2):  # right, right, down, down, down, right: the goal in six steps
+        env.step(action)
+    env.close()
+    server = ViewerServer(tmp_path).start()
+    errors = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page()
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(server.url + "episode?recording=lake&episode=0")
+            page.wait_for_selector("body[data-loaded='1']")
+            page.wait_for_function("document.getElementById('cast') && document.getElementById('cast').textContent.includes('F')")
+            start = page.locator("#cast").inner_text()
+            page.click("#cast-play")
+            page.wait_for_function("Number(document.body.dataset.cursorStep) >= 3", timeout=10_000)
+            assert page.locator("#cast").inner_text() != start  # the agent moved on the board
+            page.click("#cast-play")  # pause
+            plot = page.locator("canvas.plot").first
+            box = plot.bounding_box()
+            plot.click(position={"x": 1 + 2 / 6 * (box["width"] - 2), "y": box["height"] / 2})
+            page.wait_for_function("document.body.dataset.cursorStep === '2'")
+            browser.close()
+    finally:
+        server.close()
+    assert not errors, errors
