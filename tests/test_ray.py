@@ -66,6 +66,28 @@ class Stepper:
         self.env.close()
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_creator_gives_every_sub_env_its_own_folder_in_or_out_of_process(tmp_path, mode):
+    """RLlib builds a runner's sub-envs with one context, in-process or in AsyncVectorEnv sub-processes."""
+    creator = recording_env_creator("CartPole-v1", tmp_path, batch_bytes=2_000)
+    context = {"worker_index": 3}
+    fns = [lambda: creator(context) for _ in range(3)]
+    vec = gym.vector.SyncVectorEnv(fns) if mode == "sync" else gym.vector.AsyncVectorEnv(fns)
+    vec.reset(seed=0)
+    for _ in range(60):
+        vec.step(vec.action_space.sample())
+    vec.close()
+    folders = sorted(os.listdir(tmp_path))
+    assert all(f.startswith("runner-3-") for f in folders)
+    steps = {f: _committed(tmp_path / f) for f in folders}  # the parent's unstepped env left no manifest
+    stepped = [f for f, n in steps.items() if n]
+    assert len(stepped) == 3 and all(steps[f] > 50 for f in stepped)  # 60 steps each, less autoreset steps (resets)
+    # AsyncVectorEnv makes one env in the parent to read its spaces, and closes it unstepped: an empty recording
+    assert len(folders) == (3 if mode == "sync" else 4)
+    assert len({f.split("-")[2] for f in stepped}) == (1 if mode == "sync" else 3)  # one pid, or one per sub-process
+    assert to_arrow(tmp_path).num_rows == sum(steps.values())  # every sub-env's steps, apart
+
+
 def _committed(folder) -> int:
     try:
         return sum(e.length for e in envrec.TraceReader(folder))
@@ -103,9 +125,19 @@ def test_killed_actor_keeps_what_it_committed_and_leaks_nothing(cluster, tmp_pat
     victim.run.remote(10**7)  # runs until killed
     assert wait_for(lambda: ray.get(victim.done.remote()) > 1500 and _committed(victim_folder) > 0, 60)
     committed_before = _committed(victim_folder)
-    tree = [pid, *(p.pid for p in psutil.Process(pid).children(recursive=True))]
-    names = {psutil.Process(p).name() for p in tree[1:]}
-    assert any("ffmpeg" in n for n in names) and len(tree) >= 4  # serializer, encoder, ffmpeg
+
+    def family() -> list[psutil.Process]:
+        return psutil.Process(pid).children(recursive=True)
+
+    # kill it while a clip is being encoded: serializer, encoder and an ffmpeg running
+    def encoding() -> bool:
+        try:
+            return len(family()) >= 3 and any("ffmpeg" in p.name() for p in family())
+        except psutil.Error:  # a clip's ffmpeg exited as we looked
+            return False
+
+    assert wait_for(encoding, 20)
+    tree = [pid, *(p.pid for p in family())]
     assert [s for s in list_segments() if s.startswith(f"envrec_{pid}_")]
     ray.kill(victim)
     killed_at = time.monotonic()
@@ -121,9 +153,11 @@ def test_killed_actor_keeps_what_it_committed_and_leaks_nothing(cluster, tmp_pat
     committed = envrec.TraceReader(victim_folder)  # every batch it committed reads back, CRC-32 checked
     kept = sum(e.length for e in committed)
     assert kept >= committed_before  # nothing committed was lost
-    for n in os.listdir(victim_folder):  # the batch it was writing died with it: hidden, named by the dead worker
-        if n.endswith(".tmp"):
-            os.unlink(os.path.join(victim_folder, n))
+    for folder, _, names in os.walk(victim_folder):  # what its workers were writing died with them: hidden, named by them
+        for n in names:
+            if n.endswith(".tmp"):
+                assert n.startswith(".") and int(n.rsplit(".", 2)[1]) in tree
+                os.unlink(os.path.join(folder, n))
     steps = ray.get(survivor.run.remote(300))  # the other runner goes on recording
     ray.get(survivor.close.remote())
     assert read_traces(str(tmp_path)).count() == kept + steps
