@@ -181,7 +181,7 @@ class VideoRecorder:
         if self.clip is not None:
             self.end_clip()
         self._recover()
-        self._report_finished()
+        self.poll()
         self.clip = _ClipState(name, "ansi" if text else "video", episode_id, self.fps)
         self.clip.blocked_at_start = self._stream.blocked_s
         if self.times is not None:
@@ -271,6 +271,8 @@ class VideoRecorder:
         from every ``step()`` and ``reset()``, and ``close()`` does after the
         worker has finished everything.
         """
+        if not self._unreported:
+            return  # nothing pending: no shared-memory read at all
         # Once the worker is gone every clip sent is final (its metadata written by one side or the other).
         finished = self._clips_seen + len(self._unreported) if self._stream.closed else self._stream.status(Status.CLIPS)
         while self._clips_seen < finished and self._unreported:
@@ -287,8 +289,6 @@ class VideoRecorder:
             if self.on_clip_closed is not None:
                 video = m.get("path")
                 self.on_clip_closed(os.path.join(self.folder, video) if video else None, m)
-
-    _report_finished = poll
 
     def _refuse(self, problem: str) -> None:
         clip = self.clip
@@ -395,7 +395,7 @@ class VideoRecorder:
         summary = self._stream.close(final_stats=self.stats())
         if self._stream.broken is not None:
             self._write_unfinished_meta(self._stream.broken)  # the worker is gone: what it left is unfinished
-        self._report_finished()
+        self.poll()
         logger.info("envrec: %d clip(s) in %s: %s", self.clips_started, self.folder, summary_line(self.stats()))
         return summary
 

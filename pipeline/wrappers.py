@@ -268,7 +268,8 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def step(self, action):
         obs, rew, terminated, truncated, info = self.env.step(action)
         self.step_id += 1
-        self._outcome.step(rew, terminated, truncated, info)
+        if self.keep_if is not None:
+            self._outcome.step(rew, terminated, truncated, info)
         self.recorder.poll()
         if self.step_trigger and self.step_trigger(self.step_id):
             self.start_recording(f"{self.name_prefix}-step-{self.step_id}")

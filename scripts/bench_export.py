@@ -8,7 +8,13 @@ once) and the spread (min-max) across rounds. The peer for the Parquet export
 is pyarrow alone writing the same rows (``pq.write_table`` of the table
 ``to_arrow`` built, measured in the same rounds): what Parquet itself costs.
 
-Usage: ``python scripts/bench_export.py [--steps 20000] [--rounds 3]``.
+Minari's own storage re-reads the dataset folder's size after every
+episode, so its export time grows with the square of the episode count:
+``--readers`` picks the readers, ``--workload`` one workload, to measure it
+at several sizes.
+
+Usage: ``python scripts/bench_export.py [--steps 20000] [--rounds 3]
+[--workload atari|cartpole] [--readers "parquet export,to_arrow"]``.
 """
 
 from __future__ import annotations
@@ -101,7 +107,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workload", choices=("atari", "cartpole"), default=None, help="one workload only")
+    ap.add_argument("--readers", default=None, help=f"comma-separated subset of: {', '.join(READERS)}")
     args = ap.parse_args()
+    if args.readers:
+        unknown = set(args.readers.split(",")) - set(READERS)
+        if unknown:
+            ap.error(f"unknown readers {sorted(unknown)}; choose from {', '.join(READERS)}")
+        for name in list(READERS):
+            if name not in args.readers.split(",") and name != "pyarrow alone":
+                del READERS[name]
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="error")
@@ -109,8 +124,11 @@ def main() -> None:
     try:
         import gymnasium as gym
 
-        for label, make, n in (("Atari-like 210x160x3", lambda: AtariLikeEnv(1000), args.steps),
-                               ("CartPole-v1", lambda: gym.make("CartPole-v1"), 10 * args.steps)):
+        workloads = (("atari", "Atari-like 210x160x3", lambda: AtariLikeEnv(1000), args.steps),
+                     ("cartpole", "CartPole-v1", lambda: gym.make("CartPole-v1"), 10 * args.steps))
+        for key, label, make, n in workloads:
+            if args.workload not in (None, key):
+                continue
             folder = os.path.join(root, label.split()[0])
             array_bytes = record(folder, n, make())
             _tables.pop(folder, None)
