@@ -18,8 +18,19 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["PathsLike", "RecordingSource", "find_recordings", "to_arrow", "to_minari", "to_parquet"]
 
 
+def _require(module: str, extra: str) -> None:
+    """ImportError naming the extra that installs ``module``."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"{module} is not installed: pip install 'envrec[{extra}]'") from exc
+
+
 def to_arrow(paths: PathsLike, verify: bool = True) -> pa.Table:
     """Every committed step of every recording under ``paths`` (folders, globs, or a list) as one table."""
+    _require("pyarrow", "arrow")
     import pyarrow as pa
 
     from .batches import iter_record_batches
@@ -30,6 +41,7 @@ def to_arrow(paths: PathsLike, verify: bool = True) -> pa.Table:
 
 def to_parquet(paths: PathsLike, out: str, verify: bool = True) -> ParquetSummary:
     """Write a Parquet dataset partitioned by recording (streamed: one trace batch in memory at a time)."""
+    _require("pyarrow", "arrow")
     from .parquet import write_parquet
 
     return write_parquet(paths, out, verify)
@@ -37,6 +49,7 @@ def to_parquet(paths: PathsLike, out: str, verify: bool = True) -> ParquetSummar
 
 def to_minari(paths: PathsLike, dataset_id: str, **metadata: Any) -> Any:
     """A Minari dataset of every episode under ``paths``; ``metadata`` goes to ``create_dataset_from_buffers``."""
+    _require("minari", "minari")
     from .minari_dataset import write_minari
 
     return write_minari(paths, dataset_id, **metadata)

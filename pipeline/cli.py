@@ -128,6 +128,7 @@ def _report(args: argparse.Namespace, env, video, episodes: int, steps: int, sta
         print("  problems: " + "; ".join(problems), file=sys.stderr)
         return 1
     print(f"  read it back: envrec inspect {env.directory}")
+    print(f"  watch it: envrec view {env.directory}")
     return 0
 
 

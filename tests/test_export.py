@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import urllib.parse
 
 import gymnasium as gym
@@ -300,3 +301,14 @@ def test_cli_export(tmp_path, monkeypatch, capsys):
     assert "does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["export", str(tmp_path / "rec")])  # neither --parquet nor --minari
+
+
+@pytest.mark.parametrize("module, extra, call", [
+    ("pyarrow", "arrow", lambda p: to_arrow(p)),
+    ("pyarrow", "arrow", lambda p: to_parquet(p, p / "out")),
+    ("minari", "minari", lambda p: to_minari(p, "envrec/x-v0")),
+])
+def test_a_missing_extra_is_named(tmp_path, monkeypatch, module, extra, call):
+    monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+    with pytest.raises(ImportError, match=rf"{module} is not installed: pip install 'envrec\[{extra}\]'"):
+        call(tmp_path)
