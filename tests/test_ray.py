@@ -16,7 +16,7 @@ from envrec.export import to_arrow, to_parquet
 from envrec.ray import read_traces, recording_env_creator
 from envrec.shm import list_segments
 
-from .waiting import wait_for
+from .waiting import committed_episodes, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -79,7 +79,7 @@ def test_creator_gives_every_sub_env_its_own_folder_in_or_out_of_process(tmp_pat
     vec.close()
     folders = sorted(os.listdir(tmp_path))
     assert all(f.startswith("runner-3-") for f in folders)
-    steps = {f: _committed(tmp_path / f) for f in folders}  # the parent's unstepped env left no manifest
+    steps = {f: _steps(tmp_path / f) for f in folders}  # the parent's unstepped env left no manifest
     stepped = [f for f, n in steps.items() if n]
     assert len(stepped) == 3 and all(steps[f] > 50 for f in stepped)  # 60 steps each, less autoreset steps (resets)
     # AsyncVectorEnv makes one env in the parent to read its spaces, and closes it unstepped: an empty recording
@@ -88,11 +88,8 @@ def test_creator_gives_every_sub_env_its_own_folder_in_or_out_of_process(tmp_pat
     assert to_arrow(tmp_path).num_rows == sum(steps.values())  # every sub-env's steps, apart
 
 
-def _committed(folder) -> int:
-    try:
-        return sum(e.length for e in envrec.TraceReader(folder))
-    except envrec.TraceError:  # no manifest yet
-        return 0
+def _steps(folder) -> int:
+    return sum(e.length for e in committed_episodes(folder))
 
 
 def _sorted(table: pa.Table) -> pa.Table:
@@ -123,8 +120,8 @@ def test_killed_actor_keeps_what_it_committed_and_leaks_nothing(cluster, tmp_pat
     pid = ray.get(victim.pid.remote())
     victim_folder = ray.get(victim.folder.remote())
     victim.run.remote(10**7)  # runs until killed
-    assert wait_for(lambda: ray.get(victim.done.remote()) > 1500 and _committed(victim_folder) > 0, 60)
-    committed_before = _committed(victim_folder)
+    assert wait_for(lambda: ray.get(victim.done.remote()) > 1500 and _steps(victim_folder) > 0, 60)
+    committed_before = _steps(victim_folder)
 
     def family() -> list[psutil.Process]:
         return psutil.Process(pid).children(recursive=True)

@@ -20,7 +20,7 @@ import envrec
 from envrec.shm import list_segments, sweep_orphans
 
 from .envs import SPACES, SpaceEnv
-from .waiting import wait_for
+from .waiting import committed_episodes, wait_for
 
 CHILD = os.path.join(os.path.dirname(__file__), "child_recorder.py")
 
@@ -257,20 +257,13 @@ def test_env_process_killed_workers_drain_the_ring_and_finalize(tmp_path):
     assert [e.observations[-1, 0, 0, 0] for e in reader] == [(50 * k + 49) % 256 for k in range(10)]
 
 
-def _episodes_committed(folder) -> int:
-    try:
-        return len(envrec.TraceReader(folder))
-    except envrec.TraceError:  # no manifest yet
-        return 0
-
-
 def test_env_process_and_worker_killed_together_leave_no_segment(tmp_path):
     """A batch scheduler, the OOM killer or Ray killing the whole tree: nothing can clean up, nothing is left."""
     child = _run_child(tmp_path, 120, "wait")
     worker_pid = int(child.stdout.readline())
     assert child.stdout.readline().strip() == "ready"
     assert [s for s in list_segments() if s.startswith(f"envrec_{child.pid}_")]
-    assert wait_for(lambda: _episodes_committed(tmp_path) == 2, 5)  # two whole episodes committed
+    assert wait_for(lambda: len(committed_episodes(tmp_path)) == 2, 5)  # two whole episodes committed
     os.kill(worker_pid, signal.SIGKILL)
     child.kill()
     child.wait(10)
