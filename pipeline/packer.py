@@ -3,9 +3,11 @@
 A ``RecordPacker`` knows, once and for all, where each fixed-size part of its
 kind of record lies (see ``records``); per call it reserves the record,
 lets each leaf codec check and copy its value in place, appends the few
-variable-size parts (infos, Text), writes the header and publishes. A value
-that fails its check raises ``RecordError`` before anything is published:
-the reservation is simply not used.
+variable-size parts (infos, Text), then writes the header, the part sizes
+and the record's scalar ``lead`` part (a STEP's reward and flags) with one
+``pack_into``, and publishes. A value that fails its check raises
+``RecordError`` before anything is published: the reservation is simply not
+used.
 """
 
 from __future__ import annotations
@@ -19,22 +21,20 @@ from .schema import compile_flattener, leaf_codecs, reward_value
 
 __all__ = ["RecordPacker", "TracePacker"]
 
-_pack_rst = RST.pack_into
-
-
-def _put_rst(rst: tuple, buf, off: int) -> None:
-    reward, terminated, truncated = rst
-    _pack_rst(buf, off, reward_value(reward), terminated, truncated)
-
 
 class RecordPacker:
-    """Writes one kind of record: fixed parts at precomputed offsets, then variable parts."""
+    """Writes one kind of record: an optional scalar lead part, fixed parts at precomputed offsets, then
+    variable parts."""
 
-    def __init__(self, kind: int, fixed: list[tuple[int, Callable]], n_variable: int) -> None:
+    def __init__(self, kind: int, fixed: list[tuple[int, Callable]], n_variable: int, lead: struct.Struct | None = None) -> None:
         self.kind = kind
-        self.nparts = len(fixed) + n_variable
-        self._head = struct.Struct(REC_HEAD.format + f"{self.nparts}I")  # the record header, then part sizes
-        pos = align(REC_HEAD_BYTES + 4 * self.nparts)
+        self.nparts = (lead is not None) + len(fixed) + n_variable
+        head_bytes = REC_HEAD_BYTES + 4 * self.nparts
+        pad = align(head_bytes) - head_bytes
+        lead_format = lead.format.lstrip("<") if lead is not None else ""
+        # The record header, the part sizes, padding to 8 bytes and the lead part: packed by one call.
+        self._head = struct.Struct(f"{REC_HEAD.format}{self.nparts}I{pad}x{lead_format}")
+        pos = align(head_bytes) + (align(lead.size) if lead is not None else 0)
         offsets = []
         for size, _ in fixed:
             offsets.append(pos)
@@ -42,9 +42,9 @@ class RecordPacker:
         self.fixed_bytes = pos
         self._fns = tuple(put for _, put in fixed)
         self._offs = tuple(offsets)
-        self._fixed_sizes = tuple(size for size, _ in fixed)
+        self._fixed_sizes: tuple[int, ...] = ((lead.size,) if lead is not None else ()) + tuple(size for size, _ in fixed)
 
-    def write(self, ring: RingWriter, episode: int, step: int, values: list, variable: list) -> bool:
+    def write(self, ring: RingWriter, episode: int, step: int, values: list, variable: list, lead: tuple = ()) -> bool:
         """Write one record; False if the ring's policy dropped it. RecordError leaves nothing published."""
         fixed = self.fixed_bytes
         n = fixed
@@ -64,7 +64,27 @@ class RecordPacker:
             if k:
                 data[pos : pos + k] = v
                 pos += (k + 7) & -8
-        self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, *sizes)
+        self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, *sizes, *lead)
+        ring.publish()
+        return True
+
+    def write_one_each(self, ring: RingWriter, episode: int, step: int, a, b, info: bytes, lead: tuple) -> bool:
+        """``write`` for a record of exactly two fixed parts and one variable part (the info): the common
+        STEP of a Box or Discrete action and a Box observation, without the loops and lists."""
+        k = len(info)
+        n = self.fixed_bytes + ((k + 7) & -8)
+        off = ring.reserve(n)
+        if off < 0:
+            return False
+        data = ring.data
+        put_a, put_b = self._fns
+        off_a, off_b = self._offs
+        put_a(a, data, off + off_a)
+        put_b(b, data, off + off_b)
+        if k:
+            pos = off + self.fixed_bytes
+            data[pos : pos + k] = info
+        self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, k, *lead)
         ring.publish()
         return True
 
@@ -85,8 +105,10 @@ class TracePacker:
         fixed_obs: list[tuple[int, Callable]] = [(c.size, c.put) for c in obs if c.size is not None and c.put is not None]
         fixed_act: list[tuple[int, Callable]] = [(c.size, c.put) for c in act if c.size is not None and c.put is not None]
         n_text = len(self._obs_enc) + len(self._act_enc)
-        self.step = RecordPacker(Kind.STEP, fixed_act + fixed_obs + [(RST.size, _put_rst)], n_text + 1)
+        self.step = RecordPacker(Kind.STEP, fixed_act + fixed_obs, n_text + 1, lead=RST)
         self.reset = RecordPacker(Kind.RESET, fixed_obs, len(self._obs_enc) + 2)
+        # One leaf each (no Dict, Tuple or Text): the values are the leaves, no flattening needed.
+        self._single_leaves = act_spec["type"] not in ("Dict", "Tuple", "Text") and obs_spec["type"] not in ("Dict", "Tuple", "Text")
 
     def min_step_bytes(self) -> int:
         """The size of the smallest possible STEP record (empty texts and info)."""
@@ -98,15 +120,16 @@ class TracePacker:
         return fixed, texts
 
     def write_step(self, ring, episode, step, action, observation, reward, terminated, truncated, info: bytes) -> bool:
+        lead = (reward if type(reward) is float else reward_value(reward), terminated, truncated)
+        if self._single_leaves:
+            return self.step.write_one_each(ring, episode, step, action, observation, info, lead)
         acts = self._flat_act(action)
         obs = self._flat_obs(observation)
         if not self._has_text:
-            return self.step.write(ring, episode, step, [*acts, *obs, (reward, terminated, truncated)], [info])
+            return self.step.write(ring, episode, step, [*acts, *obs], [info], lead)
         a_fixed, a_text = self._split(acts, self._act_text, self._act_enc)
         o_fixed, o_text = self._split(obs, self._obs_text, self._obs_enc)
-        return self.step.write(
-            ring, episode, step, [*a_fixed, *o_fixed, (reward, terminated, truncated)], [*a_text, *o_text, info]
-        )
+        return self.step.write(ring, episode, step, [*a_fixed, *o_fixed], [*a_text, *o_text, info], lead)
 
     def write_reset(self, ring, episode, observation, meta: bytes, info: bytes) -> bool:
         obs = self._flat_obs(observation)

@@ -6,9 +6,10 @@ can write them at offsets computed once; then the variable-size ones):
 * ``RESET`` (episode, step=0): the fixed observation leaves, the Text
   observation leaves, the pickled ``{"seed", "options"}`` of the reset, the
   pickled info.
-* ``STEP`` (episode, step=1..N): the fixed action leaves, the fixed
-  observation leaves, one 10-byte part of reward (f8), terminated (b1) and
-  truncated (b1) packed together (``RST``), the Text action leaves, the Text
+* ``STEP`` (episode, step=1..N): one 10-byte part of reward (f8),
+  terminated (b1) and truncated (b1) packed together (``RST``: first, so the
+  env side packs it with the record's header in one call), the fixed action
+  leaves, the fixed observation leaves, the Text action leaves, the Text
   observation leaves, the info.
 * ``CLOSE``: no parts; the recorder is closing, finalize and exit.
 
@@ -109,9 +110,9 @@ class TraceLayout:
     def step_parts(self) -> list[tuple]:
         """The field each part of a STEP record belongs to, in record order."""
         return (
-            self._keyed("actions", self.act_leaves, "array")
+            [("rst",)]
+            + self._keyed("actions", self.act_leaves, "array")
             + self._keyed("observations", self.obs_leaves, "array")
-            + [("rst",)]
             + self._keyed("actions", self.act_leaves, "text")
             + self._keyed("observations", self.obs_leaves, "text")
             + [("infos",)]

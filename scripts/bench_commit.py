@@ -54,7 +54,7 @@ class Driver:
         self.s.handle(RecordView(Kind.RESET, self.episode, 0, [memoryview(obs), memoryview(self.meta), memoryview(b"")]))
         for k in range(1, steps + 1):
             rst = RST.pack(1.0, k == steps, False)
-            parts = [memoryview(np.int64(k % 2).tobytes()), memoryview(obs), memoryview(rst), memoryview(b"")]
+            parts = [memoryview(rst), memoryview(np.int64(k % 2).tobytes()), memoryview(obs), memoryview(b"")]
             self.s.handle(RecordView(Kind.STEP, self.episode, k, parts))
         self.episode += 1
 

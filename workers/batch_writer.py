@@ -21,9 +21,13 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir, tmp_path_for
 from envrec.compression import Compression, compressor
 from envrec.trace_format import BatchEntry, batch_names, ndarray_descriptor
+
+from .spill import Spill
 
 if TYPE_CHECKING:
     from .episode_fields import EpisodeFields
@@ -31,29 +35,20 @@ if TYPE_CHECKING:
 __all__ = ["ArrayField", "BatchWriter", "JsonField"]
 
 FILE_BUFFER_BYTES = 1 << 20  # batch files: large sequential writes
-SPILL_BUFFER_BYTES = 64 << 10  # spill files: coalesces tiny per-step writes; each buffer is memory every episode reuses
+DIRECT_ROW_BYTES = 16 << 10  # rows at least this large go from the ring to the batch file without a copy in between
+IOV_MAX = 1024  # buffers per writev (Linux's limit)
 ALIGN = 8
 
 
-def append_file(src_fd: int, dst_fd: int, n: int) -> None:
-    """Append ``n`` bytes from the start of ``src_fd`` at ``dst_fd``'s offset."""
-    done = 0
-    try:
-        while done < n:
-            k = os.copy_file_range(src_fd, dst_fd, n - done, done)
-            if k == 0:
-                raise OSError(f"copy_file_range stopped after {done} of {n} bytes")
-            done += k
-        return
-    except OSError as exc:
-        if done or exc.errno not in (18, 22, 38, 95):  # EXDEV, EINVAL, ENOSYS, EOPNOTSUPP: fall back
-            raise
-    while done < n:
-        chunk = os.pread(src_fd, min(FILE_BUFFER_BYTES, n - done), done)
-        if not chunk:
-            raise OSError(f"spill file ended after {done} of {n} bytes")
-        os.write(dst_fd, chunk)
-        done += len(chunk)
+def write_all(fd: int, buffers: list) -> None:
+    """Write every buffer, in order, with as few ``writev`` calls as the kernel allows."""
+    views = [memoryview(b).cast("B") for b in buffers]
+    while views:
+        done = os.writev(fd, views[:IOV_MAX])
+        while views and done >= len(views[0]):
+            done -= len(views.pop(0))
+        if done:
+            views[0] = views[0][done:]
 
 
 CHUNK_INDEX = struct.Struct("<qq")  # one compressed chunk: rows, stored bytes
@@ -67,7 +62,7 @@ class ChunkPacker:
     file of its own, so nothing in memory grows with an episode's length.
     """
 
-    def __init__(self, compression: Compression, row_bytes: int, index_spill) -> None:
+    def __init__(self, compression: Compression, row_bytes: int, index_spill: Spill) -> None:
         self.compress = compressor(compression)
         self.row_bytes = row_bytes
         self.rows_per_chunk = compression.chunk_rows(row_bytes)
@@ -83,6 +78,14 @@ class ChunkPacker:
         self.rows += 1
         return self.rows == self.rows_per_chunk
 
+    def add_rows(self, rows: np.ndarray) -> int:
+        """Copy in as many of ``rows`` (a (n, row_bytes) uint8 array) as the chunk has room for; how many."""
+        k = min(len(rows), self.rows_per_chunk - self.rows)
+        start = self.rows * self.row_bytes
+        np.frombuffer(self.view[start : start + k * self.row_bytes], np.uint8).reshape(k, self.row_bytes)[:] = rows[:k]
+        self.rows += k
+        return k
+
     def take(self) -> bytes:
         """The waiting rows compressed as one chunk (recorded in the index); the buffer is empty after."""
         data = self.compress(self.view[: self.rows * self.row_bytes])
@@ -92,9 +95,7 @@ class ChunkPacker:
 
     def chunk_list(self) -> list[list[int]]:
         """The episode's chunks, ``[rows, stored_bytes]`` each, read back from the index spill."""
-        self.index.flush()
-        n = self.index.tell()
-        raw = os.pread(self.index.fileno(), n, 0)
+        raw = self.index.read_all()
         return [list(t) for t in CHUNK_INDEX.iter_unpack(raw)]
 
 
@@ -110,7 +111,7 @@ class ArrayField:
     rows: int = 0
     offset: int = 0  # where its data starts in the .bin (direct fields: set at episode start)
     stored: int = 0  # bytes of the episode's data written so far (compressed ones: once compressed)
-    spill: Any = None  # buffered spill file (not direct)
+    spill: Spill | None = None  # not direct
     packer: ChunkPacker | None = None  # compressed fields only
     codec: str = ""
 
@@ -122,11 +123,27 @@ class ArrayField:
             return
         self._out(mv, sink)
 
+    def write_rows(self, rows: np.ndarray, sink) -> None:
+        """``write`` for many rows at once: a (n, row_bytes) uint8 array, e.g. a column of a ``RecordRun``."""
+        self.rows += len(rows)
+        if self.packer is not None:
+            done = 0
+            while done < len(rows):
+                done += self.packer.add_rows(rows[done:])
+                if self.packer.rows == self.packer.rows_per_chunk:
+                    self._out(self.packer.take(), sink)
+            return
+        if self.direct:
+            sink.write_bin_rows(rows)
+        else:
+            self.spill.write(np.ascontiguousarray(rows))  # type: ignore[union-attr]  # as in _out
+        self.stored += rows.nbytes
+
     def _out(self, data, sink) -> None:
         if self.direct:
             sink.write_bin(data)
         else:
-            self.spill.write(data)
+            self.spill.write(data)  # type: ignore[union-attr]  # a field that is not direct has its spill
         self.stored += len(data) if isinstance(data, bytes) else data.nbytes
 
     def flush_chunk(self, sink) -> None:
@@ -155,7 +172,7 @@ class JsonField:
 
     key: tuple
     items: int = 0
-    spill: Any = None
+    spill: Spill = None  # type: ignore[assignment]  # set by EpisodeFields
 
     def write(self, obj: Any) -> None:
         self.write_json_text(json.dumps(obj, allow_nan=False, separators=(",", ":")).encode("utf-8"))
@@ -166,6 +183,12 @@ class JsonField:
             self.spill.write(b",")
         self.spill.write(text)
         self.items += 1
+
+    def write_json_repeated(self, text: bytes, n: int) -> None:
+        """Append the same JSON item ``n`` times (a run of empty infos)."""
+        items = b"," + text
+        self.spill.write(items * n if self.items else text + items * (n - 1))
+        self.items += n
 
 
 class BatchWriter:
@@ -234,17 +257,24 @@ class BatchWriter:
         self.bin.write(mv)
         self.bin_size += len(mv) if isinstance(mv, bytes) else mv.nbytes
 
+    def write_bin_rows(self, rows: np.ndarray) -> None:
+        """Append the rows of a (n, row_bytes) array: large rows straight from where they are (the ring)
+        with one ``writev``, small ones through the file's buffer as one contiguous copy."""
+        if rows.shape[1] < DIRECT_ROW_BYTES:
+            self.write_bin(np.ascontiguousarray(rows))
+            return
+        self.bin.flush()
+        write_all(self.bin.fileno(), list(rows))
+        self.bin.seek(0, os.SEEK_END)
+        self.bin_size += rows.nbytes
+
     def pad_bin(self) -> None:
         pad = -self.bin_size % ALIGN
         if pad:
             self.write_bin(b"\0" * pad)
 
-    def append_spill(self, spill, n: int) -> None:
-        spill.flush()
-        self.bin.flush()
-        append_file(spill.fileno(), self.bin.fileno(), n)
-        self.bin.seek(0, os.SEEK_END)
-        self.bin_size += n
+    def append_spill(self, spill: Spill) -> None:
+        self.bin_size += spill.append_to(self.bin)
 
     def write_episode(self, meta: dict, fields: EpisodeFields) -> None:
         """Finish the arrays of an episode in the .bin, then write its JSON.
@@ -256,12 +286,12 @@ class BatchWriter:
         for f in fields.arrays:
             f.flush_chunk(self)  # the direct field's last chunk must follow its others, before any spill
         for f in fields.arrays:
-            if f.direct:
+            if f.spill is None:  # the direct field, already in place
                 continue
             self.pad_bin()
             f.offset = self.bin_size
             if f.stored:
-                self.append_spill(f.spill, f.stored)
+                self.append_spill(f.spill)
         by_key: dict[tuple, Any] = {f.key: f.descriptor(self.bin_name) for f in fields.arrays}
         self.array_bytes += sum(f.rows * f.row_bytes for f in fields.arrays)
         tokens = {}
@@ -283,13 +313,7 @@ class BatchWriter:
         for tok, jf in tokens.items():
             before, after = text.split(tok, 1)
             self._write_json(before.encode("utf-8") + b"[")
-            jf.spill.flush()
-            n = jf.spill.tell()  # the episode's items; a reused spill may hold an older episode's beyond
-            if n:
-                self.json.flush()
-                append_file(jf.spill.fileno(), self.json.fileno(), n)
-                self.json.seek(0, os.SEEK_END)
-                self.json_size += n
+            self.json_size += jf.spill.append_to(self.json)
             self._write_json(b"]")
             text = after
         self._write_json(text.encode("utf-8"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from envrec.atomic import tmp_path_for
@@ -63,7 +63,7 @@ class CheckpointFile:
         self._len = 0
 
     def write(self, cp: Checkpoint) -> None:
-        data = json.dumps(asdict(cp)).encode("utf-8")
+        data = json.dumps(vars(cp)).encode("utf-8")  # its values are plain JSON already: no deep copy (asdict)
         if len(data) > IN_PLACE_BYTES:
             self.close()
             tmp = tmp_path_for(self.path)

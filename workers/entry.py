@@ -53,6 +53,8 @@ COALESCE_S = 0.002
 # Only after this long without a record does the worker sleep until it is woken (the
 # producer then posts the ring's eventfd once): an idle recorder costs no CPU.
 SLEEP_AFTER_IDLE_S = 0.1
+# Most records a handler with a ``run_template`` takes at once (its checkpoint cadence bounds it anyway).
+RUN_RECORDS = 256
 
 
 def serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
@@ -135,13 +137,23 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
     discarded = 0
     beats = 0
     last_record_at = time.monotonic()
+    template = getattr(handler, "run_template", None)  # records it takes in runs (see RingReader.poll_run)
+    run_bytes = reader.capacity // 8
+
+    def poll():
+        if template is not None and not broken:
+            run = reader.poll_run(template, RUN_RECORDS, run_bytes)
+            if run is not None:
+                return run
+        return reader.poll()
+
     while True:
         beats += 1
         reader.set_status(Status.HEARTBEAT, beats)
         start = reader.cursor
-        rec = reader.poll()
+        rec = poll()
         if rec is None:
-            start, rec = _wait_for_record(reader, ckpt if hands_over and not broken else None, last_record_at)
+            start, rec = _wait_for_record(reader, poll, ckpt if hands_over and not broken else None, last_record_at)
         if rec is None:
             if _parent_gone(parent_pid):
                 break
@@ -149,7 +161,7 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
         last_record_at = time.monotonic()
         done = rec.kind == Kind.CLOSE
         if broken:
-            discarded += 1
+            discarded += rec.count
             reader.set_status(Status.DISCARDED, discarded)
         else:
             assert handler is not None  # not broken
@@ -179,7 +191,7 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
     return False
 
 
-def _wait_for_record(reader: RingReader, ckpt: CheckpointingHandler | None, last_record_at: float):
+def _wait_for_record(reader: RingReader, poll: Callable[[], Any], ckpt: CheckpointingHandler | None, last_record_at: float):
     """The ring ran dry: checkpoint what was handled when one is due (``ckpt``: a handler that hands over),
     nap ``COALESCE_S`` and look again; after ``SLEEP_AFTER_IDLE_S`` without records, sleep until woken.
     Returns (the ring position before the record, the record or None)."""
@@ -193,7 +205,7 @@ def _wait_for_record(reader: RingReader, ckpt: CheckpointingHandler | None, last
             wait_s = due_in  # come back for it even if no record arrives
     time.sleep(COALESCE_S)
     start = reader.cursor
-    rec = reader.poll()
+    rec = poll()
     if rec is None and time.monotonic() - last_record_at >= SLEEP_AFTER_IDLE_S:
         rec = reader.next(wait_s)  # asks to be woken: the producer posts at its next record
     return start, rec

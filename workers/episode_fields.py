@@ -19,7 +19,8 @@ from envrec.compression import Compression
 from envrec.records import TraceLayout
 from envrec.schema import Leaf
 
-from .batch_writer import SPILL_BUFFER_BYTES, ArrayField, ChunkPacker, JsonField
+from .batch_writer import ArrayField, ChunkPacker, JsonField
+from .spill import Spill
 
 __all__ = ["EpisodeFields"]
 
@@ -41,7 +42,7 @@ class EpisodeFields:
         self.folder, self.prefix = folder, prefix
         self.arrays: list[ArrayField] = []
         self.jsons: list[JsonField] = []
-        self.spills: list[tuple[Any, str]] = []  # (buffered file, path), in creation order (checkpoints rely on it)
+        self.spills: list[tuple[Spill, str]] = []  # (spill, path), in creation order (checkpoints rely on it)
         self.structure = {
             "observations": _structure(obs_spec, ("observations",)),
             "actions": _structure(act_spec, ("actions",)),
@@ -71,9 +72,9 @@ class EpisodeFields:
             self.close()
             raise
 
-    def _spill(self) -> Any:
+    def _spill(self) -> Spill:
         path = tmp_path_for(os.path.join(self.folder, f"{self.prefix}.spill{len(self.spills)}"))
-        f = open(path, "w+b", buffering=SPILL_BUFFER_BYTES)
+        f = Spill(path)
         self.spills.append((f, path))
         return f
 
@@ -92,10 +93,9 @@ class EpisodeFields:
             f.flush()
 
     def rewind(self) -> None:
-        """The episode is in the batch: its spills are reused from the start (not truncated: a system call
-        per spill per episode; their lengths are logical, ``tell()``'s)."""
+        """The episode is in the batch: its spills are reused from the start (see ``Spill.rewind``)."""
         for f, _ in self.spills:
-            f.seek(0)
+            f.rewind()
 
     def close(self) -> None:
         """Close and remove every spill file."""

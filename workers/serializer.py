@@ -18,6 +18,7 @@ from envrec.atomic import remove_stale_tmp
 from envrec.infos import encode_json, unpack_info
 from envrec.protocol import Kind, SerializerConfig, Status
 from envrec.records import TraceLayout
+from envrec.ring_reader import RUN, RecordRun
 from envrec.schema import decode_reward
 from envrec.trace_format import BatchEntry, manifest_document, manifest_name, read_manifest, write_manifest
 
@@ -26,6 +27,7 @@ from .checkpoint import Checkpoint, CheckpointFile, read_checkpoint
 from .episode_fields import EpisodeFields
 from .manifest_writer import ManifestWriter
 from .resources import resources
+from .step_runs import EMPTY_INFO_JSON, StepRunWriter
 
 __all__ = ["Serializer"]
 
@@ -60,6 +62,8 @@ class Serializer:
             cfg.folder, cfg.prefix, self.layout, cfg.observation_space, cfg.action_space, cfg.compression
         )
         self._wire_handlers()
+        self._runs = StepRunWriter.for_layout(self.layout, self.fields, cfg.faults)
+        self.run_template = self._runs.template if self._runs is not None else None  # see StepRunWriter
         self.batch: BatchWriter | None = None
         self.faults = cfg.faults.injector()
         self.manifest = ManifestWriter(cfg.folder, cfg.prefix, self.faults.point)
@@ -202,6 +206,8 @@ class Serializer:
         kind = rec.kind
         if kind == Kind.STEP:
             self._on_step(rec)
+        elif kind == RUN:
+            self._on_step_run(rec)
         elif kind == Kind.RESET:
             self._on_reset(rec)
         elif kind == Kind.CLOSE:
@@ -236,7 +242,7 @@ class Serializer:
 
     def _on_info(self, mv) -> None:
         if not len(mv):  # the common case, an empty info: its JSON is known
-            self.fields.infos.write_json_text(b"{}")
+            self.fields.infos.write_json_text(EMPTY_INFO_JSON)
             return
         try:
             info = unpack_info(mv)
@@ -261,6 +267,20 @@ class Serializer:
             h(mv)
         self.steps_total += 1
         self.batch.steps += 1  # type: ignore[union-attr]  # an open episode has its batch
+        self._status(Status.STEPS, self.steps_total)
+
+    def _on_step_run(self, run: RecordRun) -> None:
+        """Steps of one episode at once (see ``StepRunWriter``)."""
+        n = run.count
+        self.records += n - 1  # _handle counted one
+        self._since_checkpoint += n - 1
+        if not self.episode_open or run.episode != self._ep["episode_id"]:
+            self.orphan_steps += n
+            return
+        assert self._runs is not None and self.batch is not None  # runs come only with a template; an open episode has its batch
+        self._runs.write(run.rows, self.batch, self._ep)
+        self.steps_total += n
+        self.batch.steps += n
         self._status(Status.STEPS, self.steps_total)
 
     def _end_episode(self, cause: str) -> None:

@@ -91,7 +91,7 @@ class VectorSerializer:
         if self.episode[i] < 0:
             return
         rst = RST.pack(float(reward), bool(term), bool(trunc))
-        parts = [*act_parts, *obs_parts, rst, pickle.dumps(info, protocol=5) if info else b""]
+        parts = [rst, *act_parts, *obs_parts, pickle.dumps(info, protocol=5) if info else b""]
         self.subs[i].handle(_View(Kind.STEP, self.episode[i], step, parts))
         self.steps += 1
 

@@ -1,0 +1,105 @@
+"""A spill: where one field of the open episode waits until the episode is written into its batch.
+
+Fields other than the largest arrive interleaved with it, step by step, and
+must end up contiguous in the batch, so each waits in a spill of its own.
+Most episodes' spills are small (CartPole's actions: 8 bytes a step), so a
+spill keeps its tail in memory and goes to its file only when the tail
+grows past ``MEMORY_BYTES`` or a checkpoint needs it on disk (``flush``): an
+episode that fits is appended to the batch from memory, with no system call
+of its own, and a spill is rewound for the next episode by forgetting, not
+truncating. Whatever a checkpoint covers is in the file (``tell()`` bytes
+of it after ``flush``), which is what a successor resumes from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+__all__ = ["MEMORY_BYTES", "Spill", "append_file"]
+
+MEMORY_BYTES = 64 << 10  # the tail kept in memory; each spill's buffer is reused by every episode
+COPY_CHUNK_BYTES = 1 << 20
+
+
+def append_file(src_fd: int, dst_fd: int, n: int) -> None:
+    """Append ``n`` bytes from the start of ``src_fd`` at ``dst_fd``'s offset (a kernel-side copy)."""
+    done = 0
+    try:
+        while done < n:
+            k = os.copy_file_range(src_fd, dst_fd, n - done, done)
+            if k == 0:
+                raise OSError(f"copy_file_range stopped after {done} of {n} bytes")
+            done += k
+        return
+    except OSError as exc:
+        if done or exc.errno not in (18, 22, 38, 95):  # EXDEV, EINVAL, ENOSYS, EOPNOTSUPP: fall back
+            raise
+    while done < n:
+        chunk = os.pread(src_fd, min(COPY_CHUNK_BYTES, n - done), done)
+        if not chunk:
+            raise OSError(f"spill file ended after {done} of {n} bytes")
+        os.write(dst_fd, chunk)
+        done += len(chunk)
+
+
+class Spill:
+    """One field's data for the open episode: a temporary file plus its tail in memory."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        self._tail = bytearray()
+        self._in_file = 0  # bytes of the content that are in the file (the tail follows them)
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def write(self, data) -> None:
+        """Append bytes (or any contiguous buffer)."""
+        self._tail += memoryview(data)  # not the object itself: a numpy array would take over the +=
+        if len(self._tail) >= MEMORY_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Put the tail into the file."""
+        tail = memoryview(self._tail)
+        try:
+            while tail:
+                k = os.pwrite(self._fd, tail, self._in_file)
+                self._in_file += k
+                tail = tail[k:]
+        finally:
+            tail.release()
+        self._tail.clear()
+
+    def tell(self) -> int:
+        """Bytes of content."""
+        return self._in_file + len(self._tail)
+
+    def rewind(self) -> None:
+        """Empty, for the next episode (the file's old bytes are simply written over)."""
+        self._in_file = 0
+        self._tail.clear()
+
+    def read_all(self) -> bytes:
+        """The whole content."""
+        head = os.pread(self._fd, self._in_file, 0) if self._in_file else b""
+        if len(head) != self._in_file:
+            raise OSError(f"spill file {self.path} holds {len(head)} of its {self._in_file} bytes")
+        return head + self._tail
+
+    def append_to(self, dst) -> int:
+        """Append the content at the end of ``dst`` (a buffered file); how many bytes."""
+        if self._in_file:
+            dst.flush()
+            append_file(self._fd, dst.fileno(), self._in_file)
+            dst.seek(0, os.SEEK_END)
+        dst.write(self._tail)
+        return self.tell()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            with contextlib.suppress(OSError):
+                os.close(fd)

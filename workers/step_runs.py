@@ -1,0 +1,71 @@
+"""Steps handled in runs: many STEP records of one episode written out as columns.
+
+When a STEP record has only fixed-size parts and an empty info (CartPole,
+Atari, most Box/Discrete envs), consecutive steps of one episode look the
+same in the ring but for their values. The worker loop takes them as one
+``RecordRun`` (see ``RingReader.poll_run``), and ``StepRunWriter`` hands each
+field its column at once: one copy or one ``writev`` per field and run, where
+a step at a time costs several Python calls per field and step. The files it
+writes are byte for byte those of the step-at-a-time path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from envrec.faults import FaultSpec
+from envrec.protocol import Kind
+from envrec.records import RST, TraceLayout
+from envrec.ring import REC_HEAD_BYTES, align
+from envrec.ring_reader import run_template
+
+from .batch_writer import ArrayField, BatchWriter
+from .episode_fields import EpisodeFields
+
+__all__ = ["EMPTY_INFO_JSON", "StepRunWriter"]
+
+EMPTY_INFO_JSON = b"{}"
+
+
+class StepRunWriter:
+    """Writes the columns of a run of STEP records into an episode's fields."""
+
+    def __init__(self, fields: EpisodeFields, arrays: list[ArrayField]) -> None:
+        self.fields = fields
+        sizes = [RST.size] + [f.row_bytes for f in arrays] + [0]  # the info is empty
+        self.template = run_template(Kind.STEP, sizes)
+        pos = align(REC_HEAD_BYTES + 4 * len(sizes))
+        self.rst = pos
+        pos += align(RST.size)
+        self.columns: list[tuple[ArrayField, int, int]] = []
+        for f in arrays:
+            self.columns.append((f, pos, f.row_bytes))
+            pos += align(f.row_bytes)
+
+    @classmethod
+    def for_layout(cls, layout: TraceLayout, fields: EpisodeFields, faults: FaultSpec) -> StepRunWriter | None:
+        """A writer when steps can come in runs; None when they have Text parts, or when a fault is to be
+        injected per record (it must see each one)."""
+        parts = layout.step_parts()  # ("rst",), the leaves, ("infos",)
+        leaves = [fields.sinks.get(k) for k in parts[1:-1]]
+        arrays = [f for f in leaves if isinstance(f, ArrayField)]
+        if len(arrays) != len(leaves) or faults.at == "record" or faults.sleep_per_record_s:
+            return None
+        return cls(fields, arrays)
+
+    def write(self, rows: np.ndarray, batch: BatchWriter, ep: dict) -> None:
+        """Write the run's ``rows`` (one per step) and update the episode's return and end flags."""
+        fields, rst = self.fields, self.rst
+        rewards = rows[:, rst : rst + 8]
+        fields.rewards.write_rows(rewards, batch)
+        fields.terms.write_rows(rows[:, rst + 8 : rst + 9], batch)
+        fields.truncs.write_rows(rows[:, rst + 9 : rst + 10], batch)
+        ret = ep["return"]
+        for reward in np.ascontiguousarray(rewards).view("<f8").ravel().tolist():
+            ret += reward  # one by one, in order: the same float sum as step by step
+        ep["return"] = ret
+        ep["terminated"] = bool(rows[-1, rst + 8])
+        ep["truncated"] = bool(rows[-1, rst + 9])
+        for field, pos, size in self.columns:
+            field.write_rows(rows[:, pos : pos + size], batch)
+        fields.infos.write_json_repeated(EMPTY_INFO_JSON, len(rows))
