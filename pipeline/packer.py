@@ -15,11 +15,13 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
-from .records import RST, Kind
+import numpy as np
+
+from .records import FRAME_SHAPE, RST, Kind
 from .ring import REC_HEAD, REC_HEAD_BYTES, RingWriter, align
 from .schema import compile_flattener, leaf_codecs, reward_value
 
-__all__ = ["RecordPacker", "TracePacker"]
+__all__ = ["RecordPacker", "TracePacker", "frame_packer"]
 
 
 class RecordPacker:
@@ -65,6 +67,18 @@ class RecordPacker:
                 data[pos : pos + k] = v
                 pos += (k + 7) & -8
         self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, *sizes, *lead)
+        ring.publish()
+        return True
+
+    def write_single(self, ring: RingWriter, episode: int, step: int, value, lead: tuple) -> bool:
+        """``write`` for a record of one fixed part after its lead and nothing else (a video FRAME)."""
+        n = self.fixed_bytes
+        off = ring.reserve(n)
+        if off < 0:
+            return False
+        data = ring.data
+        self._fns[0](value, data, off + self._offs[0])
+        self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, *lead)
         ring.publish()
         return True
 
@@ -135,3 +149,15 @@ class TracePacker:
         obs = self._flat_obs(observation)
         o_fixed, o_text = self._split(obs, self._obs_text, self._obs_enc)
         return self.reset.write(ring, episode, 0, o_fixed, [*o_text, meta, info])
+
+
+def frame_packer(shape: tuple[int, int, int]) -> RecordPacker:
+    """FRAME records of one (height, width, channels) shape: ``write_single(ring, episode, step, frame,
+    shape)`` with a uint8 array of that many bytes (checked by the caller)."""
+    nbytes = shape[0] * shape[1] * shape[2]
+
+    def put_pixels(frame, buf, off: int) -> None:
+        a = frame if frame.flags.c_contiguous else np.ascontiguousarray(frame)
+        buf[off : off + nbytes] = a.data.cast("B")
+
+    return RecordPacker(Kind.FRAME, [(nbytes, put_pixels)], 0, lead=FRAME_SHAPE)

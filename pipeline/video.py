@@ -33,7 +33,9 @@ from .clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_meta
 from .errors import ConfigError, RecordError, RecordTooLargeError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .ffmpeg import VideoSettings, find_ffmpeg
+from .frame_checks import check_image_frame, check_text_frame
 from .options import StreamOptions
+from .packer import RecordPacker, frame_packer
 from .protocol import EncoderConfig, Kind, Status
 from .recorder import check_folder, check_max_bytes
 from .records import FRAME_SHAPE
@@ -47,29 +49,8 @@ ClipCallback = Callable[[str | None, ClipMeta], None]  # (the video's path, None
 
 logger = logging.getLogger(__name__)
 
+_UINT8 = np.dtype(np.uint8)
 DEFAULT_FRAME_RING_BYTES = 128 << 20  # ~170 frames of 720p: slack while ffmpeg catches up
-
-
-def check_text_frame(frame: Any) -> str:
-    """Old gym's rules for text frames; the reason it is refused, or '' when it is fine."""
-    if not isinstance(frame, str):
-        return f"a text frame must be a str, not {type(frame).__name__}"
-    if not frame.endswith("\n"):
-        return f"a text frame must end with a newline: {frame[-40:]!r}"
-    if "\r" in frame:
-        return "a text frame must not contain carriage returns (only newlines)"
-    return ""
-
-
-def check_image_frame(frame: Any) -> str:
-    """Why an image frame cannot be encoded, or '' when it can."""
-    if not isinstance(frame, np.ndarray):
-        return f"a frame must be a numpy array, not {type(frame).__name__}"
-    if frame.dtype != np.uint8:
-        return f"a frame must have dtype uint8 (RGB values 0-255), not {frame.dtype}"
-    if (frame.ndim == 2 or (frame.ndim == 3 and frame.shape[2] in (1, 3, 4))) and frame.shape[0] and frame.shape[1]:
-        return ""
-    return f"a frame must have shape (height, width), (height, width, 3) or (height, width, 4), not {frame.shape}"
 
 
 @dataclass
@@ -85,6 +66,8 @@ class _ClipState:
     keep: bool = True
     blocked_at_start: float = 0.0
     calls_at_start: tuple[int, int] = (0, 0)
+    packer: RecordPacker | None = None  # once a frame went through: the fast path for frames like it
+    raw_shape: tuple = ()  # that frame's shape as given (2-D or 3-D)
 
 
 class VideoRecorder:
@@ -193,10 +176,27 @@ class VideoRecorder:
 
     def add_frame(self, frame: Any, step: int = 0) -> None:
         """Add one rendered frame to the current clip (ignored when no clip is recording)."""
-        if self.clip is None:
+        clip = self.clip
+        if clip is None:
             return
         t0 = perf_counter_ns()
-        self._add_frame(frame, step)
+        packer, stream = clip.packer, self._stream
+        if (
+            packer is not None
+            and type(frame) is np.ndarray
+            and frame.shape == clip.raw_shape
+            and frame.dtype == _UINT8
+            and stream.broken is None
+            and not stream.closed
+        ):  # a frame like the clip's first: its checks were done then
+            if stream.send(packer.write_single, clip.episode_id or 0, step, frame, clip.shape):
+                clip.frames += 1
+                self.frames_sent += 1
+            else:
+                clip.dropped += 1
+                self.frames_dropped += 1
+        else:
+            self._add_frame(frame, step)
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
@@ -234,6 +234,8 @@ class VideoRecorder:
             self.frames_sent += 1
             if self._first_frame_at is None:
                 self._first_frame_at = time.monotonic()
+            if clip.packer is None and kind == Kind.FRAME and clip.shape is not None:
+                clip.packer, clip.raw_shape = frame_packer(clip.shape), frame.shape
         else:
             clip.dropped += 1
             self.frames_dropped += 1
@@ -295,7 +297,7 @@ class VideoRecorder:
         assert clip is not None
         if self.strict:
             raise RecordError(f"clip {clip.name}: {problem}")
-        clip.broken = problem
+        clip.broken, clip.packer = problem, None
         logger.warning("envrec: clip %s is broken: %s", clip.name, problem)
         self._send(Kind.CLIP_BROKEN, 0, 0, (problem.encode("utf-8"),))
         self._drop()

@@ -42,6 +42,36 @@ def test_colours_stay_exact_for_rgb24_and_rgba(tmp_path, channels):
     assert blue[2] > 230 and blue[0] < 25 and blue[1] < 25, blue  # blue stays blue (not swapped, as rgb32 would)
 
 
+def test_frames_after_the_first_keep_their_pixels_whatever_their_memory_layout(tmp_path):
+    """Frames like the clip's first take a shorter path: views, Fortran order and grey frames still go in whole."""
+    top_red = np.zeros((48, 64, 3), np.uint8)
+    top_red[:24, :, 0] = 255  # top half red, bottom half black
+    grey = np.zeros((48, 64), np.uint8)
+    grey[24:] = 255  # bottom half white
+    clips = {
+        "views": [top_red, top_red[::-1], np.asfortranarray(top_red), top_red[:, ::-1].copy(), top_red[::-1]],
+        "grey": [grey, grey[::-1], np.asfortranarray(grey), grey],
+    }
+    rec = envrec.VideoRecorder(tmp_path, fps=10)
+    for name, frames in clips.items():
+        rec.start_clip(name)
+        for i, frame in enumerate(frames):
+            rec.add_frame(frame, i)
+        rec.end_clip()
+    rec.close()
+    red_on_top = [True, False, True, True, False]
+    got = decode(tmp_path / "views.mp4", 64, 48).astype(int)
+    assert len(got) == 5 and meta(tmp_path, "views")["frames_written"] == 5
+    for frame, on_top in zip(got, red_on_top, strict=True):
+        top, bottom = frame[4:20, :, 0].mean(), frame[28:44, :, 0].mean()
+        assert (top > 230 and bottom < 25) if on_top else (bottom > 230 and top < 25), (top, bottom)
+    got = decode(tmp_path / "grey.mp4", 64, 48).astype(int)
+    assert len(got) == 4
+    for frame, white_below in zip(got, [True, False, True, True], strict=True):
+        top, bottom = frame[4:20].mean(), frame[28:44].mean()
+        assert (bottom > 230 and top < 25) if white_below else (top > 230 and bottom < 25), (top, bottom)
+
+
 @pytest.mark.parametrize("size", [(47, 63), (1, 1), (101, 2), (6, 9)])
 def test_odd_sizes_are_padded_never_refused(tmp_path, size):
     env = envrec.RecordVideo(ColourEnv(size=size, episode_len=3), tmp_path, episode_trigger=lambda e: True)
