@@ -141,9 +141,9 @@ class RingReader:
         length = int(template[0]) & 0xFFFFFFFF
         cap, off = self.capacity, self._cursor % self.capacity
         n = min(max_records, max_bytes // length, (self._seg.words[_W_WRITE_POS] - self._cursor) // length, (cap - off) // length)
-        if n < 2:
-            return None
         first = off >> 3
+        if n < 2 or self._words[first] != template[0]:  # the common way a run ends: a record of another kind
+            return None
         words = self._words[first : first + n * (length >> 3)].reshape(n, length >> 3)[:, : template.size]
         expect = template.copy()
         expect[1] = words[0, 1]  # one episode; the step (word 2) is masked out
