@@ -47,6 +47,9 @@ class VideoSettings:
     # costs ~40 ms of CPU per clip whatever its length (most of it ffmpeg starting): 1-2 ms per frame
     # for clips of a few dozen frames. False keeps the fragmented MP4, which browsers and players play.
     faststart: bool = True
+    # Frames reach ffmpeg as references to the ring's pages (vmsplice), not copies: the encoder worker's
+    # CPU per frame falls to what handing over the pages costs. False writes them (one copy, as before).
+    zero_copy: bool = True
     extra_args: tuple[str, ...] = field(default_factory=tuple)
 
 

@@ -200,15 +200,21 @@ class RingReader:
         self._cursor += length
         return RecordView(kind, episode, step, parts)
 
-    def release(self) -> None:
-        """Give back the room of every record read so far."""
+    def release(self, upto: int | None = None) -> None:
+        """Give back the room of every record read so far, or of those before ring position ``upto`` (the
+        records' views go either way: a handler that holds records keeps them by position, not by view)."""
         for v in self._views:
             v.release()
         self._views.clear()
         words = self._seg.words
-        words[_W_READ_POS] = self._cursor
-        words[_W_RELEASED] += self._unreleased
-        self._unreleased = 0
+        if upto is None or upto >= self._cursor:
+            words[_W_READ_POS] = self._cursor
+            words[_W_RELEASED] += self._unreleased
+            self._unreleased = 0
+        elif upto > words[_W_READ_POS]:
+            words[_W_READ_POS] = upto
+        else:
+            return
         self._wake_producer(words)
 
     def _wake_producer(self, words) -> None:

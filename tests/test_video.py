@@ -72,6 +72,29 @@ def test_frames_after_the_first_keep_their_pixels_whatever_their_memory_layout(t
         assert (bottom > 230 and top < 25) if white_below else (top > 230 and bottom < 25), (top, bottom)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_a_ring_of_four_frames_never_hands_ffmpeg_a_page_the_env_wrote_over(tmp_path, zero_copy):
+    """With zero_copy ffmpeg reads frames from the ring's own pages: their room may be reused only once it
+    has read them. A ring that holds four frames, under a 1 MiB pipe and a producer that never waits, would
+    show any early reuse as a frame with a later frame's colour."""
+    colours = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 0], [0, 255, 255], [255, 0, 255], [255, 255, 255]], np.uint8)
+    frames = [np.broadcast_to(colours[i % len(colours)], (48, 64, 3)).copy() for i in range(120)]
+    record_bytes = 48 * 64 * 3 + 64
+    rec = envrec.VideoRecorder(tmp_path, fps=30, ring_bytes=4 * record_bytes, settings=VideoSettings(zero_copy=zero_copy, faststart=False))
+    rec.start_clip("colours")
+    for i, frame in enumerate(frames):
+        rec.add_frame(frame, i)
+    rec.end_clip()
+    stats = rec.stats()
+    rec.close()
+    assert stats["frames_dropped"] == 0 and stats["blocked_s"] > 0  # the ring was full again and again
+    got = decode(tmp_path / "colours.mp4", 64, 48).reshape(len(frames), -1, 3).mean(axis=1)
+    expected = colours[np.arange(len(frames)) % len(colours)].astype(float)
+    wrong = np.flatnonzero(np.abs(got - expected).max(axis=1) > 40)
+    assert not wrong.size, f"frames {wrong.tolist()[:10]} decoded as {got[wrong[:3]].round().tolist()}"
+
+
 @pytest.mark.parametrize("size", [(47, 63), (1, 1), (101, 2), (6, 9)])
 def test_odd_sizes_are_padded_never_refused(tmp_path, size):
     env = envrec.RecordVideo(ColourEnv(size=size, episode_len=3), tmp_path, episode_trigger=lambda e: True)

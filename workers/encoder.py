@@ -16,6 +16,7 @@ Text frames (``render_mode="ansi"``) are written as asciicast v2 (``.cast``).
 
 from __future__ import annotations
 
+import collections
 import errno
 import json
 import logging
@@ -82,6 +83,9 @@ class Encoder:
         self.faults = cfg.faults.injector()
         self._version: str | None = None
         self.budget = ClipBudget(cfg.folder, cfg.recorder, cfg.max_bytes, cfg.keep_last_clips)
+        self.position = 0  # ring position of the record being handled (set by the worker loop)
+        # Frames handed to ffmpeg by reference: (ring position of the record, bytes sent once it was).
+        self._in_pipe: collections.deque[tuple[int, int]] = collections.deque()
 
     # -- paths ---------------------------------------------------------------
     def _path(self, name: str, ext: str) -> str:
@@ -171,14 +175,30 @@ class Encoder:
             self._break(str(exc))
             self._drop(clip)
             return
+        if clip.proc.zero_copy:
+            self._in_pipe.append((self.position, clip.proc.sent))
         self._count_frame(clip, rec.step)
+
+    def release_point(self, cursor: int) -> int:
+        """How far the worker loop may release the ring (``cursor``: all it has read): up to the oldest
+        frame whose pages ffmpeg has not read yet (``VideoSettings.zero_copy`` hands it the ring's pages)."""
+        pending = self._in_pipe
+        if pending:
+            proc = self.clip.proc if self.clip is not None else None
+            consumed = proc.consumed() if proc is not None else pending[-1][1]
+            while pending and pending[0][1] <= consumed:
+                pending.popleft()
+            if pending:
+                return pending[0][0]
+        return cursor
 
     def _start_ffmpeg(self, clip: _Clip, shape: tuple) -> None:
         h, w, c = shape
         clip.shape = shape
         clip.cmdline = encode_command(self.cfg.ffmpeg, w, h, c, clip.fps, self._video_path(clip), self.cfg.settings)
         try:
-            clip.proc = FfmpegProcess(clip.cmdline, self.cfg.settings.nice, self.cfg.settings.stall_timeout_s)
+            settings = self.cfg.settings
+            clip.proc = FfmpegProcess(clip.cmdline, settings.nice, settings.stall_timeout_s, settings.zero_copy)
         except OSError as exc:
             self._break(f"could not start {self.cfg.ffmpeg}: {exc}")
             return
@@ -207,6 +227,7 @@ class Encoder:
             proc, clip.proc = clip.proc, None
             if proc.proc.poll() is None:
                 proc.finish(5.0)  # keep what it encoded so far, playable up to its last fragment
+            self._in_pipe.clear()  # it read all it will ever read
             clip.exit_status = signal_name(proc.proc.returncode)
             clip.stderr_tail = list(proc.tail)
             self._status(Status.ENCODER_PID, 0)
@@ -228,6 +249,7 @@ class Encoder:
             proc, clip.proc = clip.proc, None
             facts = process_facts(proc.pid)  # its CPU for this clip, before it exits
             rc = proc.finish()
+            self._in_pipe.clear()  # it has read everything, or is gone
             if facts:
                 clip.extra["ffmpeg_cpu_s"] = facts["cpu_s"]
             self._status(Status.ENCODER_PID, 0)

@@ -138,6 +138,8 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
     beats = 0
     last_record_at = time.monotonic()
     template = getattr(handler, "run_template", None)  # records it takes in runs (see RingReader.poll_run)
+    # A handler whose records outlive their handling (frames ffmpeg has not read yet) says how far to release.
+    release_point: Callable[[int], int] | None = getattr(handler, "release_point", None)
     run_bytes = reader.capacity // 8
 
     def poll():
@@ -157,6 +159,8 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
         if rec is None:
             if _parent_gone(parent_pid):
                 break
+            if release_point is not None and not broken:
+                reader.release(release_point(reader.cursor))
             continue
         last_record_at = time.monotonic()
         done = rec.kind == Kind.CLOSE
@@ -166,21 +170,15 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
         else:
             assert handler is not None  # not broken
             try:
-                if hands_over:
-                    ckpt.position = start
+                if hands_over or release_point is not None:
+                    cast(Any, handler).position = start  # where its record starts (both kinds keep it)
                 done = handler.handle(rec)
             except Exception:  # noqa: BLE001  (reported through the pipe, then handed over)
                 _fail(conn, reader, handler, hand_over=hands_over)
                 if hands_over:
                     return True  # exit: the unreleased records wait in the ring for a successor
                 broken = True
-        if not hands_over or broken or done:
-            reader.release()
-        elif ckpt.checkpoint_due(reader.held_bytes(), reader.capacity):
-            ckpt.checkpoint(reader.cursor)
-            reader.release()
-        else:
-            reader.release_to(ckpt.checkpointed)  # a commit's checkpoint covers what came before it
+        _release(reader, broken or done, release_point, ckpt if hands_over else None)
         if done:
             _send_done(conn, handler)
             return False
@@ -189,6 +187,23 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
     if hands_over:
         ckpt.discard_checkpoint()
     return False
+
+
+def _release(reader: RingReader, everything: bool, release_point: Callable[[int], int] | None,
+             ckpt: CheckpointingHandler | None) -> None:
+    """Give back the room of what was handled: ``everything`` (the worker failed or is done); else up to
+    the handler's ``release_point``; else what a checkpoint covers (``ckpt``: a handler that hands over)."""
+    if everything:
+        reader.release()
+    elif release_point is not None:
+        reader.release(release_point(reader.cursor))
+    elif ckpt is None:
+        reader.release()
+    elif ckpt.checkpoint_due(reader.held_bytes(), reader.capacity):
+        ckpt.checkpoint(reader.cursor)
+        reader.release()
+    else:
+        reader.release_to(ckpt.checkpointed)  # a commit's checkpoint covers what came before it
 
 
 def _wait_for_record(reader: RingReader, poll: Callable[[], Any], ckpt: CheckpointingHandler | None, last_record_at: float):

@@ -4,8 +4,10 @@
   reach it: the encoder decides when a clip ends.
 * A thread drains its stderr continuously (a full stderr pipe would stall
   it) and keeps the last lines for error messages.
-* Frames are written to its stdin with blocking writes (one system call a
-  frame: the kernel waits for room instead of the worker polling); a
+* Frames go to its stdin with blocking calls (one system call a frame: the
+  kernel waits for room instead of the worker polling): ``vmsplice`` of the
+  ring's pages when ``zero_copy`` (see ``pipe_splice``; ``consumed()`` says
+  how far ffmpeg has read them), else ``write``; a
   watchdog thread kills ffmpeg when one write has waited
   ``stall_timeout_s`` (ffmpeg hangs), which ends the write with an error and
   breaks the clip, so the env process is never blocked by it for longer.
@@ -24,6 +26,8 @@ import time
 
 from envrec.procinfo import signal_name
 
+from . import pipe_splice
+
 __all__ = ["FfmpegError", "FfmpegProcess"]
 
 WATCH_INTERVAL_S = 0.25  # how often the watchdog looks at a write in progress
@@ -37,9 +41,12 @@ class FfmpegError(Exception):
 
 
 class FfmpegProcess:
-    def __init__(self, cmd: list[str], nice: int, stall_timeout_s: float) -> None:
-        """Start ffmpeg; ``stall_timeout_s`` (``VideoSettings.stall_timeout_s``): no input taken that long is a hang."""
+    def __init__(self, cmd: list[str], nice: int, stall_timeout_s: float, zero_copy: bool = False) -> None:
+        """Start ffmpeg; ``stall_timeout_s`` (``VideoSettings.stall_timeout_s``): no input taken that long is a hang;
+        ``zero_copy``: hand it the frames' pages (``VideoSettings.zero_copy``) where the system can."""
         self.cmd = cmd
+        self.zero_copy = zero_copy and pipe_splice.available()
+        self.sent = 0  # bytes handed to ffmpeg's stdin
         self.stall_timeout_s = stall_timeout_s
         self.proc = subprocess.Popen(
             cmd,
@@ -90,12 +97,18 @@ class FfmpegProcess:
         return f"{what}{status}" + (f"; ffmpeg said: {' | '.join(self.tail)}" if self.tail else "")
 
     def write(self, data) -> None:
-        """Write all of ``data`` to ffmpeg's stdin; FfmpegError if it died or hangs."""
+        """Hand all of ``data`` to ffmpeg's stdin; FfmpegError if it died or hangs. With ``zero_copy``,
+        ``data`` (ring memory) must stay unchanged until ``consumed()`` is past it."""
         view = memoryview(data)
+        n = view.nbytes
         self._writing_since = time.monotonic()
         try:
-            while len(view):
-                view = view[os.write(self._fd, view):]
+            if self.zero_copy:
+                pipe_splice.splice_pages(self._fd, view)
+            else:
+                while len(view):
+                    view = view[os.write(self._fd, view):]
+            self.sent += n
         except OSError as exc:
             self.proc.wait(5)
             self._drainer.join(1)
@@ -103,6 +116,15 @@ class FfmpegProcess:
             raise FfmpegError(self.describe(reason)) from None
         finally:
             self._writing_since = None
+
+    def consumed(self) -> int:
+        """Bytes of its input ffmpeg has read so far (what it had not read stays in the pipe)."""
+        if self._stdin.closed:  # ffmpeg is finishing or gone: it reads nothing more from the ring
+            return self.sent
+        try:
+            return self.sent - pipe_splice.unread_bytes(self._fd)
+        except OSError:
+            return self.sent
 
     def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> int:
         """Close stdin and wait for ffmpeg to exit (killing it after ``timeout_s``); its exit code."""
