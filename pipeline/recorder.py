@@ -217,7 +217,7 @@ class TraceRecorder:
             self.poll()
         self._episode += 1
         self._step = 0
-        meta = pack_info({"seed": seed, "options": options})
+        meta = pack_info({"seed": seed, "options": options}) if seed is not None or options is not None else b""  # b"": both None
         self._stream.send(self._packer.write_reset, self._episode, observation, meta, pack_info(info) if info else b"")
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)

@@ -4,8 +4,8 @@ Kinds and their parts, in order (fixed-size parts first, so the env side
 can write them at offsets computed once; then the variable-size ones):
 
 * ``RESET`` (episode, step=0): the fixed observation leaves, the Text
-  observation leaves, the pickled ``{"seed", "options"}`` of the reset, the
-  pickled info.
+  observation leaves, the pickled ``{"seed", "options"}`` of the reset
+  (empty when both are None), the pickled info.
 * ``STEP`` (episode, step=1..N): one 10-byte part of reward (f8),
   terminated (b1) and truncated (b1) packed together (``RST``: first, so the
   env side packs it with the record's header in one call), the fixed action

@@ -165,13 +165,6 @@ class RingReader:
         """Bytes read but not yet released."""
         return self._cursor - self._seg.words[_W_READ_POS]
 
-    def release_to(self, pos: int) -> None:
-        """Give back the room before ring position ``pos`` (at most the cursor): a checkpoint covers it."""
-        words = self._seg.words
-        if words[_W_READ_POS] < pos <= self._cursor:
-            words[_W_READ_POS] = pos
-            self._wake_producer(words)
-
     def skip_to(self, pos: int) -> None:
         """Treat everything before ring position ``pos`` as read and release it (a checkpoint covers it)."""
         if pos > self._cursor:

@@ -203,7 +203,7 @@ def _release(reader: RingReader, everything: bool, release_point: Callable[[int]
         ckpt.checkpoint(reader.cursor)
         reader.release()
     else:
-        reader.release_to(ckpt.checkpointed)  # a commit's checkpoint covers what came before it
+        reader.release(ckpt.checkpointed)  # a commit's checkpoint covers what came before it
 
 
 def _wait_for_record(reader: RingReader, poll: Callable[[], Any], ckpt: CheckpointingHandler | None, last_record_at: float):
