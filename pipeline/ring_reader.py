@@ -224,8 +224,11 @@ class RingReader:
             v.release()
         self._views.clear()
         del self._words, self._bytes
-        self._data.release()
-        buf = self._seg.buf
-        self._seg.release_views()
-        buf.release()
-        self._map.close()
+        try:
+            self._data.release()
+            buf = self._seg.buf
+            self._seg.release_views()
+            buf.release()
+            self._map.close()
+        except BufferError:  # a run's rows still referenced (by a traceback): the mapping goes with the worker
+            pass
