@@ -157,7 +157,9 @@ def frame_packer(shape: tuple[int, int, int]) -> RecordPacker:
     nbytes = shape[0] * shape[1] * shape[2]
 
     def put_pixels(frame, buf, off: int) -> None:
-        a = frame if frame.flags.c_contiguous else np.ascontiguousarray(frame)
-        buf[off : off + nbytes] = a.data.cast("B")
+        if frame.flags.c_contiguous:
+            buf[off : off + nbytes] = frame.data.cast("B")
+        else:  # a view (flipped, strided, Fortran order): still one copy, laid out in C order in the ring
+            np.copyto(np.frombuffer(buf, np.uint8, nbytes, off).reshape(frame.shape), frame)
 
     return RecordPacker(Kind.FRAME, [(nbytes, put_pixels)], 0, lead=FRAME_SHAPE)

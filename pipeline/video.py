@@ -38,7 +38,6 @@ from .options import StreamOptions
 from .packer import RecordPacker, frame_packer
 from .protocol import EncoderConfig, Kind, Status
 from .recorder import check_folder, check_max_bytes
-from .records import FRAME_SHAPE
 from .stats import CallTimes, process_facts, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix
@@ -211,8 +210,8 @@ class VideoRecorder:
             problem = check_text_frame(frame)
             if problem:
                 return self._refuse(problem)
-            parts: tuple = (frame.encode("utf-8"),)
-            kind = Kind.TEXT_FRAME
+            text = (frame.encode("utf-8"),)
+            write: Callable[..., bool] = lambda ring: ring.write(Kind.TEXT_FRAME, clip.episode_id or 0, step, text)
         else:
             problem = check_image_frame(frame)
             if problem:
@@ -222,11 +221,12 @@ class VideoRecorder:
                 clip.shape = shape
             elif shape != clip.shape:
                 return self._refuse(f"frame {clip.frames} has shape {shape}, the clip started with {clip.shape}")
-            a = frame if frame.flags.c_contiguous else np.ascontiguousarray(frame)
-            parts = (FRAME_SHAPE.pack(*shape), a.data.cast("B"))
-            kind = Kind.FRAME
+            if clip.packer is None:  # from now on frames like this one skip the checks (add_frame)
+                clip.packer, clip.raw_shape = frame_packer(shape), frame.shape
+            packer = clip.packer
+            write = lambda ring: packer.write_single(ring, clip.episode_id or 0, step, frame, shape)
         try:
-            ok = self._send(kind, clip.episode_id or 0, step, parts)
+            ok = self._stream.send(write)
         except RecordTooLargeError as exc:
             return self._refuse(str(exc))
         if ok:
@@ -234,8 +234,6 @@ class VideoRecorder:
             self.frames_sent += 1
             if self._first_frame_at is None:
                 self._first_frame_at = time.monotonic()
-            if clip.packer is None and kind == Kind.FRAME and clip.shape is not None:
-                clip.packer, clip.raw_shape = frame_packer(clip.shape), frame.shape
         else:
             clip.dropped += 1
             self.frames_dropped += 1

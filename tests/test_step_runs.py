@@ -68,7 +68,7 @@ def _record(folder: str, obs_space, episodes, runs: bool, ring_bytes: int, compr
                            compression=parse_compression(compression))
     ser = Serializer(cfg, status=reader.set_status)
     if not runs:
-        ser.run_template = None
+        ser._runs = None  # one record at a time
     taken = {"runs": 0}
     poll_run = reader.poll_run
 
@@ -249,5 +249,14 @@ def test_spill_keeps_its_tail_in_memory_and_appends_file_then_tail(tmp_path):
     s.rewind()
     s.write(b"xy")
     assert s.tell() == 2 and s.read_all() == b"xy"  # the older bytes beyond are not content
+    old = tmp_path / "old.spill"
+    old.write_bytes(b"0123456789")
+    s.write(b"zz")
+    s.take_over(str(old), 6)  # a predecessor's spill, as far as its checkpoint counted
+    assert s.tell() == 6 and s.read_all() == b"012345"
+    s.write(b"!")
+    assert s.read_all() == b"012345!"
+    with pytest.raises(OSError):
+        s.take_over(str(old), 11)  # the file holds less than the checkpoint says
     s.close()
     s.close()

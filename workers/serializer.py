@@ -40,16 +40,6 @@ CHECKPOINT_RECORDS = 256  # records that may wait in the ring between checkpoint
 IDLE_CHECKPOINT_S = 0.05
 
 
-def _copy_spill(src, dst, size: int) -> None:
-    left = size
-    while left:
-        chunk = src.read(min(left, 1 << 20))
-        if not chunk:
-            raise OSError(f"spill file ended {left} bytes short of its checkpoint")
-        dst.write(chunk)
-        left -= len(chunk)
-
-
 class Serializer:
     """Consumes trace records (``handle``) and writes batches and the manifest."""
 
@@ -63,7 +53,6 @@ class Serializer:
         )
         self._wire_handlers()
         self._runs = StepRunWriter.for_layout(self.layout, self.fields, cfg.faults)
-        self.run_template = self._runs.template if self._runs is not None else None  # see StepRunWriter
         self.batch: BatchWriter | None = None
         self.faults = cfg.faults.injector()
         self.manifest = ManifestWriter(cfg.folder, cfg.prefix, self.faults.point)
@@ -149,8 +138,7 @@ class Serializer:
             for jf, items in zip(self.fields.jsons, cp.jsons, strict=True):
                 jf.items = items
             for (f, _), (old_path, size) in zip(self.fields.spills, cp.spills, strict=True):
-                with open(old_path, "rb") as old:
-                    _copy_spill(old, f, size)
+                f.take_over(old_path, size)
             self.resume_cursor = cp.cursor
             # From here on this worker's own files are the ones to resume from: say so before
             # dropping the predecessor's spills (a successor of ours may need them until then).
@@ -179,6 +167,11 @@ class Serializer:
         handler = lambda key: special.get(key) or self._leaf_handler(sinks[key])
         self._step_handlers = [handler(k) for k in self.layout.step_parts()]
         self._reset_handlers = [handler(k) for k in self.layout.reset_parts()]
+
+    @property
+    def run_template(self):
+        """The header of the steps the worker loop may hand over in runs (see ``StepRunWriter``), or None."""
+        return self._runs.template if self._runs is not None else None
 
     def _leaf_handler(self, sink):
         if isinstance(sink, ArrayField):

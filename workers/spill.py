@@ -73,6 +73,15 @@ class Spill:
             tail.release()
         self._tail.clear()
 
+    def take_over(self, path: str, size: int) -> None:
+        """Hold the first ``size`` bytes of the spill file at ``path`` (a dead predecessor's, as its last
+        checkpoint counted them) and nothing else; OSError if that file is shorter."""
+        self.rewind()
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        with open(path, "rb") as src:
+            append_file(src.fileno(), self._fd, size)
+        self._in_file = size
+
     def tell(self) -> int:
         """Bytes of content."""
         return self._in_file + len(self._tail)

@@ -56,12 +56,12 @@ class StepRunWriter:
     def write(self, rows: np.ndarray, batch: BatchWriter, ep: dict) -> None:
         """Write the run's ``rows`` (one per step) and update the episode's return and end flags."""
         fields, rst = self.fields, self.rst
-        rewards = rows[:, rst : rst + 8]
+        rewards = np.ascontiguousarray(rows[:, rst : rst + 8])  # one copy: for the file and for the return
         fields.rewards.write_rows(rewards, batch)
         fields.terms.write_rows(rows[:, rst + 8 : rst + 9], batch)
         fields.truncs.write_rows(rows[:, rst + 9 : rst + 10], batch)
         ret = ep["return"]
-        for reward in np.ascontiguousarray(rewards).view("<f8").ravel().tolist():
+        for reward in rewards.view("<f8").ravel().tolist():
             ret += reward  # one by one, in order: the same float sum as step by step
         ep["return"] = ret
         ep["terminated"] = bool(rows[-1, rst + 8])
