@@ -18,7 +18,7 @@ from .video_helpers import decode
 def test_run_bench_interleaves_variants_and_reports_each(tmp_path):
     seen = []
     rows = run_bench(
-        lambda: FrameEnv(24, 32, length=50),
+        lambda: FrameEnv(24, 32, length=500),
         ("envrec-trace", "envrec-video", "inprocess-trace"),
         rounds=2,
         seconds=0.2,
