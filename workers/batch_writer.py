@@ -27,6 +27,7 @@ from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsy
 from envrec.compression import Compression, compressor
 from envrec.trace_format import BatchEntry, batch_names, ndarray_descriptor
 
+from .pipe_splice import IOV_MAX
 from .spill import Spill
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ __all__ = ["ArrayField", "BatchWriter", "JsonField"]
 
 FILE_BUFFER_BYTES = 1 << 20  # batch files: large sequential writes
 DIRECT_ROW_BYTES = 16 << 10  # rows at least this large go from the ring to the batch file without a copy in between
-IOV_MAX = 1024  # buffers per writev (Linux's limit)
 ALIGN = 8
 
 

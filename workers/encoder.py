@@ -16,7 +16,6 @@ Text frames (``render_mode="ansi"``) are written as asciicast v2 (``.cast``).
 
 from __future__ import annotations
 
-import collections
 import errno
 import json
 import logging
@@ -24,23 +23,27 @@ import os
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import cast
 
-from envrec.atomic import commit_file, tmp_path_for
+import numpy as np
+
+from envrec.atomic import tmp_path_for
 from envrec.clip_meta import ClipMeta, meta_path, write_clip_meta
 from envrec.ffmpeg import encode_command, encoded_size, remux_command
 from envrec.procinfo import process_facts, signal_name
 from envrec.protocol import EncoderConfig, Kind, Status
 from envrec.records import FRAME_SHAPE
+from envrec.ring_reader import RUN, RecordRun, run_template
 
+from .asciicast import CastWriter
 from .clip_budget import ClipBudget
-from .ffmpeg_process import FfmpegError, FfmpegProcess
+from .ffmpeg_process import FfmpegProcess
+from .frame_feed import PIXELS_AT, SHAPE_AT, STEP_AT, FrameFeed
 
 __all__ = ["Encoder"]
 
 logger = logging.getLogger(__name__)
 
-ANSI_CLEAR = "\x1b[2J\x1b[1;1H"
 REMUX_TIMEOUT_S = 60.0
 
 
@@ -60,10 +63,11 @@ class _Clip:
     broken: str | None = None
     exit_status: str | None = None
     stderr_tail: list = field(default_factory=list)
-    cast_events: Any = None
-    cast_size: tuple = (0, 0)
+    cast: CastWriter | None = None  # an ansi clip's
     started_at: float | None = None  # monotonic time of the first frame
     extra: dict = field(default_factory=dict)
+    template: np.ndarray | None = None  # header of its frames in the ring, once its shape is known
+    shape_row: np.ndarray | None = None  # its FRAME_SHAPE part as bytes
 
 
 class Encoder:
@@ -81,11 +85,12 @@ class Encoder:
         self.records = 0
         self.error: str | None = None
         self.faults = cfg.faults.injector()
+        # A fault injected per record or frame must see each one: no runs then.
+        self._runs = cfg.faults.at not in ("record", "frame") and not cfg.faults.sleep_per_record_s
         self._version: str | None = None
         self.budget = ClipBudget(cfg.folder, cfg.recorder, cfg.max_bytes, cfg.keep_last_clips)
         self.position = 0  # ring position of the record being handled (set by the worker loop)
-        # Frames handed to ffmpeg by reference: (ring position of the record, bytes sent once it was).
-        self._in_pipe: collections.deque[tuple[int, int]] = collections.deque()
+        self.feed = FrameFeed()
 
     # -- paths ---------------------------------------------------------------
     def _path(self, name: str, ext: str) -> str:
@@ -110,6 +115,8 @@ class Encoder:
         kind = rec.kind
         if kind == Kind.FRAME:
             self._on_frame(rec)
+        elif kind == RUN:
+            self._on_frame_run(rec)
         elif kind == Kind.TEXT_FRAME:
             self._on_text(rec)
         elif kind == Kind.CLIP_START:
@@ -134,21 +141,20 @@ class Encoder:
         self.clip = _Clip(desc["name"], desc.get("kind", "video"), float(desc["fps"]), desc.get("episode_id"))
         self.clip.extra = {k: v for k, v in desc.items() if k not in ("name", "kind", "fps", "episode_id")}
         if self.clip.kind == "ansi":
-            path = tmp_path_for(self._path(self.clip.name, ".cast.events"))
-            self.clip.cast_events = open(path, "w+", encoding="utf-8")
+            self.clip.cast = CastWriter(self._video_path(self.clip), self.clip.name, self.clip.fps)
 
-    def _count_frame(self, clip: _Clip, step: int) -> None:
+    def _count_frames(self, clip: _Clip, first_step: int, last_step: int, n: int = 1) -> None:
         if clip.started_at is None:
             clip.started_at = time.monotonic()
-        clip.frames += 1
-        clip.first_step = step if clip.first_step is None else clip.first_step
-        clip.last_step = step
-        self.frames_written += 1
+        clip.frames += n
+        clip.first_step = first_step if clip.first_step is None else clip.first_step
+        clip.last_step = last_step
+        self.frames_written += n
         self._status(Status.FRAMES_WRITTEN, self.frames_written)
 
-    def _drop(self, clip: _Clip) -> None:
-        clip.dropped += 1
-        self.frames_dropped += 1
+    def _drop(self, clip: _Clip, n: int = 1) -> None:
+        clip.dropped += n
+        self.frames_dropped += n
         self._status(Status.FRAMES_DROPPED, self.frames_dropped)
 
     def _on_frame(self, rec) -> None:
@@ -169,32 +175,53 @@ class Encoder:
             return
         self.faults.point("frame")
         assert clip.proc is not None  # started above, or the clip would be broken
-        try:
-            clip.proc.write(rec.parts[1])
-        except FfmpegError as exc:
-            self._break(str(exc))
+        _, failed = self.feed.send(clip.proc, self.position, 0, np.frombuffer(rec.parts[1], np.uint8).reshape(1, -1))
+        if failed is not None:
+            self._break(failed)
             self._drop(clip)
             return
-        if clip.proc.zero_copy:
-            self._in_pipe.append((self.position, clip.proc.sent))
-        self._count_frame(clip, rec.step)
+        self._count_frames(clip, rec.step, rec.step)
+
+    @property
+    def run_template(self) -> np.ndarray | None:
+        """The header of the frames the worker loop may hand over in runs (``RingReader.poll_run``): the
+        open clip's, once its first frame started ffmpeg; None while frames must come one at a time."""
+        clip = self.clip
+        return clip.template if clip is not None and clip.proc is not None and self._runs else None
+
+    def _on_frame_run(self, run: RecordRun) -> None:
+        """Frames of the open clip's size at once: one call hands them all to ffmpeg (one ``vmsplice``
+        with an iovec per frame), one status update; each frame is released as ffmpeg reads past it."""
+        clip = self.clip
+        assert clip is not None and clip.proc is not None and clip.shape is not None  # runs come only then
+        proc = clip.proc
+        rows, n = run.rows, run.count
+        self.records += n - 1  # handle counted one
+        same = (rows[:, SHAPE_AT : SHAPE_AT + FRAME_SHAPE.size] == clip.shape_row).all(axis=1)
+        k = n if same.all() else int(same.argmin())  # frames of the clip's shape (same size, other shape: breaks it)
+        h, w, c = clip.shape
+        pixels = rows[:k, PIXELS_AT : PIXELS_AT + h * w * c]  # a record may end in padding
+        taken, failed = self.feed.send(proc, self.position, rows.shape[1], pixels)
+        if taken:
+            steps = rows[[0, taken - 1], STEP_AT : STEP_AT + 8].copy().view("<u8").ravel()
+            self._count_frames(clip, int(steps[0]), int(steps[1]), taken)
+        if failed is None and k < n:
+            shape = FRAME_SHAPE.unpack(rows[k, SHAPE_AT : SHAPE_AT + FRAME_SHAPE.size].tobytes())
+            failed = f"frame {clip.frames} has shape {shape}, the clip started with {clip.shape}"
+        if failed is not None:
+            self._break(failed)
+            self._drop(clip, n - taken)
 
     def release_point(self, cursor: int) -> int:
         """How far the worker loop may release the ring (``cursor``: all it has read): up to the oldest
         frame whose pages ffmpeg has not read yet (``VideoSettings.zero_copy`` hands it the ring's pages)."""
-        pending = self._in_pipe
-        if pending:
-            proc = self.clip.proc if self.clip is not None else None
-            consumed = proc.consumed() if proc is not None else pending[-1][1]
-            while pending and pending[0][1] <= consumed:
-                pending.popleft()
-            if pending:
-                return pending[0][0]
-        return cursor
+        return self.feed.release_point(self.clip.proc if self.clip is not None else None, cursor)
 
     def _start_ffmpeg(self, clip: _Clip, shape: tuple) -> None:
         h, w, c = shape
         clip.shape = shape
+        clip.template = run_template(Kind.FRAME, [FRAME_SHAPE.size, h * w * c])
+        clip.shape_row = np.frombuffer(FRAME_SHAPE.pack(*shape), np.uint8)
         clip.cmdline = encode_command(self.cfg.ffmpeg, w, h, c, clip.fps, self._video_path(clip), self.cfg.settings)
         try:
             settings = self.cfg.settings
@@ -210,12 +237,9 @@ class Encoder:
             if clip is not None:
                 self._drop(clip)
             return
-        text = bytes(rec.parts[0]).decode("utf-8", "replace")
-        lines = text.split("\n")
-        clip.cast_size = (max(clip.cast_size[0], max(len(line) for line in lines) + 2), max(clip.cast_size[1], len(lines)))
-        event = [round(clip.frames / clip.fps, 6), "o", ANSI_CLEAR + text.replace("\n", "\r\n")]
-        clip.cast_events.write(json.dumps(event) + "\n")
-        self._count_frame(clip, rec.step)
+        assert clip.cast is not None  # an ansi clip has its cast
+        clip.cast.add(bytes(rec.parts[0]).decode("utf-8", "replace"))
+        self._count_frames(clip, rec.step, rec.step)
 
     def _break(self, reason: str) -> None:
         clip = self.clip
@@ -227,7 +251,7 @@ class Encoder:
             proc, clip.proc = clip.proc, None
             if proc.proc.poll() is None:
                 proc.finish(5.0)  # keep what it encoded so far, playable up to its last fragment
-            self._in_pipe.clear()  # it read all it will ever read
+            self.feed.clear()  # it read all it will ever read
             clip.exit_status = signal_name(proc.proc.returncode)
             clip.stderr_tail = list(proc.tail)
             self._status(Status.ENCODER_PID, 0)
@@ -243,13 +267,13 @@ class Encoder:
             clip.extra["encode_wall_s"] = time.monotonic() - clip.started_at
         path = self._video_path(clip)
         self.faults.point("clip:end")
-        if clip.kind == "ansi":
-            self._finish_cast(clip, path)
+        if clip.cast is not None:
+            clip.cast.finish()
         elif clip.proc is not None:
             proc, clip.proc = clip.proc, None
             facts = process_facts(proc.pid)  # its CPU for this clip, before it exits
             rc = proc.finish()
-            self._in_pipe.clear()  # it has read everything, or is gone
+            self.feed.clear()  # it has read everything, or is gone
             if facts:
                 clip.extra["ffmpeg_cpu_s"] = facts["cpu_s"]
             self._status(Status.ENCODER_PID, 0)
@@ -308,28 +332,6 @@ class Encoder:
             clip.extra["remux_error"] = str(exc)
         if os.path.exists(tmp):
             os.unlink(tmp)  # the fragmented file stays: it plays in most players
-
-    def _finish_cast(self, clip: _Clip, path: str) -> None:
-        events = clip.cast_events
-        events.flush()
-        if clip.frames:
-            header = {
-                "version": 2,
-                "width": clip.cast_size[0],
-                "height": clip.cast_size[1],
-                "timestamp": int(time.time()),
-                "title": clip.name,
-                "env": {"TERM": "xterm-256color"},
-            }
-            tmp = tmp_path_for(path)
-            with open(tmp, "w", encoding="utf-8") as out:
-                out.write(json.dumps(header) + "\n")
-                events.seek(0)
-                while chunk := events.read(1 << 20):
-                    out.write(chunk)
-                commit_file(out, tmp, path)
-        events.close()
-        os.unlink(events.name)
 
     def _write_meta(self, clip: _Clip, path: str, empty: bool, dropped_env: int, frames_sent: int | None) -> ClipMeta:
         meta: ClipMeta = {

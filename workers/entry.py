@@ -137,15 +137,15 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
     discarded = 0
     beats = 0
     last_record_at = time.monotonic()
-    template = getattr(handler, "run_template", None)  # records it takes in runs (see RingReader.poll_run)
+    takes_runs = hasattr(handler, "run_template")  # records it may take in runs (see RingReader.poll_run)
     # A handler whose records outlive their handling (frames ffmpeg has not read yet) says how far to release.
     release_point: Callable[[int], int] | None = getattr(handler, "release_point", None)
     run_bytes = reader.capacity // 8
 
     def poll():
-        if template is not None and not broken:
-            run = reader.poll_run(template, RUN_RECORDS, run_bytes)
-            if run is not None:
+        if takes_runs and not broken:
+            template = cast(Any, handler).run_template  # it may change (a clip's frame size)
+            if template is not None and (run := reader.poll_run(template, RUN_RECORDS, run_bytes)) is not None:
                 return run
         return reader.poll()
 

@@ -4,12 +4,12 @@
   reach it: the encoder decides when a clip ends.
 * A thread drains its stderr continuously (a full stderr pipe would stall
   it) and keeps the last lines for error messages.
-* Frames go to its stdin with blocking calls (one system call a frame: the
-  kernel waits for room instead of the worker polling): ``vmsplice`` of the
-  ring's pages when ``zero_copy`` (see ``pipe_splice``; ``consumed()`` says
-  how far ffmpeg has read them), else ``write``; a
-  watchdog thread kills ffmpeg when one write has waited
-  ``stall_timeout_s`` (ffmpeg hangs), which ends the write with an error and
+* Frames go to its stdin with blocking calls (the kernel waits for room
+  instead of the worker polling): ``vmsplice`` of the ring's pages when
+  ``zero_copy``, one call for a run of frames (see ``pipe_splice``;
+  ``consumed()`` says how far ffmpeg has read them), else a ``write`` a
+  frame; a watchdog thread kills ffmpeg when a write has made no progress
+  for ``stall_timeout_s`` (ffmpeg hangs), which ends the write with an error and
   breaks the clip, so the env process is never blocked by it for longer.
 * ``finish`` closes stdin, waits up to a timeout, then kills — and says so.
 """
@@ -23,6 +23,8 @@ import os
 import subprocess
 import threading
 import time
+
+import numpy as np
 
 from envrec.procinfo import signal_name
 
@@ -73,14 +75,14 @@ class FfmpegProcess:
         except OSError:
             pass
         self.killed_reason: str | None = None
-        # Writes block (one system call a frame, the kernel waits for ffmpeg); the watchdog bounds them.
+        # Writes block (the kernel waits for ffmpeg to read); the watchdog bounds how long they make no progress.
         self._writing_since: float | None = None
         self._done = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="envrec-ffmpeg-watchdog", daemon=True)
         self._watchdog.start()
 
     def _watch(self) -> None:
-        """Kill ffmpeg when one write has waited ``stall_timeout_s``: the blocked write then fails."""
+        """Kill ffmpeg when a write has made no progress for ``stall_timeout_s``: the blocked write then fails."""
         while not self._done.wait(WATCH_INTERVAL_S):
             since = self._writing_since
             if since is not None and time.monotonic() - since > self.stall_timeout_s:
@@ -96,19 +98,26 @@ class FfmpegProcess:
         status = "" if rc is None else f" ({signal_name(rc)})"
         return f"{what}{status}" + (f"; ffmpeg said: {' | '.join(self.tail)}" if self.tail else "")
 
-    def write(self, data) -> None:
-        """Hand all of ``data`` to ffmpeg's stdin; FfmpegError if it died or hangs. With ``zero_copy``,
-        ``data`` (ring memory) must stay unchanged until ``consumed()`` is past it."""
-        view = memoryview(data)
-        n = view.nbytes
+    def write_frames(self, frames: np.ndarray) -> None:
+        """Hand ffmpeg's stdin the rows of ``frames`` ((n, frame bytes) uint8, each row contiguous, e.g.
+        one per record of a ring), in order; FfmpegError if it died or hangs (``sent`` counts the bytes it
+        took). With ``zero_copy`` the rows' memory must stay unchanged until ``consumed()`` is past it."""
         self._writing_since = time.monotonic()
         try:
             if self.zero_copy:
-                pipe_splice.splice_pages(self._fd, view)
+                iov = pipe_splice.iovecs(frames)
+                i = 0
+                while i < len(iov):
+                    k = pipe_splice.splice_some(self._fd, iov, i)
+                    i = pipe_splice.advance(iov, i, k)
+                    self._progress(k)
             else:
-                while len(view):
-                    view = view[os.write(self._fd, view):]
-            self.sent += n
+                for row in frames:
+                    view = memoryview(row)
+                    while len(view):
+                        k = os.write(self._fd, view)
+                        view = view[k:]
+                        self._progress(k)
         except OSError as exc:
             self.proc.wait(5)
             self._drainer.join(1)
@@ -116,6 +125,11 @@ class FfmpegProcess:
             raise FfmpegError(self.describe(reason)) from None
         finally:
             self._writing_since = None
+
+    def _progress(self, k: int) -> None:
+        """ffmpeg took ``k`` more bytes: the watchdog's clock restarts."""
+        self.sent += k
+        self._writing_since = time.monotonic()
 
     def consumed(self) -> int:
         """Bytes of its input ffmpeg has read so far (what it had not read stays in the pipe)."""

@@ -6,7 +6,8 @@ the ring's own pages into the pipe instead: the worker's copy is gone, and
 ffmpeg's read copies straight from the ring. The price is that the ring may
 not reuse those pages until ffmpeg has read them, so the encoder releases a
 frame's room only once the pipe's unread byte count (``FIONREAD``) says
-ffmpeg has read past it (see ``Encoder.release_point``).
+ffmpeg has read past it (see ``FrameFeed``). A run of frames goes in with
+one call, an iovec per frame (``iovecs``).
 
 Linux only, through libc with ctypes; where vmsplice is missing,
 ``available()`` is False and frames are written as before.
@@ -21,11 +22,13 @@ import fcntl
 import os
 import termios
 
-__all__ = ["available", "splice_pages", "unread_bytes"]
+import numpy as np
+
+__all__ = ["IOVEC", "IOV_MAX", "advance", "available", "iovecs", "splice_some", "unread_bytes"]
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = (("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t))
+IOVEC = np.dtype([("base", np.uintp), ("len", np.uintp)])  # struct iovec
+IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers per vmsplice or writev (1024 on Linux)
 
 
 def _load_vmsplice():
@@ -33,7 +36,7 @@ def _load_vmsplice():
         fn = ctypes.CDLL(None, use_errno=True).vmsplice
     except (OSError, AttributeError):
         return None
-    fn.argtypes = (ctypes.c_int, ctypes.POINTER(_IoVec), ctypes.c_ulong, ctypes.c_uint)
+    fn.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_uint)
     fn.restype = ctypes.c_ssize_t
     return fn
 
@@ -46,28 +49,45 @@ def available() -> bool:
     return _vmsplice is not None
 
 
-def splice_pages(fd: int, view: memoryview) -> None:
-    """Put all of ``view``'s bytes into the pipe ``fd`` by reference, waiting while the pipe is full.
+def iovecs(rows: np.ndarray) -> np.ndarray:
+    """One ``IOVEC`` per row of ``rows``, a 2-D uint8 array over mapped memory whose rows are each
+    contiguous (frames in the ring, one record apart)."""
+    iov = np.empty(len(rows), IOVEC)
+    iov["base"] = rows.ctypes.data + np.arange(len(rows), dtype=np.uintp) * rows.strides[0]
+    iov["len"] = rows.shape[1]
+    return iov
 
-    ``view`` must be writable memory (the ring's) that stays mapped and
-    unchanged until the reader has read it. OSError as ``write`` would raise
-    it (EPIPE once the reader is gone).
+
+def splice_some(fd: int, iov: np.ndarray, start: int) -> int:
+    """One vmsplice of ``iov[start:]`` into the pipe ``fd``: the bytes it took (it waits while the pipe
+    is full; 0 when a signal interrupted it). Then ``advance``.
+
+    The memory must stay mapped and unchanged until the reader has read it.
+    OSError as ``write`` would raise it (EPIPE once the reader is gone).
     """
-    n = len(view)
-    if not n or _vmsplice is None:
-        return
-    address = ctypes.addressof(ctypes.c_char.from_buffer(view))  # the export ends with this line
-    iov = _IoVec()
-    done = 0
-    while done < n:
-        iov.iov_base, iov.iov_len = address + done, n - done
-        k = _vmsplice(fd, ctypes.byref(iov), 1, 0)  # ctypes lets other threads run while it waits
-        if k < 0:
-            err = ctypes.get_errno()
-            if err == errno.EINTR:
-                continue
-            raise OSError(err, os.strerror(err))
-        done += k
+    assert _vmsplice is not None  # callers check available()
+    count = min(len(iov) - start, IOV_MAX)
+    k = _vmsplice(fd, iov.ctypes.data + start * IOVEC.itemsize, count, 0)  # ctypes lets other threads run meanwhile
+    if k < 0:
+        err = ctypes.get_errno()
+        if err == errno.EINTR:
+            return 0
+        raise OSError(err, os.strerror(err))
+    return k
+
+
+def advance(iov: np.ndarray, start: int, done: int) -> int:
+    """After ``done`` bytes from ``iov[start:]`` went into the pipe: the first iovec not wholly sent (its
+    base and length moved past what was)."""
+    while done and start < len(iov):
+        n = int(iov[start]["len"])
+        if done < n:
+            iov[start]["base"] += done
+            iov[start]["len"] = n - done
+            break
+        done -= n
+        start += 1
+    return start
 
 
 def unread_bytes(fd: int) -> int:

@@ -1,0 +1,145 @@
+"""Frames taken in runs (``RingReader.poll_run`` + ``Encoder._on_frame_run``): one hand-over to ffmpeg per run.
+
+The encoder's real worker loop runs here in this process, fed by a producer
+thread through a ring that wraps many times, with runs and a frame at a
+time, the ring's pages handed to ffmpeg (zero copy) and written: every
+frame decodes to the colour it was sent with, the counts add up, and a
+frame of another shape inside a run, or ffmpeg killed mid-run, ends the
+clip where one-at-a-time handling would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from envrec.ffmpeg import VideoSettings
+from envrec.packer import frame_packer
+from envrec.protocol import EncoderConfig, Kind
+from envrec.ring import RingWriter
+from envrec.ring_reader import RingReader
+from envrec.workers import entry
+from envrec.workers.encoder import Encoder
+
+from .video_helpers import FFMPEG, decode, meta
+
+COLOURS = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 0], [0, 255, 255], [255, 0, 255], [255, 255, 255]], np.uint8)
+
+
+def _frames(n: int, shape: tuple[int, int]) -> list[np.ndarray]:
+    return [np.broadcast_to(COLOURS[i % len(COLOURS)], (*shape, 3)).copy() for i in range(n)]
+
+
+class _Conn:
+    def send(self, msg) -> None:
+        self.last = msg
+
+
+def _encode(folder, clips: dict, zero_copy: bool, runs: bool, prefill: bool = False, during=None) -> dict:
+    """Send each clip's frames through a 1 MiB ring to the encoder's real worker loop (in this process).
+    ``prefill``: every record is in the ring before the loop starts; ``during(encoder, frames_sent)`` is
+    called by the producer after each frame. Returns how many runs were taken and the encoder's summary."""
+    ring = RingWriter(1 << 20)
+    reader = RingReader(ring.spec)
+    cfg = EncoderConfig(str(folder), FFMPEG, "ffmpeg", settings=VideoSettings(zero_copy=zero_copy, faststart=False))
+    enc = Encoder(cfg, status=reader.set_status)
+    enc._runs = runs
+    taken = {"runs": 0}
+    poll_run = reader.poll_run
+
+    def counting_poll_run(*args):
+        run = poll_run(*args)
+        taken["runs"] += run is not None
+        return run
+
+    reader.poll_run = counting_poll_run  # type: ignore[method-assign]
+
+    def produce() -> None:
+        for name, frames in clips.items():
+            assert ring.write(Kind.CLIP_START, 0, 0, (json.dumps({"name": name, "fps": 30, "episode_id": 0}).encode(),))
+            for i, frame in enumerate(frames):
+                assert frame_packer(frame.shape).write_single(ring, 0, i, frame, frame.shape)
+                if during is not None:
+                    during(enc, i + 1)
+            assert ring.write(Kind.CLIP_END, 0, 0, (b"{}",))
+        assert ring.write(Kind.CLOSE, 0, 0, (b"{}",))
+
+    producer = threading.Thread(target=produce)
+    if prefill:
+        produce()
+    else:
+        producer.start()
+    try:
+        assert entry._loop(reader, enc, _Conn(), os.getppid()) is False
+    finally:
+        if not prefill:
+            producer.join(30)
+        reader.close()
+        ring.close()
+    assert not producer.is_alive()
+    return {"runs": taken["runs"], "summary": enc.summary()}
+
+
+def _colours_ok(path, frames: list[np.ndarray], decoded_at_least: int) -> None:
+    h, w = frames[0].shape[:2]
+    got = decode(path, w + w % 2, h + h % 2)[:, 1 : h - 1, 1 : w - 1].reshape(-1, (h - 2) * (w - 2), 3).mean(axis=1)  # odd sizes are padded
+    assert decoded_at_least <= len(got) <= len(frames)
+    expected = np.array([f[0, 0] for f in frames[: len(got)]], float)
+    wrong = np.flatnonzero(np.abs(got - expected).max(axis=1) > 40)
+    assert not wrong.size, f"frames {wrong.tolist()[:10]} decoded as {got[wrong[:3]].round().tolist()}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("zero_copy", [True, False])
+@pytest.mark.parametrize("runs", [True, False])
+def test_frames_in_runs_decode_to_what_was_sent(tmp_path, zero_copy, runs):
+    clips = {"colours": _frames(600, (48, 64)), "odd": _frames(100, (47, 63))}  # 5 laps of the ring; rows with padding
+    r = _encode(tmp_path, clips, zero_copy, runs)
+    assert (r["runs"] > 10) if runs else (r["runs"] == 0)
+    s = r["summary"]
+    assert s["frames_written"] == 700 and s["frames_dropped"] == 0 and s["clips"] == 2 and s["clips_broken"] == 0
+    for name, frames in clips.items():
+        m = meta(tmp_path, name)
+        assert m["frames_written"] == len(frames) and m["step_range"] == [0, len(frames) - 1] and not m["broken"]
+        _colours_ok(tmp_path / f"{name}.mp4", frames, len(frames))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("runs", [True, False])
+def test_a_frame_of_another_shape_inside_a_run_breaks_the_clip_there(tmp_path, runs):
+    """48x64 and 64x48 frames are the same size, so the turned one matches the run's header: its shape part
+    tells them apart. Every record is in the ring first, so frame 50 is inside a run (runs of 13-14 frames)."""
+    frames = _frames(50, (48, 64)) + [np.zeros((64, 48, 3), np.uint8)] + _frames(20, (48, 64))
+    r = _encode(tmp_path, {"turned": frames}, zero_copy=True, runs=runs, prefill=True)
+    assert (r["runs"] >= 3) if runs else (r["runs"] == 0)
+    m = meta(tmp_path, "turned")
+    assert m["broken"] and "frame 50 has shape (64, 48, 3), the clip started with (48, 64, 3)" in m["reason"]
+    assert m["frames_written"] == 50 and m["frames_dropped"] == 21 and m["step_range"] == [0, 49]
+    _colours_ok(tmp_path / "turned.mp4", frames[:50], 1)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_ffmpeg_killed_mid_run_keeps_the_count_of_what_it_took(tmp_path, zero_copy):
+    """SIGKILL to ffmpeg while frames stream in runs: the frames it took count as written, the rest of the
+    run and of the clip as dropped, none twice; what it wrote decodes to the colours sent, in order."""
+    frames = _frames(1500, (120, 160))
+
+    def kill_at_frame_600(enc: Encoder, sent: int) -> None:
+        if sent == 600:
+            os.kill(enc.clip.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]  # the clip is open and encoding
+            time.sleep(0.05)
+
+    r = _encode(tmp_path, {"killed": frames}, zero_copy, runs=True, during=kill_at_frame_600)
+    s = r["summary"]
+    m = meta(tmp_path, "killed")
+    assert m["broken"] and "SIGKILL" in (m["exit_status"] or "") and m["reason"]
+    assert s["frames_written"] + s["frames_dropped"] == 1500 and m["frames_written"] == s["frames_written"]
+    assert 1 <= s["frames_written"] <= 600 and m["frames_dropped"] == s["frames_dropped"]
+    _colours_ok(tmp_path / "killed.mp4", frames[: s["frames_written"]], 0)

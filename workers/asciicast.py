@@ -1,0 +1,59 @@
+"""Text frames (``render_mode="ansi"``) of one clip as an asciicast v2 file.
+
+Events go to a temporary file as they come; the header, whose terminal size
+is known only once every frame was seen, is written first when the clip
+ends, followed by the events, and the file is moved into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from envrec.atomic import commit_file, tmp_path_for
+
+__all__ = ["CastWriter"]
+
+ANSI_CLEAR = "\x1b[2J\x1b[1;1H"  # each frame replaces the screen
+
+
+class CastWriter:
+    """One asciicast being written to ``path``."""
+
+    def __init__(self, path: str, title: str, fps: float) -> None:
+        self.path, self.title, self.fps = path, title, fps
+        self.size = (0, 0)  # columns, rows
+        self.frames = 0
+        self._events = open(tmp_path_for(path + ".events"), "w+", encoding="utf-8")
+
+    def add(self, text: str) -> None:
+        """One frame's text, shown 1/fps after the previous one."""
+        lines = text.split("\n")
+        self.size = (max(self.size[0], max(len(line) for line in lines) + 2), max(self.size[1], len(lines)))
+        event = [round(self.frames / self.fps, 6), "o", ANSI_CLEAR + text.replace("\n", "\r\n")]
+        self._events.write(json.dumps(event) + "\n")
+        self.frames += 1
+
+    def finish(self) -> None:
+        """Write the cast (none when it has no frame) and drop the temporary events."""
+        events = self._events
+        events.flush()
+        if self.frames:
+            header = {
+                "version": 2,
+                "width": self.size[0],
+                "height": self.size[1],
+                "timestamp": int(time.time()),
+                "title": self.title,
+                "env": {"TERM": "xterm-256color"},
+            }
+            tmp = tmp_path_for(self.path)
+            with open(tmp, "w", encoding="utf-8") as out:
+                out.write(json.dumps(header) + "\n")
+                events.seek(0)
+                while chunk := events.read(1 << 20):
+                    out.write(chunk)
+                commit_file(out, tmp, self.path)
+        events.close()
+        os.unlink(events.name)

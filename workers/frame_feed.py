@@ -1,0 +1,63 @@
+"""Frames from the ring into a clip's ffmpeg, and how much of the ring ffmpeg still needs.
+
+A FRAME record in the ring is its header, its ``FRAME_SHAPE`` part and its
+pixels, at fixed offsets (``SHAPE_AT``, ``PIXELS_AT``). With zero copy
+(``VideoSettings.zero_copy``) ffmpeg reads the pixels from the ring's own
+pages, so a frame's room may be given back only once ffmpeg has read past
+it: the feed keeps, for each frame handed over, its ring position and the
+bytes sent up to its end, and ``release_point`` says how far the worker
+loop may release the ring.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from envrec.records import FRAME_SHAPE
+from envrec.ring import REC_HEAD_BYTES, align
+
+from .ffmpeg_process import FfmpegError, FfmpegProcess
+
+__all__ = ["PIXELS_AT", "SHAPE_AT", "STEP_AT", "FrameFeed"]
+
+SHAPE_AT = align(REC_HEAD_BYTES + 4 * 2)  # after the header and its two part sizes
+PIXELS_AT = SHAPE_AT + align(FRAME_SHAPE.size)
+STEP_AT = 16  # the step: the third word of a record's header
+
+
+class FrameFeed:
+    """The frames handed to the open clip's ffmpeg that it may not have read yet."""
+
+    def __init__(self) -> None:
+        self._in_pipe: collections.deque[tuple[int, int]] = collections.deque()  # (ring position, bytes sent at its end)
+
+    def send(self, proc: FfmpegProcess, position: int, record_bytes: int, frames: np.ndarray) -> tuple[int, str | None]:
+        """Hand ``proc`` the rows of ``frames``: the pixels of consecutive records ``record_bytes`` apart in
+        the ring, the first at ring position ``position``. Returns how many frames it took whole, and why it
+        took no more (ffmpeg died or hangs) or None."""
+        nbytes, before = frames.shape[1], proc.sent
+        try:
+            proc.write_frames(frames)
+        except FfmpegError as exc:
+            return (proc.sent - before) // nbytes, str(exc)  # the clip breaks: nothing in the pipe matters now
+        if proc.zero_copy:
+            self._in_pipe.extend((position + i * record_bytes, before + (i + 1) * nbytes) for i in range(len(frames)))
+        return len(frames), None
+
+    def release_point(self, proc: FfmpegProcess | None, cursor: int) -> int:
+        """How far the ring may be released (``cursor``: all the worker loop has read): up to the oldest frame
+        ``proc`` has not read yet (None: ffmpeg has finished, it reads nothing more)."""
+        pending = self._in_pipe
+        if pending:
+            consumed = proc.consumed() if proc is not None else pending[-1][1]
+            while pending and pending[0][1] <= consumed:
+                pending.popleft()
+            if pending:
+                return pending[0][0]
+        return cursor
+
+    def clear(self) -> None:
+        """ffmpeg has read all it will ever read (it finished, or is gone)."""
+        self._in_pipe.clear()
