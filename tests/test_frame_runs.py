@@ -41,11 +41,11 @@ class _Conn:
         self.last = msg
 
 
-def _encode(folder, clips: dict, zero_copy: bool, runs: bool, prefill: bool = False, during=None) -> dict:
-    """Send each clip's frames through a 1 MiB ring to the encoder's real worker loop (in this process).
+def _encode(folder, clips: dict, zero_copy: bool, runs: bool, prefill: bool = False, during=None, ring_bytes: int = 1 << 20) -> dict:
+    """Send each clip's frames through a ring (1 MiB) to the encoder's real worker loop (in this process).
     ``prefill``: every record is in the ring before the loop starts; ``during(encoder, frames_sent)`` is
     called by the producer after each frame. Returns how many runs were taken and the encoder's summary."""
-    ring = RingWriter(1 << 20)
+    ring = RingWriter(ring_bytes)
     reader = RingReader(ring.spec)
     cfg = EncoderConfig(str(folder), FFMPEG, "ffmpeg", settings=VideoSettings(zero_copy=zero_copy, faststart=False))
     enc = Encoder(cfg, status=reader.set_status)
@@ -143,3 +143,14 @@ def test_ffmpeg_killed_mid_run_keeps_the_count_of_what_it_took(tmp_path, zero_co
     assert s["frames_written"] + s["frames_dropped"] == 1500 and m["frames_written"] == s["frames_written"]
     assert 1 <= s["frames_written"] <= 600 and m["frames_dropped"] == s["frames_dropped"]
     _colours_ok(tmp_path / "killed.mp4", frames[: s["frames_written"]], 0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_runs_of_frames_larger_than_ffmpegs_pipe(tmp_path, zero_copy):
+    """1.15 MB frames, all waiting in a ring whose run limit (1/8) is 3 of them: each frame goes into the
+    1 MiB pipe in parts, ffmpeg reading between them; every frame decodes right, in order."""
+    frames = _frames(12, (480, 800))
+    r = _encode(tmp_path, {"large": frames}, zero_copy=zero_copy, runs=True, prefill=True, ring_bytes=32 << 20)
+    assert r["runs"] >= 3 and r["summary"]["frames_written"] == 12
+    _colours_ok(tmp_path / "large.mp4", frames, 12)

@@ -27,7 +27,6 @@ from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsy
 from envrec.compression import Compression, compressor
 from envrec.trace_format import BatchEntry, batch_names, ndarray_descriptor
 
-from .pipe_splice import IOV_MAX
 from .spill import Spill
 
 if TYPE_CHECKING:
@@ -36,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["ArrayField", "BatchWriter", "JsonField"]
 
 FILE_BUFFER_BYTES = 1 << 20  # batch files: large sequential writes
+IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers per writev (1024 on Linux)
 DIRECT_ROW_BYTES = 16 << 10  # rows at least this large go from the ring to the batch file without a copy in between
 ALIGN = 8
 

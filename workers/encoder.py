@@ -175,7 +175,7 @@ class Encoder:
             return
         self.faults.point("frame")
         assert clip.proc is not None  # started above, or the clip would be broken
-        _, failed = self.feed.send(clip.proc, self.position, 0, np.frombuffer(rec.parts[1], np.uint8).reshape(1, -1))
+        failed = self.feed.send(clip.proc, self.position, rec.parts[1])
         if failed is not None:
             self._break(failed)
             self._drop(clip)
@@ -190,8 +190,8 @@ class Encoder:
         return clip.template if clip is not None and clip.proc is not None and self._runs else None
 
     def _on_frame_run(self, run: RecordRun) -> None:
-        """Frames of the open clip's size at once: one call hands them all to ffmpeg (one ``vmsplice``
-        with an iovec per frame), one status update; each frame is released as ffmpeg reads past it."""
+        """Frames of the open clip's size at once: one call hands them all to ffmpeg, one status update, one
+        release decision; each frame's room is still released only as ffmpeg reads past it."""
         clip = self.clip
         assert clip is not None and clip.proc is not None and clip.shape is not None  # runs come only then
         proc = clip.proc
@@ -201,7 +201,7 @@ class Encoder:
         k = n if same.all() else int(same.argmin())  # frames of the clip's shape (same size, other shape: breaks it)
         h, w, c = clip.shape
         pixels = rows[:k, PIXELS_AT : PIXELS_AT + h * w * c]  # a record may end in padding
-        taken, failed = self.feed.send(proc, self.position, rows.shape[1], pixels)
+        taken, failed = self.feed.send_run(proc, self.position, rows.shape[1], pixels)
         if taken:
             steps = rows[[0, taken - 1], STEP_AT : STEP_AT + 8].copy().view("<u8").ravel()
             self._count_frames(clip, int(steps[0]), int(steps[1]), taken)

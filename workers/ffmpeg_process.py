@@ -98,22 +98,26 @@ class FfmpegProcess:
         status = "" if rc is None else f" ({signal_name(rc)})"
         return f"{what}{status}" + (f"; ffmpeg said: {' | '.join(self.tail)}" if self.tail else "")
 
+    def write(self, data) -> None:
+        """Hand all of ``data`` (one frame) to ffmpeg's stdin; FfmpegError if it died or hangs (``sent`` counts
+        the bytes it took). With ``zero_copy`` it must stay unchanged until ``consumed()`` is past it."""
+        view = memoryview(data)
+        self._send(pipe_splice.iovec_of(view) if self.zero_copy else None, (view,))
+
     def write_frames(self, frames: np.ndarray) -> None:
-        """Hand ffmpeg's stdin the rows of ``frames`` ((n, frame bytes) uint8, each row contiguous, e.g.
-        one per record of a ring), in order; FfmpegError if it died or hangs (``sent`` counts the bytes it
-        took). With ``zero_copy`` the rows' memory must stay unchanged until ``consumed()`` is past it."""
+        """``write`` for the rows of ``frames`` ((n, frame bytes) uint8, each row contiguous, e.g. frames of
+        consecutive records in a ring), in order: with zero copy, one call for all of them."""
+        self._send(pipe_splice.iovecs(frames) if self.zero_copy else None, frames)
+
+    def _send(self, iov, buffers) -> None:
+        """The buffers' pages by reference (``iov``, zero copy), or a ``write`` of each."""
         self._writing_since = time.monotonic()
         try:
-            if self.zero_copy:
-                iov = pipe_splice.iovecs(frames)
-                i = 0
-                while i < len(iov):
-                    k = pipe_splice.splice_some(self._fd, iov, i)
-                    i = pipe_splice.advance(iov, i, k)
-                    self._progress(k)
+            if iov is not None:
+                pipe_splice.splice_all(self._fd, iov, self._progress)
             else:
-                for row in frames:
-                    view = memoryview(row)
+                for b in buffers:
+                    view = memoryview(b)
                     while len(view):
                         k = os.write(self._fd, view)
                         view = view[k:]

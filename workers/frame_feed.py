@@ -33,7 +33,18 @@ class FrameFeed:
     def __init__(self) -> None:
         self._in_pipe: collections.deque[tuple[int, int]] = collections.deque()  # (ring position, bytes sent at its end)
 
-    def send(self, proc: FfmpegProcess, position: int, record_bytes: int, frames: np.ndarray) -> tuple[int, str | None]:
+    def send(self, proc: FfmpegProcess, position: int, frame: memoryview) -> str | None:
+        """Hand ``proc`` one frame, the pixels of the record at ring position ``position``; None, or why it
+        did not take it (ffmpeg died or hangs)."""
+        try:
+            proc.write(frame)
+        except FfmpegError as exc:
+            return str(exc)  # the clip breaks: nothing in the pipe matters now
+        if proc.zero_copy:
+            self._in_pipe.append((position, proc.sent))
+        return None
+
+    def send_run(self, proc: FfmpegProcess, position: int, record_bytes: int, frames: np.ndarray) -> tuple[int, str | None]:
         """Hand ``proc`` the rows of ``frames``: the pixels of consecutive records ``record_bytes`` apart in
         the ring, the first at ring position ``position``. Returns how many frames it took whole, and why it
         took no more (ffmpeg died or hangs) or None."""
@@ -41,7 +52,7 @@ class FrameFeed:
         try:
             proc.write_frames(frames)
         except FfmpegError as exc:
-            return (proc.sent - before) // nbytes, str(exc)  # the clip breaks: nothing in the pipe matters now
+            return (proc.sent - before) // nbytes, str(exc)
         if proc.zero_copy:
             self._in_pipe.extend((position + i * record_bytes, before + (i + 1) * nbytes) for i in range(len(frames)))
         return len(frames), None
