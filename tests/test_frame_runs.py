@@ -28,17 +28,13 @@ from envrec.workers import entry
 from envrec.workers.encoder import Encoder
 
 from .video_helpers import FFMPEG, decode, meta
+from .worker_loop import Conn, count_runs
 
 COLOURS = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 0], [0, 255, 255], [255, 0, 255], [255, 255, 255]], np.uint8)
 
 
 def _frames(n: int, shape: tuple[int, int]) -> list[np.ndarray]:
     return [np.broadcast_to(COLOURS[i % len(COLOURS)], (*shape, 3)).copy() for i in range(n)]
-
-
-class _Conn:
-    def send(self, msg) -> None:
-        self.last = msg
 
 
 def _encode(folder, clips: dict, zero_copy: bool, runs: bool, prefill: bool = False, during=None, ring_bytes: int = 1 << 20) -> dict:
@@ -50,15 +46,7 @@ def _encode(folder, clips: dict, zero_copy: bool, runs: bool, prefill: bool = Fa
     cfg = EncoderConfig(str(folder), FFMPEG, "ffmpeg", settings=VideoSettings(zero_copy=zero_copy, faststart=False))
     enc = Encoder(cfg, status=reader.set_status)
     enc._runs = runs
-    taken = {"runs": 0}
-    poll_run = reader.poll_run
-
-    def counting_poll_run(*args):
-        run = poll_run(*args)
-        taken["runs"] += run is not None
-        return run
-
-    reader.poll_run = counting_poll_run  # type: ignore[method-assign]
+    taken = count_runs(reader)
 
     def produce() -> None:
         for name, frames in clips.items():
@@ -76,7 +64,7 @@ def _encode(folder, clips: dict, zero_copy: bool, runs: bool, prefill: bool = Fa
     else:
         producer.start()
     try:
-        assert entry._loop(reader, enc, _Conn(), os.getppid()) is False
+        assert entry._loop(reader, enc, Conn(), os.getppid()) is False
     finally:
         if not prefill:
             producer.join(30)

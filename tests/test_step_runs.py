@@ -28,6 +28,8 @@ from envrec.workers import entry
 from envrec.workers.serializer import Serializer
 from envrec.workers.spill import MEMORY_BYTES, Spill
 
+from .worker_loop import Conn, count_runs
+
 OBS_SPACES = {
     "cartpole": spaces.Box(-np.inf, np.inf, (4,), np.float32),
     "image": spaces.Box(0, 255, (48, 128, 3), np.uint8),  # 18 KiB rows: written with writev from the ring
@@ -50,11 +52,6 @@ def _episodes(obs_space, seed: int = 0):
     return out
 
 
-class _Conn:
-    def send(self, msg) -> None:
-        self.last = msg
-
-
 def _record(folder: str, obs_space, episodes, runs: bool, ring_bytes: int, compression=None) -> dict:
     """Send the episodes through a ring to the serializer's real worker loop (in this process)."""
     from envrec.infos import pack_info
@@ -69,15 +66,7 @@ def _record(folder: str, obs_space, episodes, runs: bool, ring_bytes: int, compr
     ser = Serializer(cfg, status=reader.set_status)
     if not runs:
         ser._runs = None  # one record at a time
-    taken = {"runs": 0}
-    poll_run = reader.poll_run
-
-    def counting_poll_run(*args):
-        run = poll_run(*args)
-        taken["runs"] += run is not None
-        return run
-
-    reader.poll_run = counting_poll_run  # type: ignore[method-assign]
+    taken = count_runs(reader)
 
     def produce() -> None:
         meta = pack_info({"seed": None, "options": None})
@@ -92,7 +81,7 @@ def _record(folder: str, obs_space, episodes, runs: bool, ring_bytes: int, compr
     producer = threading.Thread(target=produce)
     producer.start()
     try:
-        assert entry._loop(reader, ser, _Conn(), os.getppid()) is False
+        assert entry._loop(reader, ser, Conn(), os.getppid()) is False
     finally:
         producer.join(10)
         reader.close()

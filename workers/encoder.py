@@ -1,7 +1,8 @@
 """The encoder: turns the records of a frame ring into video clips (or asciicasts) with metadata.
 
 Per clip: ffmpeg starts at the clip's first frame (its size is known then);
-each frame is written to ffmpeg's stdin straight from the ring; at the clip's
+each frame goes to ffmpeg's stdin straight from the ring (``FrameFeed``),
+those already waiting in the ring taken as one run; at the clip's
 end ffmpeg finishes, the fragmented MP4 is remuxed into a standard one (unless
 ``VideoSettings.faststart`` is False), and
 ``NAME.meta.json`` is written beside it. A clip whose ffmpeg dies, hangs or
