@@ -100,16 +100,18 @@ def test_frames_in_runs_decode_to_what_was_sent(tmp_path, zero_copy, runs):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("runs", [True, False])
-def test_a_frame_of_another_shape_inside_a_run_breaks_the_clip_there(tmp_path, runs):
+@pytest.mark.parametrize("at", [50, 43])
+def test_a_frame_of_another_shape_inside_a_run_breaks_the_clip_there(tmp_path, runs, at):
     """48x64 and 64x48 frames are the same size, so the turned one matches the run's header: its shape part
-    tells them apart. Every record is in the ring first, so frame 50 is inside a run (runs of 13-14 frames)."""
-    frames = _frames(50, (48, 64)) + [np.zeros((64, 48, 3), np.uint8)] + _frames(20, (48, 64))
+    tells them apart. Every record is in the ring first, so the turned frame is inside a run (frame 0 alone,
+    then runs of 14: frame 50 in the middle of one, frame 43 first in one)."""
+    frames = _frames(at, (48, 64)) + [np.zeros((64, 48, 3), np.uint8)] + _frames(20, (48, 64))
     r = _encode(tmp_path, {"turned": frames}, zero_copy=True, runs=runs, prefill=True)
     assert (r["runs"] >= 3) if runs else (r["runs"] == 0)
     m = meta(tmp_path, "turned")
-    assert m["broken"] and "frame 50 has shape (64, 48, 3), the clip started with (48, 64, 3)" in m["reason"]
-    assert m["frames_written"] == 50 and m["frames_dropped"] == 21 and m["step_range"] == [0, 49]
-    _colours_ok(tmp_path / "turned.mp4", frames[:50], 1)
+    assert m["broken"] and f"frame {at} has shape (64, 48, 3), the clip started with (48, 64, 3)" in m["reason"]
+    assert m["frames_written"] == at and m["frames_dropped"] == 21 and m["step_range"] == [0, at - 1]
+    _colours_ok(tmp_path / "turned.mp4", frames[:at], 1)
 
 
 @pytest.mark.timeout(120)

@@ -202,7 +202,7 @@ class Encoder:
         k = n if same.all() else int(same.argmin())  # frames of the clip's shape (same size, other shape: breaks it)
         h, w, c = clip.shape
         pixels = rows[:k, PIXELS_AT : PIXELS_AT + h * w * c]  # a record may end in padding
-        taken, failed = self.feed.send_run(proc, self.position, rows.shape[1], pixels)
+        taken, failed = self.feed.send_run(proc, self.position, rows.shape[1], pixels) if k else (0, None)
         if taken:
             steps = rows[[0, taken - 1], STEP_AT : STEP_AT + 8].copy().view("<u8").ravel()
             self._count_frames(clip, int(steps[0]), int(steps[1]), taken)

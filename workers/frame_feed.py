@@ -16,7 +16,7 @@ import collections
 import numpy as np
 
 from envrec.records import FRAME_SHAPE
-from envrec.ring import REC_HEAD_BYTES, align
+from envrec.ring import REC_HEAD, REC_HEAD_BYTES, align
 
 from .ffmpeg_process import FfmpegError, FfmpegProcess
 
@@ -24,7 +24,7 @@ __all__ = ["PIXELS_AT", "SHAPE_AT", "STEP_AT", "FrameFeed"]
 
 SHAPE_AT = align(REC_HEAD_BYTES + 4 * 2)  # after the header and its two part sizes
 PIXELS_AT = SHAPE_AT + align(FRAME_SHAPE.size)
-STEP_AT = 16  # the step: the third word of a record's header
+STEP_AT = REC_HEAD.size - 8  # the step: the header's last field (u64)
 
 
 class FrameFeed:
