@@ -53,6 +53,11 @@ class FaultSpec:
     def injector(self) -> Injector:
         return Injector(self)
 
+    def sees_each_record(self, *points: str) -> bool:
+        """Whether the fault must see records one at a time: it is at one of ``points`` (visited per
+        record) or it throttles each record. A worker then takes no runs of records."""
+        return self.at in points or bool(self.sleep_per_record_s)
+
 
 class Injector:
     """The worker-side state of a fault spec: counts visits and fires."""

@@ -87,7 +87,7 @@ class Encoder:
         self.error: str | None = None
         self.faults = cfg.faults.injector()
         # A fault injected per record or frame must see each one: no runs then.
-        self._runs = cfg.faults.at not in ("record", "frame") and not cfg.faults.sleep_per_record_s
+        self._runs = not cfg.faults.sees_each_record("record", "frame")
         self._version: str | None = None
         self.budget = ClipBudget(cfg.folder, cfg.recorder, cfg.max_bytes, cfg.keep_last_clips)
         self.position = 0  # ring position of the record being handled (set by the worker loop)

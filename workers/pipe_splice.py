@@ -29,10 +29,9 @@ __all__ = ["available", "iovec_of", "iovecs", "splice_all", "unread_bytes"]
 
 
 class _IoVec(ctypes.Structure):
-    _fields_ = (("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t))
+    _fields_ = (("iov_base", ctypes.c_size_t), ("iov_len", ctypes.c_size_t))  # an address as an integer: numpy can view it
 
 
-IOVEC = np.dtype([("base", np.uintp), ("len", np.uintp)])  # the same struct iovec, for numpy
 
 
 def _load_vmsplice():
@@ -67,10 +66,11 @@ def iovec_of(view: memoryview):
 def iovecs(rows: np.ndarray):
     """An iovec per row of ``rows``, a 2-D uint8 array over mapped memory whose rows are each contiguous
     (frames in the ring, one record apart), for ``splice_all``."""
-    table = np.empty(len(rows), IOVEC)
-    table["base"] = rows.ctypes.data + np.arange(len(rows), dtype=np.uintp) * rows.strides[0]
-    table["len"] = rows.shape[1]
-    return (_IoVec * len(rows)).from_buffer(table.data)  # keeps ``table`` alive
+    iov = (_IoVec * len(rows))()
+    table = np.ctypeslib.as_array(iov)  # numpy's view of the same structs
+    table["iov_base"] = rows.ctypes.data + np.arange(len(rows), dtype=np.uintp) * rows.strides[0]
+    table["iov_len"] = rows.shape[1]
+    return iov
 
 
 def splice_all(fd: int, iov, on_progress: Callable[[int], None]) -> None:
@@ -78,7 +78,7 @@ def splice_all(fd: int, iov, on_progress: Callable[[int], None]) -> None:
     waiting while the pipe is full; ``on_progress(bytes)`` after each call. ``iov`` is used up.
 
     One buffer per call: several frames per call measured no cheaper at 210x160 and costlier at 600x400
-    (the kernel's work per page is the same; what a run saves is the worker loop's work per record).
+    (what a run saves is the worker loop's work per record, not system calls).
 
     The memory must stay mapped and unchanged until the reader has read it.
     OSError as ``write`` would raise it (EPIPE once the reader is gone).

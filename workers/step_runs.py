@@ -49,7 +49,7 @@ class StepRunWriter:
         parts = layout.step_parts()  # ("rst",), the leaves, ("infos",)
         leaves = [fields.sinks.get(k) for k in parts[1:-1]]
         arrays = [f for f in leaves if isinstance(f, ArrayField)]
-        if len(arrays) != len(leaves) or faults.at == "record" or faults.sleep_per_record_s:
+        if len(arrays) != len(leaves) or faults.sees_each_record("record"):
             return None
         return cls(fields, arrays)
 
