@@ -308,6 +308,7 @@ def test_sigkill_of_an_async_vector_env_sub_process_leaves_nothing_running(tmp_p
         left = _descendants(host.pid)
         names = sorted(_command(p) for p in left)
         assert any("envrec.workers serializer" in c for c in names) and any("encoder" in c for c in names), names
+        others = _descendants(env.processes[1].pid)  # the other sub-env's workers
         segments_before = set(list_segments())
         os.kill(host.pid, signal.SIGKILL)
         t0 = time.monotonic()
@@ -328,6 +329,8 @@ def test_sigkill_of_an_async_vector_env_sub_process_leaves_nothing_running(tmp_p
         m = json.loads(path.read_text())
         assert m["frames_written"] > 0
         assert len(decode(tmp_path / "video0" / m["path"], 600, 400)) == m["frames_written"]
+    # the other sub-env was terminated by close(): its workers finalize what it sent, then exit
+    assert wait_for(lambda: all(_gone(p) for p in others), 30.0), [p for p in others if not _gone(p)]
     assert_trace_equals(tmp_path / "env1", reference_episodes(2, actions[:, 1]))
 
 
