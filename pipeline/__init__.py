@@ -28,6 +28,7 @@ _EXPORTS = {
     "to_arrow": ".export",
     "EpisodeOutcome": ".clip_triggers",
     "Unrepresentable": ".infos",
+    "close_on_signals": ".signals",
     "EnvrecError": ".errors",
     "ConfigError": ".errors",
     "RecordError": ".errors",
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr
     from .options import StreamOptions  # noqa: F401
     from .reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401
     from .recorder import TraceRecorder  # noqa: F401
+    from .signals import close_on_signals  # noqa: F401
     from .vector import RecordVectorTrace, RecordVectorVideo  # noqa: F401
     from .video import VideoRecorder  # noqa: F401
     from .wrappers import RecordTrace, RecordVideo  # noqa: F401

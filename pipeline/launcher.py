@@ -22,6 +22,14 @@ What a worker gets, all inherited explicitly (``pass_fds``), nothing else:
   lines (quoted when the worker dies) and logging every line at DEBUG under
   ``envrec.workers.<role>``; a worker never blocks on a full pipe.
 
+* SIGTERM and SIGINT blocked: they are blocked in the launching thread while
+  the worker is started, so the worker starts with them blocked and unblocks
+  them only once it has set how it takes them (``envrec.workers.__main__``).
+  A SIGTERM or SIGINT to the whole process group while a worker is still
+  importing (a Jupyter kernel's manager sends both at shutdown) is then
+  latched or ignored by the worker instead of killing it before it could
+  drain its ring.
+
 The interpreter is ``sys.executable`` unless ``ENVREC_PYTHON`` names
 another (embedded interpreters, where ``sys.executable`` is the host
 program). The worker sees the same ``sys.path`` as this process (through
@@ -36,6 +44,7 @@ import contextlib
 import logging
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -51,6 +60,19 @@ __all__ = ["PYTHON_ENV_VAR", "STDERR_TAIL_LINES", "WorkerProcess"]
 PYTHON_ENV_VAR = "ENVREC_PYTHON"
 STDERR_TAIL_LINES = 20  # lines of a worker's output kept to explain its death
 CHILD_GRACE_S = 2.0  # how long a killed worker's children (ffmpeg) get to finish on their own
+LATCHED_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})  # a worker starts with these blocked, until it can take them
+
+
+@contextlib.contextmanager
+def _blocked_in_this_thread(signals: frozenset[signal.Signals]):
+    """Block ``signals`` in the calling thread only (a child inherits the mask across exec); one that
+    arrives meanwhile waits for another thread of this process, or for the unblock, and is then handled
+    as the process always handles it."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def python_executable() -> str:
@@ -114,14 +136,15 @@ class WorkerProcess:
         python = python_executable()
         argv = [python, "-P", "-m", "envrec.workers", main, f"--config-fd={config_fd}", f"--report-fd={report_w}"]
         try:
-            self._proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out_w,
-                stderr=out_w,
-                pass_fds=(config_fd, report_w, *fds),
-                env=_child_environment(),
-            )
+            with _blocked_in_this_thread(LATCHED_SIGNALS):
+                self._proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out_w,
+                    stderr=out_w,
+                    pass_fds=(config_fd, report_w, *fds),
+                    env=_child_environment(),
+                )
         except OSError as exc:
             self.start_error = f"cannot start the {role} with {python!r}: {exc}"
             os.close(report_r)

@@ -47,8 +47,9 @@ class Handler(Protocol):
         """Consume one record; True once the recording is over (its CLOSE)."""
         ...
 
-    def finish(self, clean: bool) -> None:
-        """Finalize what is open; ``clean`` is False when the env process died."""
+    def finish(self, clean: bool, terminated_by: str | None = None) -> None:
+        """Finalize what is open; ``clean`` is False when the env process died, ``terminated_by`` names
+        the signal (``"SIGTERM"``) that ended the job when the worker got one before its env process went."""
         ...
 
     def abort(self, error: str) -> None:

@@ -327,10 +327,15 @@ def unregister_closer(obj: Any) -> None:
     _live.discard(obj)
 
 
-@atexit.register
-def _close_forgotten() -> None:
+def close_all(why: str) -> None:
+    """Close every recorder of this process still open (at exit, or on a signal: see ``envrec.signals``)."""
     for obj in list(_live):
         try:
             obj.close()
-        except Exception:  # at exit, one failing recorder must not keep the others from closing
-            logger.exception("envrec: closing a recorder at exit failed")
+        except Exception:  # one failing recorder must not keep the others from closing
+            logger.exception("envrec: closing a recorder %s failed", why)
+
+
+@atexit.register
+def _close_forgotten() -> None:
+    close_all("at exit")

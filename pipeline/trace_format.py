@@ -101,6 +101,7 @@ class Manifest(TypedDict, total=False):
     closed_cleanly: bool
     stats: dict | None
     error: str | None
+    terminated_by: str | None  # the signal that ended the job (SIGTERM) when one did
     writer: dict
     segment_of: str  # a closed segment: the prefix of its head
     segment: int  # and its index
@@ -184,6 +185,7 @@ def manifest_document(
     error: str | None = None,
     segments: dict | None = None,
     evicted: dict | None = None,
+    terminated_by: str | None = None,
 ) -> Manifest:
     """A manifest, with every key a reader may look for (the serializer's, or the env process's own
     when its serializer never started)."""
@@ -206,6 +208,7 @@ def manifest_document(
         "closed_cleanly": complete and closed_cleanly,
         "stats": stats,
         "error": error,
+        "terminated_by": terminated_by,  # the signal that ended the job (SIGTERM), if one did
         "writer": {"envrec": __version__, "pid": os.getpid()},
     }
 

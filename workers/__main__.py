@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 
 from envrec.wakeup import Wakeup
 
-from .entry import MAINS
+from .entry import MAINS, latch_termination
 
 PR_SET_PDEATHSIG = 1  # prctl(2) option: a signal this process gets when its parent exits
 PARENT_DEATH_SIGNAL = signal.SIGUSR1  # only wakes the worker, which then checks its parent itself
@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> None:
     # The signal may come from a thread of the parent exiting (prctl is per thread): it only wakes us.
     wake_consumer = Wakeup(ring_spec.items_fd).post  # what the producer posts to wake a sleeping consumer
     signal.signal(PARENT_DEATH_SIGNAL, lambda *_: wake_consumer())
+    # How a worker takes SIGINT and SIGTERM: see entry's docstring. Both were blocked by the launcher until now.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, _: (latch_termination(signum), wake_consumer()))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     _ask_for_parent_death_signal()
     MAINS[role](config, ring_spec, conn, parent_pid)
 

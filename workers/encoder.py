@@ -381,10 +381,11 @@ class Encoder:
         return meta
 
     # -- ending --------------------------------------------------------------
-    def finish(self, clean: bool) -> None:
+    def finish(self, clean: bool, terminated_by: str | None = None) -> None:
         if self.clip is not None:
             if not clean:
-                self.clip.extra["ended_by"] = "env process died"
+                self.clip.extra["ended_by"] = f"terminated by {terminated_by}" if terminated_by else "env process died"
+                self.clip.extra["terminated_by"] = terminated_by
             self._end_clip({})
 
     def abort(self, error: str) -> None:

@@ -17,7 +17,13 @@ Shutdown protocol of a worker (the env side's is in ``envrec.supervisor``):
    discarding records so the env process never blocks on it, until 1 or 2.
 
 SIGINT is ignored: a Ctrl-C in the terminal reaches the whole process group,
-and it is the env process that decides how the recording ends.
+and it is the env process that decides how the recording ends. SIGTERM (what
+Slurm, ``timeout`` and a Jupyter kernel's manager send to the whole process
+group) is latched, not obeyed: the worker goes on until its env process
+closes the recording (1) or is gone (2), then drains the ring and commits as
+in 2, naming the signal in its final files (``terminated_by``). A SIGTERM to
+the worker alone while its env process lives changes nothing: nothing it
+holds is lost, and the env process still decides when the recording ends.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from envrec.ring_reader import RingReader
 
 from .resources import resources
 
-__all__ = ["MAINS", "encoder_main", "serializer_main", "vector_serializer_main"]
+__all__ = ["MAINS", "encoder_main", "latch_termination", "serializer_main", "vector_serializer_main"]
 
 logger = logging.getLogger("envrec.workers")
 
@@ -55,6 +61,14 @@ COALESCE_S = 0.002
 SLEEP_AFTER_IDLE_S = 0.1
 # Most records a handler with a ``run_template`` takes at once (its checkpoint cadence bounds it anyway).
 RUN_RECORDS = 256
+
+_terminated_by: str | None = None  # the signal that asked this worker to end (latched by latch_termination)
+
+
+def latch_termination(signum: int) -> None:
+    """Signal handler's half (async-signal-safe: one assignment): remember that the job is being ended."""
+    global _terminated_by
+    _terminated_by = signal.Signals(signum).name
 
 
 def serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
@@ -86,7 +100,6 @@ MAINS: dict[str, Callable[[Any, RingSpec, Any, int], None]] = {
 
 
 def _run(cfg, make: Callable[[Callable], Handler], ring_spec: RingSpec, conn, parent_pid: int, hands_over: bool = False) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()
     reader = RingReader(ring_spec)
     handler: Handler | None = None
@@ -182,6 +195,8 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
         if done:
             _send_done(conn, handler)
             return False
+    if _terminated_by is not None:
+        logger.info("the env process is gone after %s: committing what the ring holds", _terminated_by)
     if handler is not None and not broken:
         _drain_and_finish(reader, handler, conn)  # the env process is gone
     if hands_over:
@@ -236,7 +251,7 @@ def _drain_and_finish(reader: RingReader, handler: Handler, conn) -> None:
             _fail(conn, reader, handler)
             return
     try:
-        handler.finish(clean=False)
+        handler.finish(clean=False, terminated_by=_terminated_by)
     except Exception:  # noqa: BLE001  (reported through the pipe)
         _fail(conn, reader, handler)
 

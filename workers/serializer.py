@@ -331,8 +331,8 @@ class Serializer:
         self._status(Status.COMMIT_US, self.commit_us)
 
     # -- ending ----------------------------------------------------------
-    def finish(self, clean: bool) -> None:
-        """Write out the open episode and batch and the final manifest."""
+    def finish(self, clean: bool, terminated_by: str | None = None) -> None:
+        """Write out the open episode and batch and the final manifest (see ``Handler.finish``)."""
         if self.episode_open:
             self._end_episode("close" if clean else "crash")
         if self.batch is not None and self.batch.episodes:
@@ -343,7 +343,7 @@ class Serializer:
         if clean and self._recorded_nothing():
             self._remove_manifest()
         else:
-            self.write_manifest(complete=True, clean=clean)
+            self.write_manifest(complete=True, clean=clean, terminated_by=terminated_by)
         self.fields.close()
         # The checkpoint stays until the env process has seen this worker exit: killed between here
         # and its exit, a successor replays the CLOSE record from it and finds nothing left to do.
@@ -386,7 +386,7 @@ class Serializer:
             "error": self.error,
         }
 
-    def write_manifest(self, complete: bool, clean: bool = True) -> None:
+    def write_manifest(self, complete: bool, clean: bool = True, terminated_by: str | None = None) -> None:
         cfg, named = self.cfg, self.manifest.named
         manifest = manifest_document(
             prefix=cfg.prefix,
@@ -407,6 +407,7 @@ class Serializer:
             if complete
             else None,
             error=self.error,
+            terminated_by=terminated_by,
         )
         manifest.update(self.manifest.head_fields())
         write_manifest(self.manifest_path, manifest)

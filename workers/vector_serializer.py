@@ -151,9 +151,9 @@ class VectorSerializer:
             self._step(i, a_i, o_i, rewards[i], terms[i], truncs[i], split_info(info, i), step)
             self.done[i] = ended
 
-    def finish(self, clean: bool) -> None:
+    def finish(self, clean: bool, terminated_by: str | None = None) -> None:
         for sub in self.subs:
-            sub.finish(clean)
+            sub.finish(clean, terminated_by)
 
     def abort(self, error: str) -> None:
         for sub in self.subs:
