@@ -1,9 +1,16 @@
 """Step infos: how they cross to the worker and how they are stored as JSON.
 
-The env side pickles an info dict (an empty one costs nothing) with a
-pickler that turns any object outside the builtin and numpy types into an
-``Unrepresentable`` (its type name and repr), so the worker never has to
-import user code and a strange info never breaks a step.
+The env side checks an info before it pickles it (an empty one costs
+nothing). One walk over its dicts, lists and tuples decides: an info made
+only of plain values (str, numbers, bools, None, bytes, numpy scalars and
+arrays) nested at most ``MAX_INFO_DEPTH`` levels, with no container inside
+itself, goes to the C pickler as it is. Anything else is copied first with
+what cannot travel replaced by an ``Unrepresentable`` (its type name and a
+bounded repr): a container nested deeper than ``MAX_INFO_DEPTH`` or holding
+itself, an object the worker could not import (user classes, functions), and
+one that cannot be pickled at all (generators, open files, locks). So the
+worker never has to import user code, never recurses without bound, and a
+strange info never breaks a step.
 
 In the trace, infos are strict JSON (no bare NaN). The JSON-safe part is
 stored as is; everything else is a tagged object::
@@ -24,8 +31,10 @@ from __future__ import annotations
 
 import base64
 import io
+import logging
 import math
 import pickle
+import reprlib
 import struct
 import types
 from dataclasses import dataclass
@@ -33,9 +42,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Unrepresentable", "decode_json", "encode_json", "pack_info", "unpack_info"]
+__all__ = ["MAX_INFO_DEPTH", "Unrepresentable", "decode_json", "encode_json", "pack_info", "unpack_info"]
+
+logger = logging.getLogger(__name__)
 
 _EMPTY = b""
+MAX_INFO_DEPTH = 64  # containers nested deeper are stored as their repr (far below the worker's recursion limit)
+_SHORT_REPR = reprlib.Repr()
+_SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 3, 200, 200
 
 
 @dataclass(frozen=True)
@@ -67,21 +81,122 @@ class _InfoPickler(pickle.Pickler):
     def reducer_override(self, obj):
         if isinstance(obj, _PLAIN) or _module_of(obj).split(".", 1)[0] in _LOADABLE_MODULES:  # object arrays too: their items come back through this pickler
             return NotImplemented
+        u = self.stand_in(obj)
+        return _unrepresentable, (u.type, u.repr)
+
+    @staticmethod
+    def stand_in(obj: Any) -> Unrepresentable:
+        """An object the worker could not import: its type name and repr."""
         t = type(obj)
         try:
             text = repr(obj)
         except Exception as exc:  # noqa: BLE001  (a broken __repr__ must not break the step)
             text = f"<repr failed: {exc!r}>"
-        return _unrepresentable, (f"{t.__module__}.{t.__qualname__}", text)
+        return Unrepresentable(f"{t.__module__}.{t.__qualname__}", text)
+
+
+# Exact types that pickle as they are and that the worker always loads: builtins' and numpy's scalars.
+_LEAVES = frozenset(
+    {str, int, float, bool, type(None), bytes}
+    | {t for t in np.sctypeDict.values() if t.__module__ == "numpy" and t not in (np.object_, np.void)}
+)
+
+
+def _plain(obj: Any, depth: int, path: set[int]) -> bool:
+    """True if ``obj`` may go to the C pickler as it is (see the module docstring). Runs for every info:
+    loops, not generators, and a leaf's type checked before any call."""
+    t = type(obj)
+    if t in _LEAVES:
+        return True
+    if t is dict or t is list or t is tuple:
+        if depth >= MAX_INFO_DEPTH or id(obj) in path:
+            return False
+        path.add(id(obj))
+        if t is dict:
+            for k, v in obj.items():
+                if type(k) not in _LEAVES or (type(v) not in _LEAVES and not _plain(v, depth + 1, path)):
+                    return False  # the answer is False all the way up: ``path`` no longer matters
+        else:
+            for v in obj:
+                if type(v) not in _LEAVES and not _plain(v, depth + 1, path):
+                    return False
+        path.discard(id(obj))
+        return True
+    if t is not np.ndarray:
+        return False
+    if not obj.dtype.hasobject:
+        return True
+    if obj.dtype != object or depth >= MAX_INFO_DEPTH or id(obj) in path:  # (structured arrays with objects)
+        return False
+    path.add(id(obj))  # an object array (a vector env's final_obs): its items count as nested values
+    for v in obj.flat:
+        if type(v) not in _LEAVES and not _plain(v, depth + 1, path):
+            return False
+    path.discard(id(obj))
+    return True
+
+
+def _short_repr(obj: Any) -> str:
+    try:
+        return _SHORT_REPR.repr(obj)
+    except Exception as exc:  # noqa: BLE001  (a broken __repr__ must not break the step)
+        return f"<repr failed: {exc!r}>"
+
+
+def _stand_in(obj: Any, why: str = "") -> Unrepresentable:
+    t = type(obj)
+    return Unrepresentable(f"{t.__module__}.{t.__qualname__}", f"<{why}> {_short_repr(obj)}" if why else _short_repr(obj))
+
+
+def _sanitized(obj: Any, depth: int, path: set[int]) -> Any:
+    """A copy of ``obj`` that ``_InfoPickler`` can always pickle and the worker always encode."""
+    t = type(obj)
+    if t in _LEAVES or (id(obj) not in path and _plain(obj, depth, set())):
+        return obj
+    if isinstance(obj, (dict, list, tuple)) and (t in (dict, list, tuple) or t.__module__ == "collections"):
+        if id(obj) in path:
+            return _stand_in(obj, "a container that holds itself")
+        if depth >= MAX_INFO_DEPTH:
+            return _stand_in(obj, f"nested deeper than {MAX_INFO_DEPTH} levels")
+        path.add(id(obj))
+        if isinstance(obj, dict):
+            out: Any = {_sanitized(k, depth + 1, path): _sanitized(v, depth + 1, path) for k, v in obj.items()}
+        else:
+            items = [_sanitized(v, depth + 1, path) for v in obj]
+            out = tuple(items) if isinstance(obj, tuple) else items
+        path.discard(id(obj))
+        return out
+    if t is np.ndarray and obj.dtype == object and depth < MAX_INFO_DEPTH and id(obj) not in path:
+        path.add(id(obj))
+        out = np.empty(obj.shape, dtype=object)
+        for i, v in enumerate(obj.flat):
+            out.flat[i] = _sanitized(v, depth + 1, path)
+        path.discard(id(obj))
+        return out
+    if isinstance(obj, np.ndarray):  # structured with objects, too deep, or inside itself: its repr
+        return _stand_in(obj)
+    if _module_of(obj).split(".", 1)[0] not in _LOADABLE_MODULES:
+        return _InfoPickler.stand_in(obj)  # what the pickler would make of it
+    try:  # anything else the pickler takes (a set, a datetime) or turns into an Unrepresentable itself
+        _InfoPickler(io.BytesIO(), protocol=5).dump(obj)
+    except Exception:  # noqa: BLE001  (RecursionError too: it cannot travel, whatever the reason)
+        return _stand_in(obj)
+    return obj
 
 
 def pack_info(info: dict) -> bytes:
-    """Bytes for the ring; b"" for an empty info."""
+    """Bytes for the ring; b"" for an empty info. Never raises for any info (see the module docstring)."""
     if not info:
         return _EMPTY
-    f = io.BytesIO()
-    _InfoPickler(f, protocol=5).dump(info)
-    return f.getvalue()
+    try:
+        if _plain(info, 0, set()):
+            return pickle.dumps(info, protocol=5)
+        f = io.BytesIO()
+        _InfoPickler(f, protocol=5).dump(_sanitized(info, 0, set()))
+        return f.getvalue()
+    except Exception as exc:
+        logger.debug("envrec: an info could not be stored", exc_info=True)
+        return pickle.dumps({"__envrec_error__": f"info could not be stored: {exc!r}"}, protocol=5)
 
 
 def unpack_info(b) -> Any:

@@ -32,6 +32,7 @@ __all__ = [
     "Kind",
     "SerializerConfig",
     "Status",
+    "Suspect",
     "VectorSerializerConfig",
     "signal_name",
 ]
@@ -69,6 +70,7 @@ class CheckpointingHandler(Handler, Protocol):
     position: int  # ring position of the record being handled (set by the loop)
     checkpointed: int  # ring position the last checkpoint covers
     resume_cursor: int  # where a successor starts reading
+    suspect: Suspect | None  # the record its predecessor failed on (from its config)
 
     def checkpoint_due(self, held_bytes: int, capacity: int) -> bool: ...
 
@@ -77,6 +79,26 @@ class CheckpointingHandler(Handler, Protocol):
     def checkpoint(self, cursor: int, pending: BatchEntry | None = None) -> None: ...
 
     def discard_checkpoint(self) -> None: ...
+
+    def quarantine(self, rec: Any, reason: str) -> None:
+        """Skip ``rec``, a record that made this handler's predecessors fail every time: count and name it."""
+        ...
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """A record (or run of records) whose handling made a worker fail, for its successor: ring
+    positions ``first`` to ``end``. ``confirmed``: a successor failed at ``first`` again, so the record
+    there is poison and is skipped; else the successor checkpoints before each record of the range
+    and tries again, so that a second failure pins the one record down."""
+
+    first: int
+    end: int
+    reason: str  # the last line of the failure's traceback
+    confirmed: bool = False
+
+    def covers(self, position: int) -> bool:
+        return self.first <= position < self.end
 
 
 @dataclass(frozen=True)
@@ -95,6 +117,7 @@ class SerializerConfig:
     checkpoints: bool = True  # off where no successor can take over (the vector serializer's sub-writers)
     compression: Compression | None = None  # arrays compressed in chunks (see envrec.compression)
     max_bytes: int | None = None  # disk budget: the oldest batches are evicted beyond it
+    suspect: Suspect | None = None  # a successor's: the record its predecessor failed on
 
 
 @dataclass(frozen=True)

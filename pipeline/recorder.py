@@ -264,6 +264,7 @@ class TraceRecorder:
             "batches": s.status(Status.BATCHES),
             "bytes_committed": s.status(Status.BYTES),
             "records_discarded": s.status(Status.DISCARDED),
+            "records_poisoned": s.status(Status.POISONED),
             "batches_evicted": s.status(Status.EVICTED),
             "bytes_evicted": s.status(Status.BYTES_EVICTED),
             "commits": s.status(Status.COMMITS),
@@ -289,8 +290,8 @@ class TraceRecorder:
             return {}
 
     def close(self) -> dict | None:
-        """Flush everything, stop the worker, free the ring. Harmless when repeated."""
-        if self._stream.closed:
+        """Flush everything, stop the worker, free the ring. Harmless when repeated, and in a forked child."""
+        if self._stream.closed or self._stream.left_behind_by_fork:
             return self._stream.worker.summary
         unregister_closer(self)
         try:

@@ -13,8 +13,10 @@ worker (and its ring) with a fresh one, a bounded number of times.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import logging
+import os
 import time
 import warnings
 import weakref
@@ -23,6 +25,7 @@ from typing import Any
 
 from .errors import RecordError, WorkerError
 from .options import BACKPRESSURE_POLICIES, StreamOptions
+from .protocol import Suspect
 from .records import Kind, Status
 from .ring import ConsumerGone, RingWriter
 from .shm import sweep_orphans
@@ -34,6 +37,7 @@ __all__ = ["BACKPRESSURE_POLICIES", "STATUS_CHECK_INTERVAL_S", "Stream", "regist
 logger = logging.getLogger(__name__)
 
 STATUS_CHECK_INTERVAL_S = 0.5  # how late a dead or failed worker may be noticed while recording
+MIN_WAIT_S = 0.05  # what close still gives a worker once close_timeout_s has run out (a successor's first look)
 
 
 def warn_start_method(start_method: str | None, stacklevel: int = 3) -> None:
@@ -47,8 +51,24 @@ def warn_start_method(start_method: str | None, stacklevel: int = 3) -> None:
         )
 
 
+_forks = 0  # how many os.fork() calls this process came out of as the child
+
+
+def _after_fork_in_child() -> None:
+    global _forks
+    _forks += 1
+    _live.clear()  # a forked child never closes its parent's recorders (at exit or on a signal)
+
+
 class Stream:
-    """A ring plus its worker process, with the backpressure and failure policy."""
+    """A ring plus its worker process, with the backpressure and failure policy.
+
+    A stream belongs to the process that made it: in a process forked from
+    that one (``os.fork``, multiprocessing's ``fork``) every call that
+    records raises ``RecordError`` saying so (the records would interleave
+    with the parent's in its ring, or be lost), and ``close`` does nothing
+    there: the recording is the parent's, which goes on and closes it.
+    """
 
     def __init__(
         self,
@@ -87,9 +107,13 @@ class Stream:
         self.broken: str | None = None
         self.broken_cause: BaseException | None = None
         self.restarts = 0
+        self._in_a_row = 0  # hand-overs since a worker last made progress (committed a batch, skipped a poison record)
+        self._progress = (0, 0)  # (batches, poisoned) when the last hand-over looked
+        self._suspect: Suspect | None = None  # what the last successor was told (see envrec.protocol.Suspect)
         self.closed = False
         self._final: dict[int, int] = {}
         self._totals: dict[int, int] = {}  # counters of workers already replaced
+        self._forks, self._owner_pid = _forks, os.getpid()
         sweep_orphans()
         self._start()
 
@@ -111,7 +135,22 @@ class Stream:
         return not (self.hang_timeout_s and self.worker.hung(self.hang_timeout_s))
 
     # -- sending -------------------------------------------------------------
+    @property
+    def left_behind_by_fork(self) -> bool:
+        """True in a process forked from the one that made this stream: it must not touch it."""
+        return self._forks != _forks
+
+    def _refuse_in_fork(self) -> None:
+        raise RecordError(
+            f"this {self.role} stream belongs to process {self._owner_pid}; process {os.getpid()} is a fork of it "
+            "and cannot record through it (its records would interleave with the parent's, or be lost). "
+            "Create the recorder after the fork, in the process that steps the env (e.g. inside the env's make "
+            "function, or with multiprocessing's 'spawn' or 'forkserver' start method)"
+        )
+
     def check_open(self) -> None:
+        if self._forks != _forks:
+            self._refuse_in_fork()
         if self.closed:
             raise RecordError(f"this {self.role} stream is closed")
         if self.strict and self.broken is not None:
@@ -119,6 +158,8 @@ class Stream:
 
     def send(self, write: Callable[..., bool], *args) -> bool:
         """Write one record through ``write(ring, *args)``; False (and counted) if it was dropped."""
+        if self._forks != _forks:
+            self._refuse_in_fork()
         ok = False
         while self.broken is None:
             try:
@@ -143,7 +184,7 @@ class Stream:
                 self.worker.hung(self.hang_timeout_s)  # kills it when hung: then it fails like a dead one
             failure = self.worker.failure()
             if failure is not None:
-                if self._successor_config is not None and self.restarts < self.max_restarts:
+                if self._may_hand_over():
                     self._hand_over(*failure)
                 else:
                     self._mark_broken(*failure)
@@ -173,16 +214,40 @@ class Stream:
         if self._on_broken is not None:
             self._on_broken(self.broken)
 
-    def _hand_over(self, why: str, cause: BaseException | None) -> None:
+    def _may_hand_over(self) -> bool:
+        """A failed worker may be replaced on its ring: ``max_restarts`` failures in a row are allowed, a
+        row ending when a worker made progress (committed a batch, or skipped a poison record)."""
+        if self._successor_config is None or self.ring.closed:
+            return False
+        progress = (self.ring.status(Status.BATCHES), self.ring.status(Status.POISONED))
+        if progress > self._progress:
+            self._in_a_row = 0
+        self._progress = max(progress, self._progress)
+        return self._in_a_row < self.max_restarts
+
+    def _successor(self, cause: BaseException | None) -> Any:
+        """The successor's config, told which record its predecessor failed on, if one is to blame."""
+        failed_at = self.ring.status(Status.FAILED_AT)
+        if not failed_at:
+            return self._successor_config  # killed, hung, or a disk error: no record to blame
+        first, end = failed_at - 1, self.ring.status(Status.FAILED_END)
+        before = self._suspect
+        confirmed = before is not None and not before.confirmed and before.covers(first)
+        self._suspect = Suspect(first, max(end, failed_at), self._last_line(cause)[2:] or "the worker failed", confirmed)
+        return dataclasses.replace(self._successor_config, suspect=self._suspect)
+
+    def _hand_over(self, why: str, cause: BaseException | None, timeout_s: float | None = None) -> None:
         """Start a successor on the same ring: it resumes from the failed worker's last checkpoint."""
-        self.worker.close(self.close_timeout_s, lambda: None)  # reaps it (killing it if it lingers)
+        self.worker.close(timeout_s or self.close_timeout_s, lambda: None)  # reaps it (killing it if it lingers)
+        config = self._successor(cause)
         self.ring.clear_status()
         self.restarts += 1
+        self._in_a_row += 1
         logger.warning(
-            "envrec: %s%s; a fresh %s takes over its ring from its last checkpoint (restart %d of %d)",
-            why, self._last_line(cause), self.role, self.restarts, self.max_restarts,
+            "envrec: %s%s; a fresh %s takes over its ring from its last checkpoint (restart %d, %d of %d in a row)",
+            why, self._last_line(cause), self.role, self.restarts, self._in_a_row, self.max_restarts,
         )
-        self.worker = Worker(self.role, self._main, self._successor_config, self.ring)
+        self.worker = Worker(self.role, self._main, config, self.ring)
         self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
 
     def restart(self) -> bool:
@@ -278,17 +343,23 @@ class Stream:
         return out
 
     def _shutdown(self, final_stats: dict | None = None) -> None:
-        """Steps 1-3 of the shutdown protocol, handing over to successors while any may be started."""
+        """Steps 1-3 of the shutdown protocol, handing over to successors while any may be started; all of
+        it within ``close_timeout_s`` (each step's kill grace aside)."""
+        deadline = time.monotonic() + self.close_timeout_s
+
+        def left() -> float:
+            return max(deadline - time.monotonic(), MIN_WAIT_S)
+
         try:
             while True:
-                self.worker.close(self.close_timeout_s, lambda: self._close_record(final_stats))
+                self.worker.close(left(), lambda: self._close_record(final_stats))
                 failure = self.worker.failure_after_close()
                 if failure is None or self.broken is not None:
                     break
-                if self._successor_config is None or self.restarts >= self.max_restarts or self.ring.closed:
+                if not self._may_hand_over() or time.monotonic() >= deadline:
                     self._mark_broken(*failure)
                     break
-                self._hand_over(*failure)  # the successor finishes the work, the CLOSE record included
+                self._hand_over(*failure, timeout_s=left())  # the successor finishes the work, the CLOSE record included
         finally:
             self._final = {i: self.ring.status(i) for i in range(len(Status))}
             self._final_unreleased = max(self.ring.unreleased() - self._close_sent, 0)
@@ -299,7 +370,7 @@ class Stream:
 
         ``final_stats`` travels with the CLOSE record, for the worker's final files.
         """
-        if self.closed:
+        if self.closed or self.left_behind_by_fork:
             return self.worker.summary
         self.closed = True
         if self.broken is None:
@@ -339,3 +410,6 @@ def close_all(why: str) -> None:
 @atexit.register
 def _close_forgotten() -> None:
     close_all("at exit")
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -102,6 +102,7 @@ class Manifest(TypedDict, total=False):
     stats: dict | None
     error: str | None
     terminated_by: str | None  # the signal that ended the job (SIGTERM) when one did
+    poisoned: list[dict]  # records skipped as poison: kind, episode, step, reason
     writer: dict
     segment_of: str  # a closed segment: the prefix of its head
     segment: int  # and its index
@@ -201,7 +202,8 @@ def manifest_document(
         "observation_space": observation_space,
         "action_space": action_space,
         "settings": settings,
-        "counters": counters or {"batches": len(batches), "episodes": sum(b["len"] for b in batches), "steps": 0, "bytes": 0, "orphan_steps": 0},
+        "counters": counters or {"batches": len(batches), "episodes": sum(b["len"] for b in batches), "steps": 0, "bytes": 0,
+                                 "orphan_steps": 0, "records_poisoned": 0},
         "segments": segments or {"first": 0, "next": 0},
         "evicted": evicted or {"batches": 0, "episodes": 0, "steps": 0, "bytes": 0},
         "complete": complete,
@@ -209,6 +211,7 @@ def manifest_document(
         "stats": stats,
         "error": error,
         "terminated_by": terminated_by,  # the signal that ended the job (SIGTERM), if one did
+        "poisoned": [],  # records skipped because they made the serializer fail every time (the serializer's)
         "writer": {"envrec": __version__, "pid": os.getpid()},
     }
 

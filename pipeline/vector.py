@@ -175,7 +175,7 @@ class RecordVectorTrace(VectorWrapper):
 
     def close(self, **kwargs) -> None:
         try:
-            if not self._stream.closed:
+            if not self._stream.closed and not self._stream.left_behind_by_fork:
                 unregister_closer(self)
                 self._stream.close()
         finally:

@@ -385,8 +385,8 @@ class VideoRecorder:
         return out
 
     def close(self) -> dict | None:
-        """End the current clip, stop the worker, free the ring. Harmless when repeated."""
-        if self._stream.closed:
+        """End the current clip, stop the worker, free the ring. Harmless when repeated, and in a forked child."""
+        if self._stream.closed or self._stream.left_behind_by_fork:
             return self._stream.worker.summary
         unregister_closer(self)
         clip, self.clip = self.clip, None

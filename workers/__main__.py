@@ -53,7 +53,12 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(PARENT_DEATH_SIGNAL, lambda *_: wake_consumer())
     # How a worker takes SIGINT and SIGTERM: see entry's docstring. Both were blocked by the launcher until now.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda signum, _: (latch_termination(signum), wake_consumer()))
+
+    def on_sigterm(signum: int, _frame) -> None:
+        latch_termination(signum)
+        wake_consumer()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
     _ask_for_parent_death_signal()
     MAINS[role](config, ring_spec, conn, parent_pid)

@@ -15,6 +15,13 @@ Shutdown protocol of a worker (the env side's is in ``envrec.supervisor``):
    it sends ``("error", traceback)``, raises the BROKEN status word, drops its
    temporary files, keeps what was committed, and goes on consuming and
    discarding records so the env process never blocks on it, until 1 or 2.
+   A worker that hands over (the serializer) instead publishes where the
+   record it failed on lies (``FAILED_AT``/``FAILED_END``) and exits; its
+   successor resumes from the last checkpoint (see ``Suspect``): it takes a
+   checkpoint before each record of that range and tries again, one record
+   at a time. Failing again there pins the record down: the next successor
+   resumes just before it and skips it (``quarantine``), so one record that
+   makes the worker fail every time costs that record and nothing else.
 
 SIGINT is ignored: a Ctrl-C in the terminal reaches the whole process group,
 and it is the env process that decides how the recording ends. SIGTERM (what
@@ -40,7 +47,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from envrec.faults import NO_FAULT
-from envrec.protocol import DONE, ERROR, CheckpointingHandler, Handler, Kind, Status
+from envrec.protocol import DONE, ERROR, CheckpointingHandler, Handler, Kind, Status, Suspect
 from envrec.ring import RingSpec
 from envrec.ring_reader import RingReader
 
@@ -61,6 +68,8 @@ COALESCE_S = 0.002
 SLEEP_AFTER_IDLE_S = 0.1
 # Most records a handler with a ``run_template`` takes at once (its checkpoint cadence bounds it anyway).
 RUN_RECORDS = 256
+MAX_TRACEBACK_CHARS = 16_384  # a quarter of a pipe's buffer: the report, sent whole, never blocks
+TRACEBACK_HEAD_LINES, TRACEBACK_TAIL_LINES = 12, 48  # what a cut traceback keeps of a long one
 
 _terminated_by: str | None = None  # the signal that asked this worker to end (latched by latch_termination)
 
@@ -121,8 +130,25 @@ def _run(cfg, make: Callable[[Callable], Handler], ring_spec: RingSpec, conn, pa
         sys.exit(1)  # handed over: a non-zero exit says the work is not finished
 
 
-def _fail(conn, reader: RingReader, handler: Handler | None, hand_over: bool = False) -> None:
-    tb = traceback.format_exc()
+def _bounded(tb: str) -> str:
+    """A traceback short enough for the report pipe's buffer: sent whole, it never blocks a worker whose env
+    process is not reading (a RecursionError's runs 200 KB; the env process may be waiting for the exit)."""
+    if len(tb) <= MAX_TRACEBACK_CHARS:
+        return tb
+    lines = tb.splitlines()
+    head, tail = "\n".join(lines[:TRACEBACK_HEAD_LINES]), "\n".join(lines[-TRACEBACK_TAIL_LINES:])
+    cut = f"\n  [... {len(lines) - TRACEBACK_HEAD_LINES - TRACEBACK_TAIL_LINES} lines left out ...]\n"
+    return (head + cut + tail)[-MAX_TRACEBACK_CHARS:]
+
+
+def _fail(conn, reader: RingReader, handler: Handler | None, hand_over: bool = False,
+          blame: tuple[int, int, Exception] | None = None) -> None:
+    """Report the exception being handled; ``blame``: the ring range of the record(s) being handled when
+    it was raised, and the exception, for a successor (see ``Suspect``) unless the disk is to blame."""
+    if blame is not None and not isinstance(blame[2], OSError | MemoryError):
+        reader.set_status(Status.FAILED_AT, blame[0] + 1)  # before BROKEN: the env side reads both then
+        reader.set_status(Status.FAILED_END, blame[1])
+    tb = _bounded(traceback.format_exc())
     logger.error("envrec worker failed; its stream is broken:\n%s", tb)
     try:  # the traceback first: whoever sees BROKEN then finds it in the pipe
         conn.send((ERROR, tb))
@@ -154,9 +180,10 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
     # A handler whose records outlive their handling (frames ffmpeg has not read yet) says how far to release.
     release_point: Callable[[int], int] | None = getattr(handler, "release_point", None)
     run_bytes = reader.capacity // 8
+    suspect = ckpt.suspect if hands_over else None
 
     def poll():
-        if takes_runs and not broken:
+        if takes_runs and not broken and suspect is None:  # one record at a time across a suspect range
             template = cast(Any, handler).run_template  # it may change (a clip's frame size)
             if template is not None and (run := reader.poll_run(template, RUN_RECORDS, run_bytes)) is not None:
                 return run
@@ -180,27 +207,46 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
         if broken:
             discarded += rec.count
             reader.set_status(Status.DISCARDED, discarded)
+        elif suspect is not None and suspect.covers(start) and _quarantined(ckpt, suspect, start, reader.cursor, rec):
+            suspect = None  # skipped: the records after it go on as usual
         else:
             assert handler is not None  # not broken
             try:
                 if hands_over or release_point is not None:
                     cast(Any, handler).position = start  # where its record starts (both kinds keep it)
                 done = handler.handle(rec)
-            except Exception:  # noqa: BLE001  (reported through the pipe, then handed over)
-                _fail(conn, reader, handler, hand_over=hands_over)
+            except Exception as exc:  # noqa: BLE001  (reported through the pipe, then handed over)
+                _fail(conn, reader, handler, hand_over=hands_over, blame=(start, reader.cursor, exc) if hands_over else None)
                 if hands_over:
                     return True  # exit: the unreleased records wait in the ring for a successor
                 broken = True
+            if suspect is not None and reader.cursor >= suspect.end:
+                suspect = None  # past the range without failing: it was not the records' fault
         _release(reader, broken or done, release_point, ckpt if hands_over else None)
         if done:
             _send_done(conn, handler)
             return False
-    if _terminated_by is not None:
-        logger.info("the env process is gone after %s: committing what the ring holds", _terminated_by)
     if handler is not None and not broken:
         _drain_and_finish(reader, handler, conn)  # the env process is gone
     if hands_over:
         ckpt.discard_checkpoint()
+    return False
+
+
+def _quarantined(ckpt: CheckpointingHandler, suspect: Suspect, start: int, end: int, rec) -> bool:
+    """A record in a suspect range: skip it if it is the confirmed poison (True), else take a checkpoint
+    just before it, so that failing on it again tells the next successor exactly which record to skip."""
+    if suspect.confirmed and start == suspect.first:
+        logger.warning("skipping the record at ring position %d: it made the serializer fail every time (%s)",
+                       start, suspect.reason)
+        ckpt.quarantine(rec, suspect.reason)
+        if rec.kind == Kind.CLOSE:  # the end of the recording all the same (its env stats are lost)
+            ckpt.finish(clean=True)
+        else:
+            ckpt.checkpoint(end)  # a successor of ours must not meet it again
+        return True
+    if not suspect.confirmed:
+        ckpt.checkpoint(start)
     return False
 
 
@@ -243,6 +289,8 @@ def _wait_for_record(reader: RingReader, poll: Callable[[], Any], ckpt: Checkpoi
 
 def _drain_and_finish(reader: RingReader, handler: Handler, conn) -> None:
     """The env process is gone: handle what it published, then finalize (not cleanly) unless a CLOSE came."""
+    if _terminated_by is not None:
+        logger.info("the env process is gone after %s: committing what the ring holds", _terminated_by)
     while (rec := reader.poll()) is not None:
         try:
             if handler.handle(rec):

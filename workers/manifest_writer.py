@@ -31,6 +31,8 @@ from envrec.trace_format import (
     write_manifest,
 )
 
+from .poison_log import PoisonLog
+
 __all__ = ["ManifestWriter", "Totals"]
 
 logger = logging.getLogger(__name__)
@@ -64,6 +66,7 @@ class ManifestWriter:
         self.next_segment = 0
         self.named = Totals()  # what the manifest names now
         self.evicted = Totals()  # what disk budgets deleted
+        self.poisoned = PoisonLog()  # records skipped as poison
 
     # -- state ---------------------------------------------------------------
     def load(self, head: Manifest) -> None:
@@ -75,6 +78,7 @@ class ManifestWriter:
         for entry in recording_batches(self.folder, head):
             self.named.add(entry)
         self.evicted = Totals(**head["evicted"]) if head.get("evicted") else Totals()
+        self.poisoned.load(head)
 
     def head_fields(self) -> Manifest:
         """The manifest keys this writer owns (see ``trace_format.manifest_document``)."""
@@ -82,6 +86,7 @@ class ManifestWriter:
             "batches": self.batches,
             "segments": {"first": self.first_segment, "next": self.next_segment},
             "evicted": asdict(self.evicted),
+            "poisoned": self.poisoned.entries,
         }
 
     def names(self, fn: str) -> bool:

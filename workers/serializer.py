@@ -56,8 +56,7 @@ class Serializer:
         self.batch: BatchWriter | None = None
         self.faults = cfg.faults.injector()
         self.manifest = ManifestWriter(cfg.folder, cfg.prefix, self.faults.point)
-        self.commits = 0
-        self.commit_us = 0
+        self.commits = self.commit_us = 0  # batch commits, and microseconds spent in them
         self.episode_open = False
         self.episodes_written = 0
         self.steps_total = 0
@@ -73,6 +72,7 @@ class Serializer:
         self.checkpointed = 0  # ring position the last checkpoint covers
         self._cp_in_episode = False  # the last checkpoint needs the open episode's spill data
         self.resume_cursor = 0  # ring position a successor's checkpoint covers
+        self.suspect = cfg.suspect  # the record its predecessor failed on (see envrec.protocol.Suspect)
         if cfg.resume:
             self._resume()
         self.write_manifest(complete=False)
@@ -187,6 +187,13 @@ class Serializer:
             if exc.filename is None:  # a write error names no file: name the folder, so the error says where
                 raise OSError(exc.errno, exc.strerror, self.cfg.folder) from exc
             raise
+
+    def quarantine(self, rec, reason: str) -> None:
+        """Skip a record that made the serializers before this one fail every time (see ``Suspect``)."""
+        self.records += rec.count
+        self.manifest.poisoned.add(rec, reason)
+        self._publish_commits()
+        self.write_manifest(complete=False)  # said at once: a later failure must not hide it
 
     def discard_checkpoint(self) -> None:
         """No successor can come (the env process is gone): the checkpoint has no reader left."""
@@ -329,6 +336,7 @@ class Serializer:
         self._status(Status.BYTES_EVICTED, evicted.bytes)
         self._status(Status.COMMITS, self.commits)
         self._status(Status.COMMIT_US, self.commit_us)
+        self._status(Status.POISONED, self.manifest.poisoned.count)
 
     # -- ending ----------------------------------------------------------
     def finish(self, clean: bool, terminated_by: str | None = None) -> None:
@@ -341,7 +349,8 @@ class Serializer:
             self.batch.abort()
             self.batch = None
         if clean and self._recorded_nothing():
-            self._remove_manifest()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.manifest_path)
         else:
             self.write_manifest(complete=True, clean=clean, terminated_by=terminated_by)
         self.fields.close()
@@ -352,10 +361,6 @@ class Serializer:
         """Closed before any reset reached it: a recorder that recorded nothing leaves no recording behind
         (Gymnasium's AsyncVectorEnv builds its first sub-env once in the parent only to read its spaces)."""
         return not self.manifest.named.batches and self.episodes_written == 0 and self.orphan_steps == 0 and self.error is None
-
-    def _remove_manifest(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.manifest_path)
 
     def abort(self, error: str) -> None:
         """Give up after a failure: drop the open batch, keep what was committed."""
@@ -383,6 +388,7 @@ class Serializer:
             "commit_us": self.commit_us,
             "records": self.records,
             "orphan_steps": self.orphan_steps,
+            "records_poisoned": self.manifest.poisoned.count,
             "error": self.error,
         }
 
@@ -400,6 +406,7 @@ class Serializer:
                 "steps": named.steps,
                 "bytes": named.bytes,
                 "orphan_steps": self.orphan_steps,
+                "records_poisoned": self.manifest.poisoned.count,
             },
             complete=complete,
             closed_cleanly=clean,
