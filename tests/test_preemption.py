@@ -206,3 +206,19 @@ def test_a_jupyter_kernel_shut_down_or_restarted_with_an_open_recorder_keeps_eve
     assert _steps_read_back(tmp_path / "rec") == STEPS
     manifest = _manifest(tmp_path / "rec")
     assert manifest["complete"] and manifest["counters"]["steps"] == STEPS
+
+
+def test_close_on_signals_waits_until_envrec_is_not_writing_a_record(monkeypatch):
+    """A signal that lands inside envrec's code is sent again RETRY_S later instead of closing mid-record;
+    one that lands in other code (the env stepping inside a wrapper's step) closes at once."""
+    from envrec import signals
+
+    namespace: dict = {}
+    exec("import sys\nframe = sys._getframe()", {"__name__": "envrec.recorder"}, namespace)  # a frame of envrec's
+    retried, closed = [], []
+    monkeypatch.setattr(signals.threading, "Timer", lambda delay, fn, args: type("T", (), {"start": lambda self: retried.append((delay, args))})())
+    monkeypatch.setattr(signals, "close_all", lambda why: closed.append(why))
+    signals._on_signal(signal.SIGINT, namespace["frame"], previous=signal.SIG_IGN)
+    assert retried == [(signals.RETRY_S, (os.getpid(), signal.SIGINT))] and closed == []
+    signals._on_signal(signal.SIGINT, sys._getframe(), previous=signal.SIG_IGN)
+    assert closed == ["on SIGINT"] and len(retried) == 1
