@@ -27,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
+from .clip_triggers import capped_cubic_video_schedule
 from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .infos import pack_info
@@ -234,8 +235,6 @@ class RecordVectorVideo(VectorWrapper):
         if bad:
             raise ConfigError(f"sub_envs {bad} out of range for {self.num_envs} sub-envs")
         if episode_trigger is None:
-            from gymnasium.utils.save_video import capped_cubic_video_schedule
-
             episode_trigger = capped_cubic_video_schedule
         self.episode_trigger = episode_trigger
         self.video_length = video_length if video_length > 0 else float("inf")

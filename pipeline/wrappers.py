@@ -10,7 +10,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
-from .clip_triggers import KeepIf, OutcomeTracker, decide
+from .clip_triggers import KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
 from .commit_watch import BatchCallback
 from .compression import Compression
 from .errors import ConfigError
@@ -227,8 +227,6 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def _set_triggers(self, episode_trigger, step_trigger, video_length: int, gc_trigger, keep_if: KeepIf | None) -> None:
         """Gymnasium's defaults (the capped-cubic episode schedule), and keep_if checked before any worker starts."""
         if episode_trigger is None and step_trigger is None:
-            from gymnasium.utils.save_video import capped_cubic_video_schedule
-
             episode_trigger = capped_cubic_video_schedule
         if keep_if is not None and not callable(keep_if):
             raise ConfigError(f"keep_if must be callable, not {keep_if!r}")
