@@ -17,9 +17,8 @@ import inspect
 import logging
 from typing import Any
 
-import gymnasium as gym
-
 from envrec.batch_files import BatchFiles, Episode, TraceError
+from envrec.env_ids import make_env
 from envrec.errors import ConfigError
 from envrec.schema import describe_space, space_from_spec
 
@@ -79,7 +78,7 @@ def _env_and_spaces(src: RecordingSource) -> dict[str, Any]:
     if not env_id:
         return out
     try:
-        env = gym.make(env_id)
+        env = make_env(env_id)
     except Exception as exc:  # noqa: BLE001  (any failure to build the env: export with the recorded spaces)
         log.info("%s: not made (%s); exporting with the spaces from the manifest", env_id, exc)
         return out

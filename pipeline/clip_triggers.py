@@ -27,7 +27,7 @@ def capped_cubic_video_schedule(episode_id: int) -> bool:
     (the tests compare the two), without importing moviepy.
     """
     if episode_id < 1000:
-        return int(round(episode_id ** (1.0 / 3))) ** 3 == episode_id
+        return round(episode_id ** (1.0 / 3)) ** 3 == episode_id
     return episode_id % 1000 == 0
 
 
