@@ -39,6 +39,7 @@ import re
 from typing import Any, TypedDict
 
 from .atomic import write_atomic
+from .option_checks import Accepts
 
 __all__ = [
     "FORMAT_NAME",
@@ -129,6 +130,12 @@ def check_prefix(prefix: str) -> str:
             f"(no path separators, no '..', at most 200 characters)"
         )
     return prefix
+
+
+PREFIX = Accepts(
+    "a name of letters, digits, '.', '_' and '-' (path separators and '..' not allowed, at most 200 characters)",
+    check_prefix,
+)
 
 
 def manifest_name(prefix: str) -> str:
