@@ -134,7 +134,7 @@ def check_prefix(prefix: str) -> str:
 
 PREFIX = Accepts(
     "a name of letters, digits, '.', '_' and '-' (path separators and '..' not allowed, at most 200 characters)",
-    check_prefix,
+    lambda v: bool(check_prefix(v)),  # check_prefix raises for a bad one, which Accepts takes as refused
 )
 
 
