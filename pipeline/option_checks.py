@@ -77,7 +77,8 @@ def _is_number(value: Any) -> bool:
 def int_in(lo: int | None = None, hi: int | None = None, what: str | None = None) -> Accepts:
     """An integer in ``[lo, hi]`` (either end open when None)."""
     if what is None:
-        what = f"an integer in [{lo}, {hi}]" if lo is not None and hi is not None else f"an integer >= {lo}"
+        bounds = {(True, True): f" in [{lo}, {hi}]", (True, False): f" >= {lo}", (False, True): f" <= {hi}", (False, False): ""}
+        what = "an integer" + bounds[lo is not None, hi is not None]
     return Accepts(what, lambda v: _is_int(v) and (lo is None or v >= lo) and (hi is None or v <= hi))
 
 
