@@ -8,18 +8,20 @@ infos as columns), otherwise that episode's infos are left out and a warning
 says so. Episodes are numbered in reading order (recordings by name, then
 episode order); episodes without a step are skipped. The dataset is built one
 trace batch at a time (``update_dataset_from_buffer``), so memory does not
-grow with the recording; if the export fails, the partial dataset is deleted.
+grow with the recording; if the export fails, what it wrote is deleted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
+import shutil
+from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
 from envrec.batch_files import BatchFiles, Episode, TraceError
+from envrec.env_ids import make_env
 from envrec.errors import ConfigError
 from envrec.schema import describe_space, space_from_spec
 
@@ -28,6 +30,8 @@ from .sources import PathsLike, RecordingSource, find_recordings
 __all__ = ["write_minari"]
 
 log = logging.getLogger(__name__)
+
+NAMESPACE_METADATA = "namespace_metadata.json"  # what minari.create_namespace writes into a namespace's folder
 
 
 def _transpose(infos: list[dict]) -> dict | None:
@@ -79,7 +83,7 @@ def _env_and_spaces(src: RecordingSource) -> dict[str, Any]:
     if not env_id:
         return out
     try:
-        env = gym.make(env_id)
+        env = make_env(env_id)
     except Exception as exc:  # noqa: BLE001  (any failure to build the env: export with the recorded spaces)
         log.info("%s: not made (%s); exporting with the spaces from the manifest", env_id, exc)
         return out
@@ -105,12 +109,38 @@ def _check_spaces(sources: list[RecordingSource]) -> None:
                 )
 
 
-def write_minari(paths: PathsLike, dataset_id: str, verify: bool = True, **metadata: Any) -> Any:
-    """Create the Minari dataset ``dataset_id`` from every episode under ``paths``."""
-    import minari
+def _new_folders(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first."""
+    new = []
+    while not path.exists():
+        new.append(path)
+        path = path.parent
+    return new
 
-    if dataset_id in minari.list_local_datasets():
-        raise ConfigError(f"a local Minari dataset named {dataset_id} exists: choose another id or delete it")
+
+def _remove_written(new: list[Path]) -> None:
+    """After a failed export: the dataset folder, and the namespace folders it created if nothing else is in them."""
+    shutil.rmtree(new[0], ignore_errors=True)
+    for folder in new[1:]:
+        with contextlib.suppress(OSError):
+            (folder / NAMESPACE_METADATA).unlink(missing_ok=True)
+            folder.rmdir()  # only when empty: another dataset in the namespace keeps it
+
+
+def write_minari(paths: PathsLike, dataset_id: str, verify: bool = True, **metadata: Any) -> Any:
+    """Create the Minari dataset ``dataset_id`` from every episode under ``paths``.
+
+    A failed export (a damaged batch, a missing package, a full disk) removes
+    what it wrote, dataset folder and any namespace folder it created, so the
+    same id can be exported again.
+    """
+    import minari
+    from minari.storage.datasets_root_dir import get_dataset_path
+
+    where = get_dataset_path(dataset_id)
+    if where.exists():
+        raise ConfigError(f"a local Minari dataset named {dataset_id} exists ({where}): choose another id or delete it")
+    new = _new_folders(where)
     sources = find_recordings(paths, verify=verify)
     _check_spaces(sources)
     kwargs: dict[str, Any] = {**_env_and_spaces(sources[0]), "data_format": "arrow", **metadata}
@@ -132,7 +162,6 @@ def write_minari(paths: PathsLike, dataset_id: str, verify: bool = True, **metad
         if dataset is None:
             raise TraceError(f"no episode with a step under {paths}: nothing to export")
     except BaseException:
-        if dataset is not None:
-            minari.delete_dataset(dataset_id)
+        _remove_written(new)
         raise
     return dataset

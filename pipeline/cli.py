@@ -48,14 +48,14 @@ def headless_display() -> None:
 
 def _record(args: argparse.Namespace) -> int:
     headless_display()
-    import gymnasium as gym
     from tqdm import tqdm
 
+    from .env_ids import make_env
     from .errors import ConfigError
     from .wrappers import RecordTrace, RecordVideo
 
     try:
-        env = gym.make(args.env, render_mode="rgb_array")
+        env = make_env(args.env, render_mode="rgb_array")
     except Exception as exc:  # noqa: BLE001  (gymnasium raises several types for unknown ids and missing extras)
         print(f"envrec record: cannot make environment {args.env!r}: {exc}", file=sys.stderr)
         return 2

@@ -1,4 +1,8 @@
-"""What ``RecordVideo(keep_if=...)`` decides on: the outcome of the episode a clip shows.
+"""Which clips are recorded and kept: the default episode schedule, and what ``keep_if`` decides on.
+
+``capped_cubic_video_schedule`` is Gymnasium's default episode trigger,
+defined here so that recording video needs nothing Gymnasium imports only
+for its own encoder (``gymnasium.utils.save_video`` imports moviepy).
 
 ``keep_if`` turns "record every episode" into "keep only the interesting
 ones": failures (``lambda o: o.terminated``), the best (``lambda o:
@@ -13,7 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, SupportsFloat
 
-__all__ = ["EpisodeOutcome", "KeepIf", "OutcomeTracker"]
+__all__ = ["EpisodeOutcome", "KeepIf", "OutcomeTracker", "capped_cubic_video_schedule"]
+
+
+def capped_cubic_video_schedule(episode_id: int) -> bool:
+    """True for episodes 0, 1, 8, 27, ..., 729 (the cubes below 1000), then every 1000th: Gymnasium's default.
+
+    The same arithmetic as ``gymnasium.utils.save_video.capped_cubic_video_schedule``
+    (the tests compare the two), without importing moviepy.
+    """
+    if episode_id < 1000:
+        return round(episode_id ** (1.0 / 3)) ** 3 == episode_id
+    return episode_id % 1000 == 0
 
 
 @dataclass(frozen=True)

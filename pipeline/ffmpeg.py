@@ -22,6 +22,18 @@ import shutil
 from dataclasses import dataclass, field
 
 from .errors import ConfigError
+from .option_checks import (
+    BOOL,
+    NON_NEGATIVE_INT,
+    POSITIVE_NUMBER,
+    STR,
+    Accepts,
+    accepts,
+    check_fields,
+    int_in,
+    number_in,
+    optional,
+)
 
 __all__ = ["FFMPEG_ENV_VAR", "VideoSettings", "encode_command", "encoded_size", "find_ffmpeg", "remux_command"]
 
@@ -29,28 +41,42 @@ FFMPEG_ENV_VAR = "ENVREC_FFMPEG"
 PIX_FMT_IN = {1: "gray", 3: "rgb24", 4: "rgba"}
 
 
+_STRINGS = Accepts("a tuple of strings", lambda v: isinstance(v, tuple | list) and all(isinstance(a, str) for a in v))
+
+
 @dataclass(frozen=True)
 class VideoSettings:
-    """How clips are encoded. Defaults measured on RL-sized frames (see README, "Video")."""
+    """How clips are encoded. Defaults measured on RL-sized frames (see README, "Video").
 
-    codec: str = "libx264"
-    preset: str | None = "ultrafast"  # lowest CPU per frame; larger files
-    crf: int | None = 23
-    pix_fmt: str = "yuv420p"  # what browsers play
-    threads: int = 1  # as fast as more threads on small frames, and kinder to the env's core
-    filter_threads: int = 1  # the RGB -> YUV conversion: one thread costs less CPU in all (measured)
-    scaler: str = "fast_bilinear"  # swscale's cheapest conversion; with fewer threads ~19 % less CPU a frame
-    keyframe_interval_s: float = 1.0  # fragment length: what a kill can cost at most
-    nice: int = 10  # ffmpeg's niceness: on a busy machine the env's process gets the CPU first
-    stall_timeout_s: float = 10.0  # ffmpeg taking no input this long is hung: killed, its clip broken
+    Each field says what it accepts; a bad value is a ``ConfigError`` naming it.
+    """
+
+    codec: str = field(default="libx264", metadata=accepts(STR))
+    preset: str | None = field(default="ultrafast", metadata=accepts(optional(STR)))  # lowest CPU per frame; larger files
+    crf: float | None = field(default=23, metadata=accepts(optional(number_in(0, 63))))
+    pix_fmt: str = field(default="yuv420p", metadata=accepts(STR))  # what browsers play
+    # as fast as more threads on small frames, and kinder to the env's core (0: ffmpeg's automatic threading)
+    threads: int = field(default=1, metadata=accepts(NON_NEGATIVE_INT))
+    # the RGB -> YUV conversion: one thread costs less CPU in all (measured); 0: ffmpeg's default
+    filter_threads: int = field(default=1, metadata=accepts(NON_NEGATIVE_INT))
+    # swscale's cheapest conversion; with fewer threads ~19 % less CPU a frame ("" : ffmpeg's default)
+    scaler: str = field(default="fast_bilinear", metadata=accepts(STR))
+    keyframe_interval_s: float = field(default=1.0, metadata=accepts(POSITIVE_NUMBER))  # fragment length: what a kill can cost at most
+    # ffmpeg's niceness: on a busy machine the env's process gets the CPU first
+    nice: int = field(default=10, metadata=accepts(int_in(-20, 19)))
+    # ffmpeg taking no input this long is hung: killed, its clip broken
+    stall_timeout_s: float = field(default=10.0, metadata=accepts(POSITIVE_NUMBER))
     # A clip closed cleanly is remuxed into a standard MP4 with its index first. That second ffmpeg run
     # costs ~40 ms of CPU per clip whatever its length (most of it ffmpeg starting): 1-2 ms per frame
     # for clips of a few dozen frames. False keeps the fragmented MP4, which browsers and players play.
-    faststart: bool = True
+    faststart: bool = field(default=True, metadata=accepts(BOOL))
     # Frames reach ffmpeg as references to the ring's pages (vmsplice), not copies: the encoder worker's
     # CPU per frame falls to what handing over the pages costs. False writes them (one copy, as before).
-    zero_copy: bool = True
-    extra_args: tuple[str, ...] = field(default_factory=tuple)
+    zero_copy: bool = field(default=True, metadata=accepts(BOOL))
+    extra_args: tuple[str, ...] = field(default_factory=tuple, metadata=accepts(_STRINGS))
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def find_ffmpeg(explicit: str | None = None) -> tuple[str, str]:

@@ -8,10 +8,11 @@ forward by name; the two are merged, keywords winning.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
+from .option_checks import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_NUMBER, accepts, check_fields, one_of, optional
 
 __all__ = ["BACKPRESSURE_POLICIES", "StreamOptions"]
 
@@ -20,34 +21,38 @@ BACKPRESSURE_POLICIES = ("block", "drop")
 
 @dataclass(frozen=True)
 class StreamOptions:
-    """How a recorder hands records to its worker, and what it does when the worker fails."""
+    """How a recorder hands records to its worker, and what it does when the worker fails.
 
-    ring_bytes: int | None = None  # shared memory for records in flight; None: the recorder's default (traces 64 MiB, frames 128 MiB)
-    backpressure: str = "block"  # ring full: "block" waits for room (nothing lost), "drop" drops and counts
-    block_timeout_s: float | None = None  # with "block": give up (drop and count) after this long
-    strict: bool = False  # a failed worker raises WorkerError instead of being logged
-    close_timeout_s: float = 60.0  # how long close() waits for the worker to finish
-    max_restarts: int = 3  # failed workers replaced before the stream is marked broken
-    hang_timeout_s: float | None = 60.0  # a worker whose heartbeat stops this long is killed and replaced
-    timing: bool = True  # time every call (stats call_*); 0.1-1 µs a call
+    Each field says what it accepts (``envrec.option_checks``); a bad value is
+    a ``ConfigError`` naming the field when the options are made, so when the
+    recorder is built.
+    """
+
+    # shared memory for records in flight; None: the recorder's default (traces 64 MiB, frames 128 MiB)
+    ring_bytes: int | None = field(default=None, metadata=accepts(optional(POSITIVE_INT)))
+    # ring full: "block" waits for room (nothing lost), "drop" drops and counts
+    backpressure: str = field(default="block", metadata=accepts(one_of(*BACKPRESSURE_POLICIES)))
+    # with "block": give up (drop and count) after this long
+    block_timeout_s: float | None = field(default=None, metadata=accepts(optional(POSITIVE_NUMBER)))
+    # a failed worker raises WorkerError instead of being logged
+    strict: bool = field(default=False, metadata=accepts(BOOL))
+    # how long close() waits for the worker to finish
+    close_timeout_s: float = field(default=60.0, metadata=accepts(POSITIVE_NUMBER))
+    # failed workers replaced before the stream is marked broken
+    max_restarts: int = field(default=3, metadata=accepts(NON_NEGATIVE_INT))
+    # a worker whose heartbeat stops this long is killed and replaced
+    hang_timeout_s: float | None = field(default=60.0, metadata=accepts(optional(POSITIVE_NUMBER)))
+    # time every call (stats call_*); 0.1-1 µs a call
+    timing: bool = field(default=True, metadata=accepts(BOOL))
 
     def __post_init__(self) -> None:
-        if self.backpressure not in BACKPRESSURE_POLICIES:
-            raise ConfigError(f"backpressure must be one of {BACKPRESSURE_POLICIES}, not {self.backpressure!r}")
-        if self.ring_bytes is not None and (not isinstance(self.ring_bytes, int) or self.ring_bytes <= 0):
-            raise ConfigError(f"ring_bytes must be a positive number of bytes, not {self.ring_bytes!r}")
-        for name in ("block_timeout_s", "hang_timeout_s"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ConfigError(f"{name} must be positive or None, not {value!r}")
-        if self.close_timeout_s <= 0:
-            raise ConfigError(f"close_timeout_s must be positive, not {self.close_timeout_s!r}")
-        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
-            raise ConfigError(f"max_restarts must be a non-negative integer, not {self.max_restarts!r}")
+        check_fields(self)
 
     @classmethod
     def merge(cls, options: StreamOptions | None, fields: dict[str, Any]) -> StreamOptions:
         """``options`` (or the defaults) with ``fields`` (keyword arguments of the same names) applied."""
+        if options is not None and not isinstance(options, StreamOptions):
+            raise ConfigError(f"options must be a StreamOptions or None, not {options!r}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(fields) - known)
         if unknown:

@@ -19,6 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from .env_ids import make_env as make_env_by_id
 from .errors import ConfigError
 from .wrappers import RecordTrace, RecordVideo
 
@@ -59,7 +60,7 @@ def recording_env_creator(
 
     def create(config: Any = None) -> gym.Env:
         if isinstance(make_env, str):
-            env = gym.make(make_env, render_mode="rgb_array") if video else gym.make(make_env)
+            env = make_env_by_id(make_env, render_mode="rgb_array") if video else make_env_by_id(make_env)
         else:
             env = make_env(config if config is not None else {})
         where = runner_folder(folder, config)

@@ -20,6 +20,7 @@ from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .infos import pack_info
+from .option_checks import CALLABLE, FOLDER, POSITIVE_INT, STR, check_options, optional
 from .options import StreamOptions
 from .packer import TracePacker
 from .protocol import SerializerConfig, Status
@@ -27,6 +28,7 @@ from .schema import describe_space
 from .stats import CallTimes, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import (
+    PREFIX,
     check_prefix,
     checkpoint_name,
     default_prefix,
@@ -36,7 +38,7 @@ from .trace_format import (
     write_manifest,
 )
 
-__all__ = ["DEFAULT_RING_BYTES", "TraceRecorder", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
+__all__ = ["DEFAULT_RING_BYTES", "TRACE_OPTIONS", "TraceRecorder", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,13 +57,20 @@ def check_folder(directory: str | os.PathLike) -> str:
     return directory
 
 
+# What the trace recorders' own options accept (the stream's are StreamOptions'; compression is parse_compression's).
+TRACE_OPTIONS = {
+    "directory": FOLDER,
+    "name_prefix": optional(PREFIX),
+    "env_id": optional(STR),
+    "batch_bytes": POSITIVE_INT,
+    "max_bytes": optional(POSITIVE_INT),
+    "on_batch_committed": optional(CALLABLE),
+}
+
+
 def check_max_bytes(max_bytes: int | None, unit_bytes: int, unit: str = "batch_bytes") -> None:
-    """A disk budget must hold at least two units (batches or clips): the newest is never evicted."""
-    if max_bytes is None:
-        return
-    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes <= 0:
-        raise ConfigError(f"max_bytes must be a positive number of bytes or None, not {max_bytes!r}")
-    if max_bytes < 2 * unit_bytes:
+    """A disk budget (checked a positive integer or None) must hold two batches: the newest is never evicted."""
+    if max_bytes is not None and max_bytes < 2 * unit_bytes:
         raise ConfigError(
             f"max_bytes={max_bytes} cannot hold two batches of {unit}={unit_bytes}: the budget keeps the newest "
             f"whole and evicts older ones; raise max_bytes or lower {unit}"
@@ -122,12 +131,9 @@ class TraceRecorder:
         **stream_options: Any,
     ) -> None:
         warn_start_method(start_method)
+        check_options("TraceRecorder", TRACE_OPTIONS, locals())
         opts = StreamOptions.merge(options, stream_options)
         ring_bytes = opts.ring_or(DEFAULT_RING_BYTES)
-        if on_batch_committed is not None and not callable(on_batch_committed):
-            raise ConfigError(f"on_batch_committed must be callable, not {on_batch_committed!r}")
-        if batch_bytes <= 0:
-            raise ConfigError(f"batch_bytes must be positive, not {batch_bytes}")
         check_max_bytes(max_bytes, batch_bytes)
         compression = parse_compression(compression)
         self.directory = check_folder(directory)

@@ -19,6 +19,7 @@ import logging
 import mmap
 import os
 import secrets
+from collections.abc import Collection, Iterable
 
 import psutil
 
@@ -109,10 +110,10 @@ def map_segment(fd: int) -> mmap.mmap:
 _MEMFD = "/memfd:" + SEGMENT_PREFIX
 
 
-def _held_segments() -> set[str]:
-    """Names of envrec memfds some process on this machine holds (those still using memory)."""
+def _held_segments(pids: Iterable[int] | None = None) -> set[str]:
+    """Names of envrec memfds held by ``pids`` (default: any process on this machine), those still using memory."""
     names = set()
-    for pid in psutil.pids():
+    for pid in psutil.pids() if pids is None else pids:
         fd_dir = f"/proc/{pid}/fd"
         try:
             fds = os.listdir(fd_dir)
@@ -135,9 +136,13 @@ def _legacy_files() -> list[str]:
         return []
 
 
-def list_segments() -> list[str]:
-    """Names of every envrec segment alive on this machine (held by a process, or left in /dev/shm)."""
-    return sorted(_held_segments().union(_legacy_files()))
+def list_segments(pids: Collection[int] | None = None) -> list[str]:
+    """Names of every envrec segment alive on this machine (held by a process, or left in /dev/shm).
+
+    ``pids``: only those held by these processes, or left in /dev/shm by one of them.
+    """
+    legacy = [n for n in _legacy_files() if pids is None or _owner_pid(n) in pids]
+    return sorted(_held_segments(pids).union(legacy))
 
 
 def _owner_pid(name: str) -> int | None:

@@ -39,6 +39,7 @@ import re
 from typing import Any, TypedDict
 
 from .atomic import write_atomic
+from .option_checks import Accepts
 
 __all__ = [
     "FORMAT_NAME",
@@ -131,6 +132,12 @@ def check_prefix(prefix: str) -> str:
             f"(no path separators, no '..', at most 200 characters)"
         )
     return prefix
+
+
+PREFIX = Accepts(
+    "a name of letters, digits, '.', '_' and '-' (path separators and '..' not allowed, at most 200 characters)",
+    lambda v: bool(check_prefix(v)),  # check_prefix raises for a bad one, which Accepts takes as refused
+)
 
 
 def manifest_name(prefix: str) -> str:

@@ -27,15 +27,17 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
+from .clip_triggers import capped_cubic_video_schedule
 from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .infos import pack_info
+from .option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Accepts, check_options, int_in, optional
 from .options import StreamOptions
 from .protocol import Kind, VectorSerializerConfig
-from .recorder import DEFAULT_RING_BYTES, check_folder, check_max_bytes, record_failure_in_manifest
+from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
 from .schema import describe_space, leaf_values, leaves
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
-from .trace_format import check_prefix, default_prefix, manifest_name
+from .trace_format import PREFIX, check_prefix, default_prefix, manifest_name
 
 __all__ = ["RecordVectorTrace", "autoreset_name", "batched_leaves"]
 
@@ -89,6 +91,7 @@ class RecordVectorTrace(VectorWrapper):
         **stream_options: Any,
     ) -> None:
         warn_start_method(start_method)
+        check_options("RecordVectorTrace", TRACE_OPTIONS, locals())
         opts = StreamOptions.merge(options, stream_options)
         ring_bytes = opts.ring_or(DEFAULT_RING_BYTES)
         check_max_bytes(max_bytes, batch_bytes)
@@ -196,6 +199,19 @@ def tile(frames: list[np.ndarray]) -> np.ndarray:
     return grid
 
 
+# What RecordVectorVideo's own options accept; recorder_options are VideoRecorder's (VIDEO_RECORDER_OPTIONS).
+RECORD_VECTOR_VIDEO_OPTIONS = {
+    "video_folder": FOLDER,
+    "sub_envs": Accepts("a tuple of sub-env indices", lambda v: isinstance(v, tuple | list) and all(int_in(0).test(j) for j in v)),
+    "episode_trigger": optional(CALLABLE),
+    "video_length": int_in(0, what="an integer >= 0 (0: the whole episode)"),
+    "name_prefix": PREFIX,
+    "fps": optional(POSITIVE_NUMBER),
+    "tiled_step_trigger": optional(CALLABLE),
+    "tiled_length": POSITIVE_INT,
+}
+
+
 class RecordVectorVideo(VectorWrapper):
     """Clips of chosen sub-envs of a vector env, one per triggered sub-env episode; optionally a tiled clip.
 
@@ -225,6 +241,7 @@ class RecordVectorVideo(VectorWrapper):
         tiled_length: int = 200,
         **recorder_options: Any,
     ) -> None:
+        check_options("RecordVectorVideo", RECORD_VECTOR_VIDEO_OPTIONS, locals())
         super().__init__(env)
         from .video import VideoRecorder
 
@@ -234,16 +251,14 @@ class RecordVectorVideo(VectorWrapper):
         if bad:
             raise ConfigError(f"sub_envs {bad} out of range for {self.num_envs} sub-envs")
         if episode_trigger is None:
-            from gymnasium.utils.save_video import capped_cubic_video_schedule
-
             episode_trigger = capped_cubic_video_schedule
         self.episode_trigger = episode_trigger
-        self.video_length = video_length if video_length > 0 else float("inf")
+        self.video_length = video_length or float("inf")
         self.name_prefix = check_prefix(name_prefix)
         self.sub_envs = tuple(sub_envs)
         self.autoreset_mode = autoreset_name(env)
         fps = fps or env.metadata.get("render_fps", 30)
-        folder = check_folder(video_folder)
+        folder = os.fspath(video_folder)  # each VideoRecorder checks and creates it, after checking its options
         self.recorders = {j: VideoRecorder(folder, fps=fps, **recorder_options) for j in self.sub_envs}
         self.tiled_step_trigger = tiled_step_trigger
         self.tiled_length = tiled_length

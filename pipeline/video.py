@@ -34,15 +34,16 @@ from .errors import ConfigError, RecordError, RecordTooLargeError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .ffmpeg import VideoSettings, find_ffmpeg
 from .frame_checks import check_image_frame, check_text_frame
+from .option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, Accepts, check_options, optional
 from .options import StreamOptions
 from .packer import RecordPacker, frame_packer
 from .protocol import EncoderConfig, Kind, Status
-from .recorder import check_folder, check_max_bytes
+from .recorder import check_folder
 from .stats import CallTimes, process_facts, summary_line
 from .stream import Stream, register_closer, unregister_closer, warn_start_method
 from .trace_format import check_prefix
 
-__all__ = ["DEFAULT_FRAME_RING_BYTES", "ClipCallback", "VideoRecorder", "check_text_frame"]
+__all__ = ["DEFAULT_FRAME_RING_BYTES", "VIDEO_RECORDER_OPTIONS", "ClipCallback", "VideoRecorder", "check_text_frame"]
 
 ClipCallback = Callable[[str | None, ClipMeta], None]  # (the video's path, None without one; its metadata)
 
@@ -67,6 +68,19 @@ class _ClipState:
     calls_at_start: tuple[int, int] = (0, 0)
     packer: RecordPacker | None = None  # once a frame went through: the fast path for frames like it
     raw_shape: tuple = ()  # that frame's shape as given (2-D or 3-D)
+
+
+# What VideoRecorder's own options accept (the stream's are StreamOptions', the encoder's VideoSettings').
+VIDEO_RECORDER_OPTIONS = {
+    "folder": FOLDER,
+    "fps": POSITIVE_NUMBER,
+    "settings": optional(Accepts("a VideoSettings", lambda v: isinstance(v, VideoSettings))),
+    "ffmpeg": optional(STR),
+    "env_id": optional(STR),
+    "max_bytes": optional(POSITIVE_INT),
+    "keep_last_clips": optional(POSITIVE_INT),
+    "on_clip_closed": optional(CALLABLE),
+}
 
 
 class VideoRecorder:
@@ -96,16 +110,10 @@ class VideoRecorder:
         **stream_options: Any,
     ) -> None:
         warn_start_method(start_method)
-        if on_clip_closed is not None and not callable(on_clip_closed):
-            raise ConfigError(f"on_clip_closed must be callable, not {on_clip_closed!r}")
+        check_options("VideoRecorder", VIDEO_RECORDER_OPTIONS, locals())
         self.on_clip_closed = on_clip_closed
         opts = StreamOptions.merge(options, stream_options)
         hang_timeout_s = opts.hang_timeout_s
-        if fps <= 0:
-            raise ConfigError(f"fps must be positive, not {fps}")
-        check_max_bytes(max_bytes, 0)
-        if keep_last_clips is not None and (not isinstance(keep_last_clips, int) or keep_last_clips < 1):
-            raise ConfigError(f"keep_last_clips must be a positive integer or None, not {keep_last_clips!r}")
         self.folder = check_folder(folder)
         remove_stale_tmp(self.folder)  # what a killed encoder of an earlier run left
         self.fps = fps

@@ -10,18 +10,18 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
-from .clip_triggers import KeepIf, OutcomeTracker, decide
+from .clip_triggers import KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
 from .commit_watch import BatchCallback
 from .compression import Compression
-from .errors import ConfigError
 from .ffmpeg import VideoSettings
+from .option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
 from .options import StreamOptions
 from .recorder import TraceRecorder
 from .stream import warn_start_method
-from .trace_format import check_prefix
+from .trace_format import PREFIX, check_prefix
 from .video import ClipCallback, VideoRecorder
 
-__all__ = ["RecordTrace", "RecordVideo"]
+__all__ = ["RECORD_VIDEO_OPTIONS", "RecordTrace", "RecordVideo"]
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +132,20 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             super().close()
 
 
+# What RecordVideo's own options accept; the rest are VideoRecorder's (VIDEO_RECORDER_OPTIONS) and StreamOptions'.
+RECORD_VIDEO_OPTIONS = {
+    "video_folder": FOLDER,
+    "episode_trigger": optional(CALLABLE),
+    "step_trigger": optional(CALLABLE),
+    "video_length": int_in(0, what="an integer >= 0 (0: the whole episode)"),
+    "name_prefix": PREFIX,
+    "fps": optional(POSITIVE_NUMBER),
+    "disable_logger": BOOL,
+    "gc_trigger": optional(CALLABLE),
+    "keep_if": optional(CALLABLE),
+}
+
+
 class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Records clips of ``env``'s rendered frames, as ``gymnasium.wrappers.RecordVideo`` does.
 
@@ -194,6 +208,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             gc_trigger=gc_trigger,
         )
         warn_start_method(start_method)
+        check_options("RecordVideo", RECORD_VIDEO_OPTIONS, locals())
         gym.Wrapper.__init__(self, env)
         _check_render_mode(env.render_mode)
         self._set_triggers(episode_trigger, step_trigger, video_length, gc_trigger, keep_if)
@@ -225,13 +240,9 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._text = env.render_mode == "ansi"
 
     def _set_triggers(self, episode_trigger, step_trigger, video_length: int, gc_trigger, keep_if: KeepIf | None) -> None:
-        """Gymnasium's defaults (the capped-cubic episode schedule), and keep_if checked before any worker starts."""
+        """Gymnasium's defaults (the capped-cubic episode schedule)."""
         if episode_trigger is None and step_trigger is None:
-            from gymnasium.utils.save_video import capped_cubic_video_schedule
-
             episode_trigger = capped_cubic_video_schedule
-        if keep_if is not None and not callable(keep_if):
-            raise ConfigError(f"keep_if must be callable, not {keep_if!r}")
         self.episode_trigger = episode_trigger
         self.step_trigger = step_trigger
         self.video_length: int | float = video_length if video_length != 0 else float("inf")

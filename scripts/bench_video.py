@@ -15,6 +15,7 @@ import argparse
 import gymnasium as gym
 
 from envrec.bench import format_table, rows_json, run_bench
+from envrec.env_ids import load_env_namespace
 
 VARIANTS = ("none", "render", "envrec-video", "gymnasium-video", "sync-pipe")
 
@@ -27,14 +28,10 @@ def main() -> None:
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     envs = args.env or ["CartPole-v1", "ALE/Pong-v5"]
-    if any(e.startswith("ALE/") for e in envs):
-        try:
-            import ale_py
-
-            gym.register_envs(ale_py)
-        except ImportError:
-            print("ale-py is not installed: skipping ALE environments (pip install '.[atari]')")
-            envs = [e for e in envs if not e.startswith("ALE/")]
+    missing = [e for e in envs if load_env_namespace(e)]
+    if missing:
+        print(f"ale-py is not installed: skipping {', '.join(missing)} (pip install '.[atari]')")
+        envs = [e for e in envs if e not in missing]
     for env_id in envs:
         rows = run_bench(lambda env_id=env_id: gym.make(env_id, render_mode="rgb_array"), VARIANTS, args.rounds, args.seconds)
         render = next(r for r in rows if r.variant == "render")

@@ -1,4 +1,11 @@
-"""Shared fixtures: every test must leave no child process, segment, semaphore or temp file."""
+"""Shared fixtures: every test must leave no child process, segment, semaphore or temp file.
+
+Every check is scoped to what this test run started: this process, its
+descendants, and the processes that carry this run's ``ENVREC_TEST_RUN``
+token in their environment (set below, inherited by every process the run
+starts, so a worker orphaned by a killed child still counts as ours). An
+envrec job running beside the suite on the same machine is none of these.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,26 @@ import pytest
 from envrec.shm import list_segments
 
 LEAK_GRACE_S = 5.0  # how long a test's children get to exit after it ends
+RUN_ENV = "ENVREC_TEST_RUN"
+os.environ[RUN_ENV] = f"{os.getpid()}-{time.time_ns()}"  # this run's token (a run inside a test gets its own)
+
+
+def ours() -> set[int]:
+    """This process, its descendants, and processes this run started that were orphaned (they carry its token)."""
+    me = psutil.Process()
+    pids = {me.pid} | {p.pid for p in me.children(recursive=True)}
+    token = os.environ[RUN_ENV]
+    for p in psutil.process_iter():
+        if p.pid not in pids:
+            with contextlib.suppress(psutil.Error):
+                if p.environ().get(RUN_ENV) == token:
+                    pids.add(p.pid)
+    return pids
+
+
+def our_segments() -> set[str]:
+    """envrec segments held by our processes (see ``ours``); another job's are not this test's."""
+    return set(list_segments(ours()))
 
 
 def _children() -> set[int]:
@@ -49,6 +76,19 @@ def _semaphores() -> set[str]:
         return set()
 
 
+def _mapped_by_others(names: set[str]) -> set[str]:
+    """Those of the /dev/shm files ``names`` that a process not ours has mapped: another job's, in use."""
+    if not names:
+        return set()
+    mine, found = ours(), set()
+    for pid in psutil.pids():
+        if pid in mine:
+            continue
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/maps") as maps:
+            found |= {n for line in maps for n in names if line.rstrip().endswith("/dev/shm/" + n)}
+    return found
+
+
 def _tmp_files(root) -> list[str]:
     found = []
     for folder, _, names in os.walk(root):
@@ -59,12 +99,12 @@ def _tmp_files(root) -> list[str]:
 @pytest.fixture(autouse=True)
 def no_leaks(request, tmp_path):
     """Fail a test that leaves a child process, an ffmpeg, an envrec segment, a semaphore or a temp file."""
-    children, segments, sems = _children(), set(list_segments()), _semaphores()
+    children, segments, sems = _children(), our_segments(), _semaphores()
     yield
     gc.collect()
     deadline = time.monotonic() + LEAK_GRACE_S
     while time.monotonic() < deadline and (
-        _children() - children or set(list_segments()) - segments or _encoders_writing_into(tmp_path)
+        _children() - children or our_segments() - segments or _encoders_writing_into(tmp_path)
     ):
         time.sleep(0.05)
         gc.collect()
@@ -72,7 +112,7 @@ def no_leaks(request, tmp_path):
     for pid in leaked_children:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
-    leaked_segments = set(list_segments()) - segments
+    leaked_segments = our_segments() - segments
     for name in leaked_segments:  # memfds die with their holders (killed above); files of older versions go here
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join("/dev/shm", name))
@@ -81,6 +121,7 @@ def no_leaks(request, tmp_path):
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
     leaked_sems = _semaphores() - sems
+    leaked_sems -= _mapped_by_others(leaked_sems)
     leaked_tmp = _tmp_files(tmp_path)
     assert not leaked_children, f"child processes left running: {leaked_children}"
     assert not leaked_encoders, f"ffmpeg processes left running: {leaked_encoders}"

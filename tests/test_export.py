@@ -195,11 +195,17 @@ def test_parquet_export_never_overwrites_and_leaves_nothing_half_written(tmp_pat
     with pytest.raises(ConfigError, match="exists"):
         to_parquet(tmp_path / "rec", tmp_path / "exists")
     last = envrec.TraceReader(tmp_path / "rec").recordings[0].batches[-1]
+    steps = sum(e.length for e in envrec.TraceReader(tmp_path / "rec"))
     with open(tmp_path / "rec" / last["bin"], "r+b") as f:  # damage the last batch: found midway through the export
+        good = f.read(8)
+        f.seek(0)
         f.write(b"\xff" * 8)
     with pytest.raises(TraceError, match="CRC-32"):
         to_parquet(tmp_path / "rec", tmp_path / "out")
     assert sorted(os.listdir(tmp_path)) == ["exists", "rec"]
+    with open(tmp_path / "rec" / last["bin"], "r+b") as f:  # mended: the retry into the same folder works
+        f.write(good)
+    assert to_parquet(tmp_path / "rec", tmp_path / "out").rows == steps
 
 
 class _CountingInfo(gym.Wrapper):
@@ -283,6 +289,39 @@ def test_minari_export_that_fails_leaves_no_dataset(tmp_path, monkeypatch):
     with pytest.raises(TraceError, match="missing"):
         to_minari(tmp_path / "rec", "envrec/broken-v0")
     assert "envrec/broken-v0" not in minari.list_local_datasets()
+
+
+@pytest.mark.parametrize("fails_at, namespace_before", [(1, False), (2, False), (2, True)])
+def test_minari_export_that_fails_midway_removes_what_it_wrote(tmp_path, monkeypatch, fails_at, namespace_before):
+    """Minari's storage failing at its first write (minari 0.5.4 without Pillow: "No module named 'PIL'") or later
+    (a full disk): the dataset folder goes, and the namespace folder if the export created it; the retry works."""
+    from minari.dataset._storages.arrow_storage import ArrowStorage
+
+    root = tmp_path / "minari"
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    _record(tmp_path / "rec", gym.make("CartPole-v1"), episodes=4, batch_bytes=1_000)
+    assert len(envrec.TraceReader(tmp_path / "rec").recordings[0].batches) >= 3  # so the second write is midway
+    if namespace_before:
+        to_minari(tmp_path / "rec", "envrec/other-v0")
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+    real, calls = ArrowStorage.update_episodes, []
+
+    def failing(self, episodes):
+        calls.append(1)
+        if len(calls) == fails_at:
+            if fails_at == 1:
+                raise ModuleNotFoundError("No module named 'PIL'", name="PIL")
+            raise OSError(28, "No space left on device")
+        return real(self, episodes)
+
+    monkeypatch.setattr(ArrowStorage, "update_episodes", failing)
+    with pytest.raises(OSError if fails_at > 1 else ImportError):
+        to_minari(tmp_path / "rec", "envrec/cartpole-v0")
+    assert len(calls) == fails_at
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before  # nothing it wrote is left
+    monkeypatch.setattr(ArrowStorage, "update_episodes", real)
+    to_minari(tmp_path / "rec", "envrec/cartpole-v0")  # the retry: not refused as "already exists"
+    _check_minari("envrec/cartpole-v0", tmp_path / "rec")
 
 
 def test_cli_export(tmp_path, monkeypatch, capsys):

@@ -7,6 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from ..env_ids import make_env
 from .report import format_table, plot_rows, rows_json
 from .runner import EXTRA_VARIANTS, VARIANTS, run_bench
 from .variants import FrameEnv
@@ -30,11 +31,7 @@ def env_factory(env_id: str | None, frames: str | None, step_us: float) -> tuple
         h, w = parse_frames(frames)
         return (lambda: FrameEnv(h, w, step_us=step_us)), f"synthetic {h}x{w}x3 frames, {step_us:g} µs/step"
     env_id = env_id or "CartPole-v1"
-    if env_id.startswith("ALE/"):
-        import ale_py
-
-        gym.register_envs(ale_py)
-    gym.make(env_id, render_mode="rgb_array").close()  # fail early, clearly, on an unknown id
+    make_env(env_id, render_mode="rgb_array").close()  # fail early, clearly, on an unknown id (its namespace loaded)
     return (lambda: gym.make(env_id, render_mode="rgb_array")), env_id
 
 

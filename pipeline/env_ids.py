@@ -1,0 +1,95 @@
+"""Making an environment from its id, with the packages that register its namespace loaded first.
+
+Gymnasium 1.x no longer imports environment packages by itself: ``ALE/Pong-v5``
+is "Namespace ALE not found" until ``ale_py`` has been imported (what
+``gym.register_envs(ale_py)`` is for). Every envrec command that takes an
+env id (``record``, ``bench``, the Minari export, Ray's env creator) goes
+through :func:`make_env`, which first loads, for an id that is not
+registered yet:
+
+1. the ``gymnasium.envs`` entry points of installed packages (Gymnasium's
+   plugin group; shimmy, for one, still declares it) named after the id's
+   namespace, then any others;
+2. the package known to register that namespace on import (``ALE``: ale-py);
+
+then leaves the rest to ``gym.make``, whose own error names what is missing.
+An id of the form ``module:Env-v0`` is Gymnasium's own way and works as is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from importlib.metadata import entry_points
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import parse_env_id, registry
+
+__all__ = ["NAMESPACE_PACKAGES", "PLUGIN_GROUP", "load_env_namespace", "make_env"]
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_GROUP = "gymnasium.envs"
+# Namespaces whose package registers them on import and declares no plugin: (module, what to pip install).
+NAMESPACE_PACKAGES = {"ALE": ("ale_py", "'envrec[atari]'")}
+
+
+def _known(env_id: str) -> bool:
+    return env_id in registry
+
+
+def _namespace(env_id: str) -> str | None:
+    try:
+        return parse_env_id(env_id)[0]
+    except gym.error.Error:
+        return None
+
+
+def _load_plugins(namespace: str | None, env_id: str) -> None:
+    plugins = sorted(entry_points(group=PLUGIN_GROUP), key=lambda ep: ep.name != namespace)  # its own first
+    for ep in plugins:
+        if _known(env_id):
+            return
+        try:
+            loaded = ep.load()
+            if callable(loaded):
+                loaded()
+        except Exception as exc:  # noqa: BLE001  (a broken plugin must not hide the others)
+            logger.warning("envrec: the %s plugin %s (%s) failed to load: %s", PLUGIN_GROUP, ep.name, ep.value, exc)
+
+
+def load_env_namespace(env_id: str) -> str | None:
+    """Import what registers ``env_id``'s namespace, if it is not registered yet.
+
+    Returns what to install when the package known to register the
+    namespace is missing (``None`` otherwise); never raises for that.
+    """
+    if ":" in env_id or _known(env_id):
+        return None
+    namespace = _namespace(env_id)
+    _load_plugins(namespace, env_id)
+    module, install = NAMESPACE_PACKAGES.get(namespace or "", (None, None))
+    if module is None or _known(env_id):
+        return None
+    try:
+        gym.register_envs(importlib.import_module(module))
+    except ImportError as exc:
+        logger.debug("envrec: %s, which registers namespace %s, cannot be imported: %s", module, namespace, exc)
+        return install
+    return None
+
+
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """``gym.make(env_id, **kwargs)`` once the packages registering ``env_id`` are loaded.
+
+    Gymnasium's own errors pass through; "Namespace ALE not found" with
+    ale-py missing also says what to install.
+    """
+    missing = load_env_namespace(env_id)
+    try:
+        return gym.make(env_id, **kwargs)
+    except gym.error.NamespaceNotFound as exc:
+        if missing is None:
+            raise
+        raise gym.error.NamespaceNotFound(f"{exc} (pip install {missing})") from exc

@@ -1,0 +1,44 @@
+"""README.md's Python examples run (scripts/readme_examples.py, also run by .ci/run with the base install alone)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
+SCRIPT = os.path.join(ROOT, "scripts", "readme_examples.py")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=110)
+
+
+def test_the_readmes_examples_run():
+    out = _run()
+    assert out.returncode == 0, out.stdout + out.stderr
+    ran = [line for line in out.stdout.splitlines() if line.startswith("ran: README.md line")]
+    assert len(ran) >= 6, out.stdout  # the trace, reader, long-run, video, keep_if and vector examples
+    skipped = [line for line in out.stdout.splitlines() if line.startswith("skipped:")]
+    assert len(skipped) == 3 and all("wandb" in s or "torch" in s or "ray" in s for s in skipped), out.stdout
+
+
+def test_a_failing_example_fails_with_its_line(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n\n```python\nx = 1\n```\n\ntext\n\n```python\nimport wandb, torch, ray\n```\n\n```python\n"
+                      "assert x == 2, 'the example is wrong'\n```\n")
+    out = _run(str(readme))
+    assert out.returncode == 1
+    assert "the example at README.md line 14 failed" in out.stderr and "the example is wrong" in out.stderr
+    assert f'File "{readme}", line 14' in out.stderr  # the traceback points into the README
+
+
+def test_a_skip_rule_matching_no_example_is_stale(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("```python\nimport wandb, torch\n```\n")  # nothing imports ray any more
+    out = _run(str(readme))
+    assert out.returncode == 1 and "NEEDS lists ['ray'], which no block imports" in out.stderr
