@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import psutil
 import pytest
@@ -213,12 +214,11 @@ def test_close_on_signals_waits_until_envrec_is_not_writing_a_record(monkeypatch
     one that lands in other code (the env stepping inside a wrapper's step) closes at once."""
     from envrec import signals
 
-    namespace: dict = {}
-    exec("import sys\nframe = sys._getframe()", {"__name__": "envrec.recorder"}, namespace)  # a frame of envrec's
+    as_envrecs = types.FunctionType((lambda: sys._getframe()).__code__, {"__name__": "envrec.recorder", "sys": sys})
     retried, closed = [], []
     monkeypatch.setattr(signals.threading, "Timer", lambda delay, fn, args: type("T", (), {"start": lambda self: retried.append((delay, args))})())
     monkeypatch.setattr(signals, "close_all", lambda why: closed.append(why))
-    signals._on_signal(signal.SIGINT, namespace["frame"], previous=signal.SIG_IGN)
+    signals._on_signal(signal.SIGINT, as_envrecs(), previous=signal.SIG_IGN)  # a frame of envrec's code
     assert retried == [(signals.RETRY_S, (os.getpid(), signal.SIGINT))] and closed == []
     signals._on_signal(signal.SIGINT, sys._getframe(), previous=signal.SIG_IGN)
     assert closed == ["on SIGINT"] and len(retried) == 1
