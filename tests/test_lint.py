@@ -59,7 +59,7 @@ def test_modules_and_functions_stay_small():
     assert not too_big, too_big
 
 
-SHARED = {"atomic", "clip_meta", "compression", "errors", "faults", "ffmpeg", "infos", "procinfo", "protocol", "records",
+SHARED = {"atomic", "clip_meta", "compression", "errors", "faults", "ffmpeg", "fullwrite", "infos", "procinfo", "protocol", "records",
           "ring", "ring_reader", "schema", "shm", "trace_format", "wakeup"}
 
 

@@ -123,8 +123,10 @@ class Serializer:
             self.manifest.load(read_manifest(self.manifest_path))
         except FileNotFoundError:
             pass
-        cp = read_checkpoint(self.cfg.folder, self.cfg.prefix)
-        if cp is not None:
+        found = read_checkpoint(self.cfg.folder, self.cfg.prefix)
+        if found is not None:
+            cp = found.checkpoint
+            self._cp_file.continue_after(found)  # its newest checkpoint stays until ours is whole
             pending = cp.pending
             if pending is not None and not self.manifest.names(pending["fn"]):
                 self.manifest.add(pending)  # it died between a batch commit and the manifest
