@@ -113,8 +113,9 @@ def test_buffered_files_complete_short_writes():
 
 
 def _cp(cursor: int, **kw) -> Checkpoint:
-    doc = dict(cursor=cursor, records=cursor, steps_total=0, orphan_steps=0, episodes_written=0, pending=None,
-               batch=None, episode_open=False, ep={"options": "x" * kw.pop("pad", 0)}, arrays=[], jsons=[], spills=[])
+    doc = {"cursor": cursor, "records": cursor, "steps_total": 0, "orphan_steps": 0, "episodes_written": 0, "pending": None,
+           "batch": None, "episode_open": False, "ep": {"options": "x" * kw.pop("pad", 0)}, "arrays": [], "jsons": [],
+           "spills": []}
     return Checkpoint(**{**doc, **kw})
 
 

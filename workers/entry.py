@@ -153,9 +153,13 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
         beats += 1
         reader.set_status(Status.HEARTBEAT, beats)
         start = reader.cursor
-        rec = poll()
-        if rec is None:
-            start, rec = _wait_for_record(reader, poll, ckpt if hands_over and not broken else None, last_record_at)
+        try:
+            rec = poll()
+            if rec is None:
+                start, rec = _wait_for_record(reader, poll, ckpt if hands_over and not broken else None, last_record_at)
+        except Exception:  # noqa: BLE001  (an idle checkpoint failed: reported through the pipe, then handed over)
+            _fail(conn, reader, handler, hand_over=True)
+            return True
         if rec is None:
             if _parent_gone(parent_pid):
                 break
@@ -178,7 +182,11 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
                 if hands_over:
                     return True  # exit: the unreleased records wait in the ring for a successor
                 broken = True
-        _release(reader, broken or done, release_point, ckpt if hands_over else None)
+        try:
+            _release(reader, broken or done, release_point, ckpt if hands_over else None)
+        except Exception:  # noqa: BLE001  (its checkpoint failed: reported through the pipe, then handed over)
+            _fail(conn, reader, handler, hand_over=True)
+            return True
         if done:
             _send_done(conn, handler)
             return False
