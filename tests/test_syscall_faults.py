@@ -184,3 +184,15 @@ def test_encoder_syscall_fault(case_dir, monkeypatch, fault):
     assert len(hit) == (len(CLIPS) if fault.persistent else 1), metas  # a one-off fault costs one clip
     assert ERRNO_TEXT[fault.error] in hit[0], metas
     _no_leftovers(folder, where, {c + ".meta.json" for c in CLIPS} | {m["path"] for m in metas.values() if m["path"]})
+
+
+def test_without_strace_the_battery_fails_under_ci_and_skips_elsewhere(monkeypatch):
+    from . import syscall_faults
+
+    monkeypatch.setattr(syscall_faults, "STRACE", None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="needs strace"):
+        syscall_faults.need_strace()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="needs strace"):
+        syscall_faults.need_strace()

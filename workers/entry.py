@@ -100,7 +100,11 @@ def _run(cfg, make: Callable[[Callable], Handler], ring_spec: RingSpec, conn, pa
             failed = hands_over  # then leave every record in the ring to a successor
         if not failed:
             reader.set_status(Status.READY, 1)
-            failed = _loop(reader, handler, conn, parent_pid)
+            try:
+                failed = _loop(reader, handler, conn, parent_pid)
+            except Exception:  # noqa: BLE001  (a checkpoint between records failed: reported, then handed over)
+                _fail(conn, reader, handler, hand_over=True)
+                failed = True
     finally:
         reader.close()
         conn.close()
@@ -153,13 +157,9 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
         beats += 1
         reader.set_status(Status.HEARTBEAT, beats)
         start = reader.cursor
-        try:
-            rec = poll()
-            if rec is None:
-                start, rec = _wait_for_record(reader, poll, ckpt if hands_over and not broken else None, last_record_at)
-        except Exception:  # noqa: BLE001  (an idle checkpoint failed: reported through the pipe, then handed over)
-            _fail(conn, reader, handler, hand_over=True)
-            return True
+        rec = poll()
+        if rec is None:
+            start, rec = _wait_for_record(reader, poll, ckpt if hands_over and not broken else None, last_record_at)
         if rec is None:
             if _parent_gone(parent_pid):
                 break
@@ -182,11 +182,7 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
                 if hands_over:
                     return True  # exit: the unreleased records wait in the ring for a successor
                 broken = True
-        try:
-            _release(reader, broken or done, release_point, ckpt if hands_over else None)
-        except Exception:  # noqa: BLE001  (its checkpoint failed: reported through the pipe, then handed over)
-            _fail(conn, reader, handler, hand_over=True)
-            return True
+        _release(reader, broken or done, release_point, ckpt if hands_over else None)
         if done:
             _send_done(conn, handler)
             return False
