@@ -16,9 +16,11 @@ a disk that stays bad would hit each successor.
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +32,27 @@ STRACE = shutil.which("strace")
 PID = "$$"  # in a path: the worker's pid (the script's, kept by exec)
 
 
+@functools.cache
+def _cannot_trace(strace: str) -> str | None:
+    """Why strace cannot inject faults here (no ptrace or seccomp in a container, say), or None."""
+    probe = [strace, "-qq", "-D", "--seccomp-bpf", "-o", "/dev/null", "-e", "trace=openat",
+             "-e", "inject=openat:error=EIO:when=1000", "--", sys.executable, "-c", "pass"]
+    try:
+        out = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"strace does not run: {exc}"
+    return None if out.returncode == 0 else f"strace cannot trace here: {out.stderr.strip()[-300:]}"
+
+
 def need_strace() -> str:
-    """strace's path; under CI=true its absence fails the test, elsewhere it skips it with the reason."""
-    if STRACE is None:
-        reason = "the syscall fault battery needs strace (apt-get install strace)"
+    """strace's path; under CI=true its absence (or its failing here) fails the test, elsewhere skips it."""
+    reason = "the syscall fault battery needs strace (apt-get install strace)" if STRACE is None else _cannot_trace(STRACE)
+    if reason is not None:
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         print(f"skipped: {reason}")
         pytest.skip(reason)
+    assert STRACE is not None
     return STRACE
 
 

@@ -13,6 +13,7 @@ not name, no worker or strace process.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import numpy as np
@@ -199,4 +200,8 @@ def test_without_strace_the_battery_fails_under_ci_and_skips_elsewhere(monkeypat
         syscall_faults.need_strace()
     monkeypatch.delenv("CI")
     with pytest.raises(pytest.skip.Exception, match="needs strace"):
+        syscall_faults.need_strace()
+    monkeypatch.setattr(syscall_faults, "STRACE", shutil.which("false"))  # present, but it cannot trace
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="cannot trace here"):
         syscall_faults.need_strace()
