@@ -163,3 +163,19 @@ def test_a_checkpoint_of_another_version_is_refused(tmp_path):
     cpf.close()
     with pytest.raises(ValueError, match="version 99"):
         read_checkpoint(str(tmp_path), "p")
+
+
+def test_a_vmsplice_into_ffmpegs_pipe_that_moves_nothing_fails_loudly(monkeypatch):
+    from envrec.workers import pipe_splice
+
+    if not pipe_splice.available():
+        pytest.skip("no vmsplice here")
+    monkeypatch.setattr(pipe_splice, "_vmsplice", lambda *a: 0)
+    r, w = os.pipe()
+    try:
+        with pytest.raises(OSError, match="moved nothing") as err:
+            pipe_splice.splice_all(w, pipe_splice.iovec_of(memoryview(bytearray(b"frame"))), lambda k: None)
+    finally:
+        os.close(r)
+        os.close(w)
+    assert err.value.errno == errno.EIO
