@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Collection
 from typing import IO, Any
 
 try:  # ISA-L's CRC-32: the same values as zlib's, ~4x as fast (measured: 7 vs 1.8 GB/s)
@@ -76,8 +77,9 @@ def file_crc32(path: str, chunk_bytes: int = 1 << 20) -> int:
     return crc
 
 
-def remove_stale_tmp(folder: str, prefix: str = "") -> list[str]:
-    """Remove temporary files of ours whose writing process is gone; return their names."""
+def remove_stale_tmp(folder: str, prefix: str = "", finished: Collection[int] = ()) -> list[str]:
+    """Remove temporary files of ours whose writing process is gone (or in ``finished``: known to write no
+    more, e.g. a failed worker still exiting); return their names."""
     import psutil
 
     removed: list[str] = []
@@ -92,7 +94,7 @@ def remove_stale_tmp(folder: str, prefix: str = "") -> list[str]:
             pid = int(name[: -len(TMP_SUFFIX)].rsplit(".", 1)[1])
         except (IndexError, ValueError):
             continue
-        if pid == os.getpid() or psutil.pid_exists(pid):  # ours, or a live writer's
+        if pid not in finished and (pid == os.getpid() or psutil.pid_exists(pid)):  # ours, or a live writer's
             continue
         try:
             os.unlink(os.path.join(folder, name))

@@ -53,6 +53,7 @@ class ClipMeta(TypedDict, total=False):
     remux_error: str
     ended_by: str
     partial_removed: str
+    meta_retried: str  # the error of a first write of this metadata that failed (the second did not)
 
 
 def meta_path(folder: str, name: str) -> str:

@@ -53,6 +53,7 @@ from typing import Any
 
 import psutil
 
+from .fullwrite import write_all
 from .ring import RingSpec
 
 __all__ = ["PYTHON_ENV_VAR", "STDERR_TAIL_LINES", "WorkerProcess"]
@@ -91,9 +92,7 @@ def _child_environment() -> dict[str, str]:
 def _config_file(payload: bytes) -> int:
     fd = os.memfd_create("envrec-worker-config", os.MFD_CLOEXEC)
     try:
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, payload)
         os.lseek(fd, 0, os.SEEK_SET)
     except BaseException:
         os.close(fd)

@@ -20,6 +20,7 @@ from .compression import Compression, parse_compression
 from .errors import ConfigError, RecordError
 from .faults import NO_FAULT, FaultSpec, from_env
 from .infos import pack_info
+from .leftovers import remove_checkpoints, remove_leftovers
 from .option_checks import CALLABLE, FOLDER, POSITIVE_INT, STR, check_options, optional
 from .options import StreamOptions
 from .packer import TracePacker
@@ -30,7 +31,6 @@ from .stream import Stream, register_closer, unregister_closer, warn_start_metho
 from .trace_format import (
     PREFIX,
     check_prefix,
-    checkpoint_name,
     default_prefix,
     manifest_document,
     manifest_name,
@@ -167,7 +167,7 @@ class TraceRecorder:
             ring_bytes=ring_bytes,
             successor_config=dataclasses.replace(cfg, resume=True, faults=NO_FAULT),  # a fault fires once
             where=self.directory,
-            on_broken=lambda reason: self._record_failure_in_manifest(reason, only_if_missing=True),
+            on_broken=self._on_broken,
         )
         self.times = CallTimes() if opts.timing else None
         self._episode = -1
@@ -303,19 +303,26 @@ class TraceRecorder:
         try:
             summary = self._stream.close(final_stats=self._env_stats())
         finally:
-            checkpoint = os.path.join(self.directory, checkpoint_name(self.prefix))
-            if os.path.exists(checkpoint):  # the last serializer is gone: no successor will need it
-                os.unlink(checkpoint)
             if self._stream.worker.exitcode != 0 or self._stream.broken is not None:
-                removed = remove_stale_tmp(self.directory, self.prefix)  # what the dead worker was writing
-                if removed:
-                    logger.info("envrec: removed %d unfinished file(s) of the dead serializer", len(removed))
+                self._remove_leftovers()
+            remove_checkpoints(self.directory, self.prefix)  # the last serializer is gone: no successor will need it
             if self._stream.broken is not None:
                 self._record_failure_in_manifest(self._stream.broken)
         if self._commits is not None:
             self._commits.poll(self.stats()["batches"])  # the last batches, committed by close
         logger.info("envrec: trace of %d episode(s) in %s: %s", self._episode + 1, self.manifest_path, summary_line(self.stats()))
         return summary
+
+    def _on_broken(self, reason: str) -> None:
+        """No serializer will come: the reason goes into the folder, the last one's unfinished files go."""
+        self._record_failure_in_manifest(reason, only_if_missing=True)
+        self._remove_leftovers(finished=(self._stream.worker_pid,))
+
+    def _remove_leftovers(self, finished: tuple[int, ...] = ()) -> None:
+        """What dead serializers left and no successor will use (``finished``: a failed one still exiting)."""
+        removed = remove_leftovers(self.directory, self.prefix, finished)
+        if removed:
+            logger.info("envrec: removed %d unfinished file(s) of the failed serializer: %s", len(removed), ", ".join(removed))
 
     def _record_failure_in_manifest(self, reason: str, only_if_missing: bool = False) -> None:
         """The reason in the manifest; ``only_if_missing`` when the stream breaks (a serializer that never

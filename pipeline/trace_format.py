@@ -50,6 +50,7 @@ __all__ = [
     "Segment",
     "batch_names",
     "check_prefix",
+    "checkpoint_names",
     "default_prefix",
     "is_segment",
     "manifest_document",
@@ -58,6 +59,7 @@ __all__ = [
     "read_manifest",
     "segment_document",
     "segment_name",
+    "unnamed_batch_files",
     "write_manifest",
 ]
 
@@ -251,6 +253,13 @@ def recording_batches(folder: str, manifest: Manifest) -> list[BatchEntry]:
     return out
 
 
-def checkpoint_name(prefix: str) -> str:
-    """The serializer's checkpoint (see ``envrec.workers.checkpoint``); hidden, like temporary files."""
-    return f".{prefix}.checkpoint.json"
+def checkpoint_names(prefix: str) -> tuple[str, str]:
+    """The serializer's two checkpoint slots (see ``envrec.workers.checkpoint``); hidden, like temporary files."""
+    return f".{prefix}.checkpoint.a.json", f".{prefix}.checkpoint.b.json"
+
+
+def unnamed_batch_files(folder: str, prefix: str, named: set[str]) -> list[str]:
+    """Names of the batch files of ``prefix`` in ``folder`` that are not in ``named`` (the names the
+    manifest and whoever still writes use): what an interrupted commit or eviction left."""
+    batch_file = re.compile(re.escape(prefix) + r"\.ep\d{9}\.(json|bin)$")
+    return [n for n in os.listdir(folder) if batch_file.match(n) and n not in named]

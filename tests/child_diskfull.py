@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import time
 
 import numpy as np
 from gymnasium import spaces
@@ -25,10 +26,18 @@ def trace(folder: str) -> dict:
             for t in range(10):
                 obs[0, 0, 0] = t
                 rec.add_step(t % 2, obs, 1.0, t == 9, False)
+        deadline = time.monotonic() + 20
+        while rec.broken is None and time.monotonic() < deadline:  # the env goes on until the stream breaks
+            rec.add_reset(obs)
+            time.sleep(0.05)
     except Exception as exc:  # noqa: BLE001  (the env must never see one: any is recorded)
         raised = repr(exc)
+    with open(rec.manifest_path) as f:
+        named = {n for b in json.load(f)["batches"] for n in (b["fn"], b["bin"])}
+    # Before close: the broken stream's partial files are gone already (the disk gets its room back).
+    left_while_broken = sorted(n for n in os.listdir(folder) if n not in named and n != os.path.basename(rec.manifest_path))
     rec.close()
-    out = {"raised": raised, "stats": rec.stats()}
+    out = {"raised": raised, "stats": rec.stats(), "left_while_broken": left_while_broken}
     reader = envrec.TraceReader(folder)
     out["episodes_readable"] = len(reader)
     out["lengths_ok"] = all(e.length == 10 and e.observations.shape == (11, 32, 32, 3) for e in reader)

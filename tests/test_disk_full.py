@@ -48,6 +48,8 @@ def test_trace_folder_fills_up(tmp_path):
     # every record is accounted for: in a committed episode (a reset and 10 steps each), or counted as lost
     assert stats["records_lost"] == stats["records_sent"] - 11 * result["episodes_readable"]
     assert result["tmp_files"] == []
+    # Once broken, before close: no partial batch, spill, checkpoint or unnamed batch file of the failed serializers.
+    assert result["left_while_broken"] == []
 
 
 def test_video_folder_fills_up(tmp_path):

@@ -25,6 +25,7 @@ import numpy as np
 
 from envrec.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir, tmp_path_for
 from envrec.compression import Compression, compressor
+from envrec.fullwrite import writev_all
 from envrec.trace_format import BatchEntry, batch_names, ndarray_descriptor
 
 from .spill import Spill
@@ -35,20 +36,8 @@ if TYPE_CHECKING:
 __all__ = ["ArrayField", "BatchWriter", "JsonField"]
 
 FILE_BUFFER_BYTES = 1 << 20  # batch files: large sequential writes
-IOV_MAX = os.sysconf("SC_IOV_MAX")  # buffers per writev (1024 on Linux)
 DIRECT_ROW_BYTES = 16 << 10  # rows at least this large go from the ring to the batch file without a copy in between
 ALIGN = 8
-
-
-def write_all(fd: int, buffers: list) -> None:
-    """Write every buffer, in order, with as few ``writev`` calls as the kernel allows."""
-    views = [memoryview(b).cast("B") for b in buffers]
-    while views:
-        done = os.writev(fd, views[:IOV_MAX])
-        while views and done >= len(views[0]):
-            done -= len(views.pop(0))
-        if done:
-            views[0] = views[0][done:]
 
 
 CHUNK_INDEX = struct.Struct("<qq")  # one compressed chunk: rows, stored bytes
@@ -264,7 +253,7 @@ class BatchWriter:
             self.write_bin(np.ascontiguousarray(rows))
             return
         self.bin.flush()
-        write_all(self.bin.fileno(), list(rows))
+        writev_all(self.bin.fileno(), list(rows))
         self.bin.seek(0, os.SEEK_END)
         self.bin_size += rows.nbytes
 

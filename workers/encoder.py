@@ -17,7 +17,6 @@ Text frames (``render_mode="ansi"``) are written as asciicast v2 (``.cast``).
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ from typing import cast
 import numpy as np
 
 from envrec.atomic import tmp_path_for
-from envrec.clip_meta import ClipMeta, meta_path, write_clip_meta
+from envrec.clip_meta import ClipMeta, meta_path
 from envrec.ffmpeg import encode_command, encoded_size, remux_command
 from envrec.procinfo import process_facts, signal_name
 from envrec.protocol import EncoderConfig, Kind, Status
@@ -40,6 +39,7 @@ from .asciicast import CastWriter
 from .clip_budget import ClipBudget
 from .ffmpeg_process import FfmpegProcess
 from .frame_feed import PIXELS_AT, SHAPE_AT, STEP_AT, FrameFeed
+from .meta_commit import commit_clip_meta
 
 __all__ = ["Encoder"]
 
@@ -366,18 +366,7 @@ class Encoder:
         else:
             meta["encoder_version"] = {"backend": "asciicast", "version": 2}
         meta.update(cast(ClipMeta, clip.extra))
-        path_of_meta = meta_path(self.cfg.folder, clip.name)
-        try:
-            write_clip_meta(path_of_meta, meta)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC or meta["path"] is None:
-                raise
-            # The disk is full: the clip's partial video gives way to the metadata saying why.
-            os.unlink(path)
-            meta["path"], meta["broken"] = None, True
-            meta["reason"] = meta["reason"] or f"disk full: {exc}"
-            meta["partial_removed"] = "the disk was full: the partial video was removed to make room for this metadata"
-            write_clip_meta(path_of_meta, meta)
+        commit_clip_meta(meta_path(self.cfg.folder, clip.name), meta, path)
         return meta
 
     # -- ending --------------------------------------------------------------

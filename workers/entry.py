@@ -122,7 +122,11 @@ def _run(cfg, make: Callable[[Callable], Handler], ring_spec: RingSpec, conn, pa
             failed = hands_over  # then leave every record in the ring to a successor
         if not failed:
             reader.set_status(Status.READY, 1)
-            failed = _loop(reader, handler, conn, parent_pid)
+            try:
+                failed = _loop(reader, handler, conn, parent_pid)
+            except Exception:  # noqa: BLE001  (a checkpoint between records failed: reported, then handed over)
+                _fail(conn, reader, handler, hand_over=True)
+                failed = True
     finally:
         reader.close()
         conn.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import fcntl
 import os
 import subprocess
@@ -120,6 +121,8 @@ class FfmpegProcess:
                     view = memoryview(b)
                     while len(view):
                         k = os.write(self._fd, view)
+                        if k <= 0:  # a short write goes on with the rest; one that wrote nothing fails loudly
+                            raise OSError(errno.EIO, "a write into ffmpeg's pipe wrote nothing")
                         view = view[k:]
                         self._progress(k)
         except OSError as exc:

@@ -28,6 +28,7 @@ from envrec.trace_format import (
     recording_batches,
     segment_document,
     segment_name,
+    unnamed_batch_files,
     write_manifest,
 )
 
@@ -157,14 +158,11 @@ class ManifestWriter:
         named = set(keep)
         for entry in self.all_entries():
             named.update(n for n in (entry["fn"], entry.get("bin")) if n)
-        batch_file = re.compile(re.escape(self.prefix) + r"\.ep\d{9}\.(json|bin)$")
         seg_file = re.compile(re.escape(self.prefix) + r"\.m(\d{6})\.manifest\.json$")
-        removed = []
-        for name in os.listdir(self.folder):
-            m = seg_file.match(name)
-            if (m and int(m.group(1)) < self.first_segment) or (batch_file.match(name) and name not in named):
-                _unlink(os.path.join(self.folder, name))
-                removed.append(name)
+        removed = [n for n in os.listdir(self.folder) if (m := seg_file.match(n)) and int(m.group(1)) < self.first_segment]
+        removed += unnamed_batch_files(self.folder, self.prefix, named)
+        for name in removed:
+            _unlink(os.path.join(self.folder, name))
         return removed
 
     def all_entries(self) -> list[BatchEntry]:

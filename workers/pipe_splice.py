@@ -92,6 +92,8 @@ def splice_all(fd: int, iov, on_progress: Callable[[int], None]) -> None:
             if err == errno.EINTR:
                 continue
             raise OSError(err, os.strerror(err))
+        if k == 0:  # a short one goes on with the rest; one that moved nothing fails loudly
+            raise OSError(errno.EIO, "vmsplice into ffmpeg's pipe moved nothing")
         on_progress(k)
         v = iov[i]  # ctypes fields: numpy's scalar arithmetic cost 5-30 µs a call here
         if k < v.iov_len:

@@ -48,9 +48,7 @@ class Serializer:
         self.layout = TraceLayout.from_specs(cfg.observation_space, cfg.action_space)
         self._status = status or (lambda i, v: None)
         self.manifest_path = os.path.join(cfg.folder, manifest_name(cfg.prefix))
-        self.fields = EpisodeFields(
-            cfg.folder, cfg.prefix, self.layout, cfg.observation_space, cfg.action_space, cfg.compression
-        )
+        self.fields = EpisodeFields(cfg.folder, cfg.prefix, self.layout, cfg.observation_space, cfg.action_space, cfg.compression)
         self._wire_handlers()
         self._runs = StepRunWriter.for_layout(self.layout, self.fields, cfg.faults)
         self.batch: BatchWriter | None = None
@@ -58,10 +56,7 @@ class Serializer:
         self.manifest = ManifestWriter(cfg.folder, cfg.prefix, self.faults.point)
         self.commits = self.commit_us = 0  # batch commits, and microseconds spent in them
         self.episode_open = False
-        self.episodes_written = 0
-        self.steps_total = 0
-        self.records = 0
-        self.orphan_steps = 0
+        self.episodes_written = self.steps_total = self.records = self.orphan_steps = 0
         self.env_stats: dict = {}
         self._ep: dict = {}
         self.error: str | None = None
@@ -123,8 +118,10 @@ class Serializer:
             self.manifest.load(read_manifest(self.manifest_path))
         except FileNotFoundError:
             pass
-        cp = read_checkpoint(self.cfg.folder, self.cfg.prefix)
-        if cp is not None:
+        found = read_checkpoint(self.cfg.folder, self.cfg.prefix)
+        if found is not None:
+            cp = found.checkpoint
+            self._cp_file.continue_after(found)  # its newest checkpoint stays until ours is whole
             pending = cp.pending
             if pending is not None and not self.manifest.names(pending["fn"]):
                 self.manifest.add(pending)  # it died between a batch commit and the manifest

@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from envrec.fullwrite import pwrite_all, write_all
+
 __all__ = ["MEMORY_BYTES", "Spill", "append_file"]
 
 MEMORY_BYTES = 64 << 10  # the tail kept in memory; each spill's buffer is reused by every episode
@@ -39,7 +41,7 @@ def append_file(src_fd: int, dst_fd: int, n: int) -> None:
         chunk = os.pread(src_fd, min(COPY_CHUNK_BYTES, n - done), done)
         if not chunk:
             raise OSError(f"spill file ended after {done} of {n} bytes")
-        os.write(dst_fd, chunk)
+        write_all(dst_fd, chunk)
         done += len(chunk)
 
 
@@ -63,14 +65,9 @@ class Spill:
 
     def flush(self) -> None:
         """Put the tail into the file."""
-        tail = memoryview(self._tail)
-        try:
-            while tail:
-                k = os.pwrite(self._fd, tail, self._in_file)
-                self._in_file += k
-                tail = tail[k:]
-        finally:
-            tail.release()
+        if self._tail:
+            pwrite_all(self._fd, self._tail, self._in_file)
+            self._in_file += len(self._tail)
         self._tail.clear()
 
     def take_over(self, path: str, size: int) -> None:
