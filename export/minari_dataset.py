@@ -68,16 +68,24 @@ def _buffer(ep: Episode) -> Any:
     )
 
 
+def _space(src: RecordingSource, key: str) -> Any:
+    """The Gymnasium space a manifest's spec describes; ``TraceError`` when Gymnasium refuses it."""
+    spec = dict(src.manifest).get(key)
+    if spec is None:
+        raise TraceError(f"{src.name}: its manifest has no {key} (not written by envrec): a Minari dataset needs it")
+    try:
+        return space_from_spec(spec)
+    except (AssertionError, ValueError, TypeError, OverflowError) as exc:  # Gymnasium's own checks of the values
+        raise TraceError(f"{src.name}: manifest field {key}: Gymnasium cannot build the space ({exc})") from exc
+
+
 def _env_and_spaces(src: RecordingSource) -> dict[str, Any]:
     """The recording's env spec when its env id is registered, and spaces rebuilt from the manifest."""
     m = src.manifest
-    out: dict[str, Any] = {
-        "observation_space": space_from_spec(m["observation_space"]),
-        "action_space": space_from_spec(m["action_space"]),
-    }
+    out: dict[str, Any] = {key: _space(src, key) for key in ("observation_space", "action_space")}
     env_id = m.get("env_id")
-    if not env_id:
-        return out
+    if not env_id or ":" in env_id or env_id not in gym.registry:
+        return out  # "module:Env" would import a module the folder names; an unregistered id is made by nobody
     try:
         env = gym.make(env_id)
     except Exception as exc:  # noqa: BLE001  (any failure to build the env: export with the recorded spaces)

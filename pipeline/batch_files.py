@@ -214,7 +214,7 @@ class BatchFiles:
         with memoryview(self._map(o["npyfile"], where)) as whole, whole[o["npyoff"] : o["npyoff"] + o["size"]] as stored:
             try:
                 decompress_into(arr.data.cast("B"), stored, o["codec"], o["chunks"], row_bytes)
-            except Exception as exc:  # noqa: BLE001  (the codecs' errors have no common base class)
+            except Exception as exc:  # the codecs' errors have no common base class
                 raise TraceError(
                     f"{where}: a {o['codec']} array at offset {o['npyoff']} of {o['npyfile']} does not decompress: {exc}"
                 ) from exc

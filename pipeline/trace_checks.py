@@ -30,7 +30,9 @@ from .compression import CODECS
 from .errors import TraceError
 from .inside import name_parts
 
-__all__ = ["MAX_JSON_DEPTH", "check_array", "check_batch", "check_manifest", "check_space", "parse_json", "spec_dtype"]
+__all__ = [
+    "MAX_JSON_DEPTH", "check_array", "check_batch", "check_manifest", "check_space", "check_types", "parse_json", "spec_dtype",
+]
 
 MAX_JSON_DEPTH = 200  # levels; envrec's own documents nest < 10 plus the infos' own nesting
 MAX_DIMS = 32  # numpy allows 64
@@ -85,6 +87,21 @@ def _typed(doc: Mapping, key: str, where: str, types: tuple[type, ...], required
     if not isinstance(doc[key], types) or (isinstance(doc[key], bool) and bool not in types):
         names = " or ".join("null" if t is type(None) else t.__name__ for t in types)
         raise TraceError(f"{where}.{key}: {_short(doc[key])} is not {names}")
+
+
+def check_types(doc: Any, what: str, fields: Mapping[str, tuple[type, ...]], required: tuple[str, ...] = ()) -> dict:
+    """``doc`` is an object whose ``fields`` present have one of their types (``bool`` is not an ``int``).
+
+    Args:
+        doc: a parsed JSON document.
+        what: the file, for messages.
+        fields: each key's accepted types (``type(None)`` for null).
+        required: keys that must be present.
+    """
+    _dict(doc, what)
+    for key, types in fields.items():
+        _typed(doc, key, what, types, required=key in required)
+    return doc
 
 
 def _dict(v: Any, where: str) -> dict:
@@ -155,7 +172,7 @@ def check_manifest(doc: Any, what: str) -> dict:
     for key in ("counters", "evicted"):
         if doc.get(key) is not None:
             counts = _dict(doc[key], f"{what}: {key}")
-            for k in counts:
+            for k in {*counts, *(("batches", "episodes", "steps", "bytes") if key == "evicted" else ())}:
                 _int(counts, k, f"{what}: {key}")
     if doc.get("settings") is not None:
         settings = _dict(doc["settings"], f"{what}: settings")
@@ -205,7 +222,7 @@ def _check_space_values(spec: dict, t: str, dt: np.dtype, shape: tuple[int, ...]
         _int(spec, "n", where, lo=1)
         _int(spec, "start", where, lo=-(1 << 62), hi=1 << 62)
     elif t == "MultiBinary":
-        n = spec.get("n")
+        n: Any = spec.get("n")
         if not ((_is_int(n) and n > 0 and shape == (n,)) or (isinstance(n, list) and tuple(n) == shape and all(shape))):
             raise TraceError(f"{where}.n: {_short(n)} does not match the shape {list(shape)}")
     elif t == "MultiDiscrete":

@@ -149,14 +149,15 @@ def test_nothing_outside_the_folder_is_reachable(served, tmp_path):
     server, root = served
     (tmp_path / "secret.txt").write_text("not yours")
     (root / "sub").mkdir()
-    (root / "sub" / "ok.txt").write_text("fine")
-    os.symlink(tmp_path / "secret.txt", root / "link.txt")
+    (root / "sub" / "ok.mp4").write_text("fine")
+    (tmp_path / "secret.mp4").write_text("not yours")
+    os.symlink(tmp_path / "secret.mp4", root / "link.mp4")
     os.symlink(tmp_path, root / "linkdir")
-    assert get(server, "/files/sub/ok.txt")[2] == b"fine"
-    for path in ("/files/../secret.txt", "/files/%2e%2e/secret.txt", "/files/..%2fsecret.txt", "/files/sub%2Fok.txt",
-                 "/files/sub/../../secret.txt", "/files/link.txt", "/files/linkdir/secret.txt", "/files//etc/passwd",
-                 "/files/%2Fetc%2Fpasswd", "/files/sub%5cok.txt", "/files/sub/./ok.txt", "/files/sub", "/static/../README.md",
-                 "/static/%2e%2e/catalog.py", "/etc/passwd", "/files/"):
+    assert get(server, "/files/sub/ok.mp4")[2] == b"fine"
+    for path in ("/files/../secret.mp4", "/files/%2e%2e/secret.mp4", "/files/..%2fsecret.mp4", "/files/sub%2Fok.mp4",
+                 "/files/sub/../../secret.mp4", "/files/link.mp4", "/files/linkdir/secret.mp4", "/files//etc/passwd",
+                 "/files/%2Fetc%2Fpasswd", "/files/sub%5cok.mp4", "/files/sub/./ok.mp4", "/files/sub", "/static/../README.md",
+                 "/static/%2e%2e/catalog.py", "/etc/passwd", "/files/", "/files/sub/ok.txt"):
         status, _, body = get(server, path)
         assert status == 404 and b"not yours" not in body, path
 

@@ -84,6 +84,9 @@ async function showIndex() {
     el("td", {}, c.url ? el("a", {href: c.url}, c.name) : c.name), el("td", {class: "num"}, fmt(c.episode_id)),
     el("td", {class: "num"}, fmt(c.frames)), el("td", {class: "num"}, fmt(c.fps)),
     el("td", {}, c.broken ? `broken: ${c.reason || ""}` : "ok")));
+  const damaged = doc.damaged || [];
+  $("#damaged").hidden = $("#damaged-title").hidden = !damaged.length;
+  sortable($("#damaged"), damaged, (d) => el("tr", {class: "damaged"}, el("td", {}, d.file), el("td", {}, d.error)));
   document.body.dataset.loaded = "1";
   if (doc.recordings.some((r) => !r.complete)) setTimeout(showIndex, 3000);  // live: refresh
 }
