@@ -103,10 +103,10 @@ def _env_and_spaces(src: RecordingSource) -> dict[str, Any]:
 
 
 def _check_spaces(sources: list[RecordingSource]) -> None:
-    first = sources[0].manifest
+    first = dict(sources[0].manifest)
     for src in sources[1:]:
         for key in ("observation_space", "action_space"):
-            if src.manifest[key] != first[key]:
+            if dict(src.manifest).get(key) != first.get(key):
                 raise TraceError(
                     f"recordings {sources[0].name} and {src.name} have different {key.replace('_', ' ')}s: "
                     "a Minari dataset has one; export them separately"

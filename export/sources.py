@@ -69,8 +69,9 @@ def find_recordings(paths: PathsLike, verify: bool = True, damaged: list[Damaged
     Args:
         paths: folders (searched recursively), globs, or a list of them.
         verify: check each batch's CRC-32 when it is read.
-        damaged: when given, a folder whose manifests cannot be read is appended to it (its path relative
-            to the inputs' common folder) and left out, instead of raising ``TraceError``.
+        damaged: when given, folders are read with ``TraceReader(on_damaged="skip")``: a manifest or batch
+            file that cannot be read (or a folder with no readable manifest) is appended to it, its path
+            relative to the inputs' common folder, and left out instead of raising ``TraceError``.
     """
     roots = _inputs(paths)
     common = os.path.commonpath(roots) if len(roots) > 1 else roots[0]
@@ -82,12 +83,14 @@ def find_recordings(paths: PathsLike, verify: bool = True, damaged: list[Damaged
                 continue  # a folder given twice, or inside another given folder
             seen.add(folder)
             try:
-                reader = TraceReader(folder, verify=verify)
+                reader = TraceReader(folder, verify=verify, on_damaged="raise" if damaged is None else "skip")
             except TraceError as exc:
                 if damaged is None:
                     raise
                 damaged.append(Damaged(os.path.relpath(folder, common), str(exc)))
                 continue
+            if damaged is not None:
+                damaged.extend(Damaged(os.path.relpath(os.path.join(folder, d.file), common), d.reason) for d in reader.damaged)
             with reader:
                 for rec in reader.recordings:
                     stem = os.path.relpath(rec.path, common)[: -len(MANIFEST_SUFFIX)]

@@ -11,12 +11,12 @@ not a trace raises ``TraceError`` naming the file and the field.
 
 ``on_damaged="skip"`` reads what is intact instead: a manifest that cannot
 be read leaves its recording out, a damaged batch leaves its episodes out,
-and ``damaged`` lists each (file and reason). Batches are then checked when
-the reader opens (or refreshes): each batch's files, sizes, CRC-32 (with
-``verify``) and JSON, so ``len()`` and indexing count intact batches only. A
-batch whose arrays fail to decompress while they are read (a CRC-32 that
-was made to match, or ``verify=False``) is added to ``damaged`` and the
-rest of it skipped by iteration; indexing raises.
+and ``damaged`` lists each (file and reason). Batch files are then checked
+when the reader opens (or refreshes): present, inside the folder, of the
+sizes and (with ``verify``) the CRC-32s the manifest names, so ``len()`` and
+indexing count those batches only. A batch whose contents turn out damaged
+only while they are read (a CRC-32 made to match, or ``verify=False``) is
+added to ``damaged`` and the rest of it skipped by iteration; indexing raises.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class TraceReader:
         n = 0
         for path, manifest in heads:
             try:
-                entries = self._intact(recording_batches(self.directory, manifest), manifest)
+                entries = self._intact(recording_batches(self.directory, manifest))
             except FileNotFoundError:
                 raise
             except (OSError, TraceError) as exc:
@@ -142,20 +142,17 @@ class TraceReader:
         self._len = n
         self._cache = None
 
-    def _intact(self, entries: list[BatchEntry], manifest: Manifest) -> list[BatchEntry]:
-        """``entries`` as they are (``on_damaged="raise"``), or those whose files and JSON check out (``"skip"``)."""
+    def _intact(self, entries: list[BatchEntry]) -> list[BatchEntry]:
+        """``entries`` as they are (``on_damaged="raise"``), or those whose files check out (``"skip"``)."""
         if self.on_damaged == "raise":
             return entries
         intact = []
         for entry in entries:
-            try:
-                self._files.load(entry, manifest)
-            except TraceError as exc:
-                self._damage(os.path.join(self.directory, entry["fn"]), str(exc), exc)
-                continue
-            finally:
-                self._files.close()
-            intact.append(entry)
+            problems = self._files.check(entry, checksums=self.verify)
+            if problems:
+                self.damaged.append(Damaged(entry["fn"], f"batch {entry['fn']} is damaged: {'; '.join(problems)}"))
+            else:
+                intact.append(entry)
         return intact
 
     def _damage(self, path: str, reason: str, cause: Exception) -> None:

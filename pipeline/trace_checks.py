@@ -21,6 +21,7 @@ Bounds, each larger than anything envrec writes:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -44,9 +45,15 @@ SPACE_TYPES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "Dict"
 
 
 def parse_json(data: bytes, what: str) -> Any:
-    """``data`` parsed as JSON, no deeper than ``MAX_JSON_DEPTH``; ``TraceError`` naming ``what`` otherwise."""
+    """``data`` parsed as strict JSON (no NaN or infinity, as envrec writes it), no deeper than ``MAX_JSON_DEPTH``;
+    ``TraceError`` naming ``what`` otherwise.
+
+    Args:
+        data: the file's bytes.
+        what: the file, for messages.
+    """
     try:
-        doc = json.loads(data)
+        doc = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
         raise TraceError(f"{what}: nested too deep to be envrec's") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
@@ -61,6 +68,17 @@ def parse_json(data: bytes, what: str) -> Any:
         elif isinstance(value, list):
             stack.extend((v, depth + 1) for v in value)
     return doc
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not strict JSON (envrec writes none)")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number (envrec writes none)")
+    return value
 
 
 # -- small checks -------------------------------------------------------------------
