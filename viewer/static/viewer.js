@@ -96,7 +96,9 @@ class CastPlayer {
   // Plays an asciicast (text frames) with the interface the plots use: currentTime, paused, play(), pause().
   constructor(pre, text) {
     const lines = text.split("\n").filter((l) => l.trim());
-    this.events = lines.slice(1).map((l) => JSON.parse(l)).filter((e) => e[1] === "o");
+    const parse = (l) => { try { return JSON.parse(l); } catch { return null; } };  // a damaged line is skipped
+    this.events = lines.slice(1).map(parse).filter((e) => Array.isArray(e) && e[1] === "o" && typeof e[0] === "number" &&
+                                                      typeof e[2] === "string");
     this.pre = pre;
     this.paused = true;
     this.base = 0;
