@@ -175,7 +175,7 @@ def _crafted_folder(folder) -> list[str]:
             _, _, term, trunc, _ = env.step(env.action_space.sample())
             done = term or trunc
     env.close()
-    page = lambda tag: f"<!doctype html><html><body><script>{_script(tag)}</script></body></html>"  # noqa: E731
+    page = lambda tag: f"<!doctype html><html><body><script>{_script(tag)}</script></body></html>"
     files = {
         "evil.html": page("html"),
         "evil.svg": f'<svg xmlns="http://www.w3.org/2000/svg"><script>{_script("svg")}</script></svg>',
