@@ -239,8 +239,12 @@ def test_a_damaged_batch_is_an_error_row_and_the_rest_of_the_index_works(tmp_pat
         assert "other.manifest.json: not JSON" in errors["other.manifest.json"] and "bytes, the manifest says" in errors[bad]
         listed = sum(b["len"] for b in batches) - batches[1]["len"]
         assert len(doc["episodes"]) == listed
-        first = doc["episodes"][0]
+        first, last = doc["episodes"][0], doc["episodes"][-1]
         assert get(server, f"/api/episode?recording={first['recording']}&episode={first['episode_id']}")[0] == 200
+        last_batch = batches[-1]["fn"]
+        (tmp_path / last_batch).write_text('{"episodes": [{"observations": 1}]}')  # damaged after the index listed it
+        status, _, body = get(server, f"/api/episode?recording={last['recording']}&episode={last['episode_id']}")
+        assert status == 422 and last_batch in json.loads(body)["error"]
     finally:
         server.close()
 
