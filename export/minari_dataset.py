@@ -23,6 +23,7 @@ from envrec.batch_files import BatchFiles, Episode, TraceError
 from envrec.errors import ConfigError
 from envrec.schema import describe_space, space_from_spec
 
+from .arrow_table import plain_json
 from .sources import PathsLike, RecordingSource, find_recordings
 
 __all__ = ["write_minari"]
@@ -58,7 +59,7 @@ def _buffer(ep: Episode) -> Any:
         log.warning("episode %d: its infos change keys between steps; Minari cannot store them, left out", ep.episode_id)
     return EpisodeBuffer(
         seed=ep.seed,
-        options=ep.options,
+        options=plain_json(ep.options),  # Minari keeps them as JSON: bytes, tuples and arrays made plain
         observations=ep.observations,
         actions=ep.actions,
         rewards=ep.rewards,
@@ -132,10 +133,13 @@ def write_minari(paths: PathsLike, dataset_id: str, verify: bool = True, **metad
                 buffers = [_buffer(ep) for ep in files.episodes(src.manifest, entry) if ep.length > 0]
                 if not buffers:
                     continue
-                if dataset is None:
-                    dataset = minari.create_dataset_from_buffers(dataset_id, buffers, **kwargs)
-                else:
-                    dataset.update_dataset_from_buffer(buffers)
+                try:
+                    if dataset is None:
+                        dataset = minari.create_dataset_from_buffers(dataset_id, buffers, **kwargs)
+                    else:
+                        dataset.update_dataset_from_buffer(buffers)
+                except (ValueError, TypeError, KeyError) as exc:  # Minari's (and pyarrow's) refusals of the values
+                    raise TraceError(f"{src.name}: Minari cannot store the episodes of batch {entry['fn']}: {exc}") from exc
                 files.close()
         if dataset is None:
             raise TraceError(f"no episode with a step under {paths}: nothing to export")

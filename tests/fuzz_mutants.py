@@ -121,8 +121,8 @@ def _consistent(desc: Any) -> None:
 def _mutate_json(draw: Any, path: str, m: Mutant) -> None:
     try:
         doc = json.loads(open(path, "rb").read())
-    except ValueError:
-        return  # already not JSON (an earlier byte mutation)
+    except (ValueError, RecursionError):
+        return  # already not JSON, or nested too deep to change (an earlier mutation)
     paths = _json_paths(doc)
     where = paths[draw(st.integers(0, len(paths) - 1))]
     op = draw(st.sampled_from(["delete", "evil", "number", "wrap"])) if where else "evil"

@@ -273,6 +273,15 @@ def test_minari_unregistered_env_uses_the_recorded_spaces(tmp_path, monkeypatch,
     _check_minari(f"envrec/{space}-v0", tmp_path / "rec")
 
 
+def test_minari_keeps_reset_options_of_every_info_type_as_plain_json(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    options = {"raw": b"\x01", "pair": (1, 2), "arr": np.arange(2)}  # bytes and tuples are not JSON, Minari stores JSON
+    _record(tmp_path / "rec", gym.make("CartPole-v1"), episodes=2, options=options)
+    to_minari(tmp_path / "rec", "envrec/options-v0")
+    meta = _check_minari("envrec/options-v0", tmp_path / "rec")
+    assert all(m["options"] == {"raw": "AQ==", "pair": [1, 2], "arr": [0, 1]} for m in meta)
+
+
 def test_minari_export_that_fails_leaves_no_dataset(tmp_path, monkeypatch):
     import minari
 
