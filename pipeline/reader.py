@@ -90,15 +90,15 @@ class TraceReader:
 
     def refresh(self) -> None:
         """Re-read the manifests (a recording may have committed batches since)."""
-        for _ in range(3):  # a file named by a head we read may be evicted before we read it: read again
+        for attempt in range(3):  # a file named by a head we read may be evicted before we read it: read again
             try:
-                self._read_manifests()
+                self._read_manifests(last=attempt == 2)
                 return
             except FileNotFoundError as exc:
                 missing = exc
         raise TraceError(f"a manifest segment in {self.directory} keeps vanishing while it is read: {missing}")
 
-    def _read_manifests(self) -> None:
+    def _read_manifests(self, last: bool) -> None:
         pattern = f"{glob.escape(self.prefix)}{MANIFEST_SUFFIX}" if self.prefix else f"*{MANIFEST_SUFFIX}"
         paths = sorted(glob.glob(os.path.join(glob.escape(self.directory), pattern)))
         self.damaged = []
@@ -122,8 +122,11 @@ class TraceReader:
         for path, manifest in heads:
             try:
                 entries = self._intact(recording_batches(self.directory, manifest))
-            except FileNotFoundError:
-                raise
+            except FileNotFoundError as exc:
+                if not last or self.on_damaged == "raise":
+                    raise
+                self._damage(path, f"a manifest segment of {path} is missing: {exc.filename}", exc)
+                continue
             except (OSError, TraceError) as exc:
                 self._damage(path, f"cannot read a manifest segment of {path}: {exc}", exc)
                 continue
@@ -159,7 +162,9 @@ class TraceReader:
         """Note a damaged file (``"skip"``) or raise ``TraceError`` with ``reason`` (``"raise"``)."""
         if self.on_damaged == "raise":
             raise TraceError(reason) from cause
-        self.damaged.append(Damaged(os.path.relpath(path, self.directory), reason))
+        damaged = Damaged(os.path.relpath(path, self.directory), reason)
+        if damaged not in self.damaged:  # a batch found damaged again by a second iteration
+            self.damaged.append(damaged)
 
     def __len__(self) -> int:
         return self._len

@@ -140,3 +140,36 @@ def test_open_inside_refuses_every_way_out(tmp_path):
             open_inside(str(root), name, "test")
     with pytest.raises(FileNotFoundError):
         open_inside(str(root), "sub/nope", "test")
+
+
+def test_on_damaged_skip_leaves_out_a_recording_whose_segment_is_gone(tmp_path):
+    import importlib.util
+
+    import envrec.workers.manifest_writer as mw
+
+    spec = importlib.util.spec_from_file_location("bench_commit", os.path.join(os.path.dirname(__file__), os.pardir,
+                                                                               "scripts", "bench_commit.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    saved, mw.SEGMENT_BATCHES = mw.SEGMENT_BATCHES, 2
+    try:
+        d = bench.Driver(str(tmp_path / "seg"))
+        for _ in range(5):
+            d.episode_of(1)
+        d.close()
+    finally:
+        mw.SEGMENT_BATCHES = saved
+    _cp_record(tmp_path / "seg")
+    os.remove(tmp_path / "seg" / "bench.m000000.manifest.json")
+    with pytest.raises(TraceError, match="keeps vanishing"):
+        envrec.TraceReader(tmp_path / "seg")
+    r = envrec.TraceReader(tmp_path / "seg", on_damaged="skip")
+    assert [d.file for d in r.damaged] == ["bench.manifest.json"] and "bench.m000000.manifest.json" in r.damaged[0].reason
+    assert [rec.manifest["prefix"] for rec in r.recordings] == ["cp"] and len(list(r)) == 2
+
+
+def _cp_record(folder) -> None:
+    env = envrec.RecordTrace(gym.make("CartPole-v1"), folder, name_prefix="cp")
+    env.action_space.seed(0)
+    run_episodes(env, 2)
+    env.close()
