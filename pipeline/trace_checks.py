@@ -353,6 +353,8 @@ def _check_episode(raw: Any, manifest: Mapping[str, Any], where: str) -> None:
     for key in ("terminations", "truncations"):
         if raw.get(key) is not None:
             _column(raw, key, n, where)
+        elif "observation_space" in manifest:  # envrec writes both (gym-recording's traces, without spaces, neither)
+            raise TraceError(f"{where}.{key}: missing")
     _rows(raw["actions"], manifest.get("action_space"), n, f"{where}.actions")
     _rows(raw["observations"], manifest.get("observation_space"), n + 1, f"{where}.observations")
     for i, info in enumerate(raw.get("infos", [])):

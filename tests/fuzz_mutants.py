@@ -124,7 +124,11 @@ def _mutate_json(draw: Any, path: str, m: Mutant) -> None:
     except (ValueError, RecursionError):
         return  # already not JSON, or nested too deep to change (an earlier mutation)
     paths = _json_paths(doc)
-    where = paths[draw(st.integers(0, len(paths) - 1))]
+    by_depth: dict[int, list[tuple]] = {}
+    for p in paths:
+        by_depth.setdefault(len(p), []).append(p)
+    depth = draw(st.sampled_from(sorted(by_depth)))  # each depth alike: a record's own keys as often as its infos' leaves
+    where = draw(st.sampled_from(by_depth[depth]))
     op = draw(st.sampled_from(["delete", "evil", "number", "wrap"])) if where else "evil"
     if not where:
         doc = draw(st.sampled_from(EVIL))
