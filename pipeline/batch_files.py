@@ -123,7 +123,7 @@ class BatchFiles:
                 data = f.read()
         except FileNotFoundError:
             raise TraceError(f"batch {what} in {self.directory} is damaged: {what}: missing") from None
-        episodes = check_batch(parse_json(data, what), manifest or {}, what)
+        episodes = check_batch(parse_json(data, what), manifest or {}, what, entry["len"])
         return [self._arrays(raw, f"{what}: episodes[{i}]") for i, raw in enumerate(episodes)]
 
     def episodes(self, manifest: Manifest, entry: BatchEntry, first_index: int | None = None) -> list[Episode]:

@@ -340,8 +340,8 @@ def _check_episode(raw: Any, manifest: Mapping[str, Any], where: str) -> None:
     for key in ("observations", "actions", "rewards"):
         if key not in raw:
             raise TraceError(f"{where}.{key}: missing")
-    for key in ("episode_id", "seed"):
-        _typed(raw, key, where, (int, type(None)))
+    _typed(raw, "episode_id", where, (int,))
+    _typed(raw, "seed", where, (int, type(None)))
     _typed(raw, "return", where, (int, float, type(None)))
     _typed(raw, "ended_by", where, (str,))
     _typed(raw, "complete", where, (bool,))
@@ -362,9 +362,18 @@ def _check_episode(raw: Any, manifest: Mapping[str, Any], where: str) -> None:
             raise TraceError(f"{where}.infos[{i}]: {_short(info)} is not an info (a JSON object)")
 
 
-def check_batch(doc: Any, manifest: Mapping[str, Any], what: str) -> list:
-    """A parsed batch ``.json``, checked against the spaces its manifest names; its list of episode records."""
+def check_batch(doc: Any, manifest: Mapping[str, Any], what: str, count: int) -> list:
+    """A parsed batch ``.json``, checked against the spaces its manifest names; its list of episode records.
+
+    Args:
+        doc: the parsed batch.
+        manifest: the manifest naming it (its spaces, when it has them, say what the fields hold).
+        what: the batch's file name, for messages.
+        count: the episodes the manifest's entry says it holds.
+    """
     episodes = _list(_dict(doc, what).get("episodes"), f"{what}: episodes")
+    if len(episodes) != count:
+        raise TraceError(f"{what}: episodes: {len(episodes)} episode(s), the manifest's entry says {count}")
     for i, raw in enumerate(episodes):
         _check_episode(raw, manifest, f"{what}: episodes[{i}]")
     return episodes

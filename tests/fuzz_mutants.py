@@ -242,3 +242,47 @@ def mutants(draw: Any, folder: str, outside: str) -> Mutant:
         fix_checksums(folder)
         m.ops.append("checksums fixed")
     return m
+
+
+NESTED_CONTENT = frozenset({"infos", "options", "stats", "settings", "writer", "repr", "nvec", "bounds", "chunks", "counters"})
+
+
+def field_paths(doc: Any, depth: int = 5) -> list[tuple]:
+    """Every field of a document a reader relies on, once per list (its first item), not inside infos and stats."""
+    out: list[tuple] = []
+    stack: list[tuple[tuple, Any]] = [((), doc)]
+    while stack:
+        path, value = stack.pop()
+        if path:
+            out.append(path)
+        if len(path) >= depth or (path and path[-1] in NESTED_CONTENT):
+            continue
+        if isinstance(value, dict):
+            stack.extend(((*path, k), v) for k, v in value.items())
+        elif isinstance(value, list) and value and not isinstance(value[0], int | float | str):
+            stack.append(((*path, 0), value[0]))
+    return sorted(out, key=repr)
+
+
+def wrong_values(value: Any) -> list[Any]:
+    """A field's wrong stand-ins (deleting it is the caller's): another type, and for numbers a huge and a negative one."""
+    if isinstance(value, bool):
+        return ["yes"]
+    if isinstance(value, int | float):
+        return ["7", 2**62, -1]
+    if isinstance(value, str):
+        return [7, "../outside/x"]
+    if value is None:
+        return [[]]
+    return [None, {} if isinstance(value, list) else []]
+
+
+def set_field(path: str, where: tuple, value: Any, delete: bool) -> None:
+    """Rewrite the JSON file ``path`` with the field at ``where`` deleted or set to ``value``."""
+    doc = json.loads(open(path, "rb").read())
+    parent = _get(doc, where[:-1])
+    if delete:
+        del parent[where[-1]]
+    else:
+        parent[where[-1]] = value
+    replace(path, _dumps(doc))

@@ -42,17 +42,18 @@ from envrec.batch_files import TraceError
 from envrec.cli import main as cli_main
 from envrec.viewer.catalog import Catalog, NotFound
 
-from .fuzz_mutants import copy_linked, mutants
+from .fuzz_mutants import _get, copy_linked, field_paths, fix_checksums, mutants, set_field, wrong_values
 from .video_helpers import run_episodes
 
 pytestmark = pytest.mark.timeout(300)
 
-EXAMPLES = int(os.environ.get("ENVREC_FUZZ_EXAMPLES", "40"))  # per kind of recording; 5 kinds: ~50 s in all
+EXAMPLES = int(os.environ.get("ENVREC_FUZZ_EXAMPLES", "30"))  # per kind of recording; 5 kinds: ~20 s
 MINARI_EVERY = 4  # the Minari export runs on every 4th mutant: a dataset costs ~0.1 s
 KINDS = ("plain", "compressed", "spaces", "clips", "segmented")
 TRIED: collections.Counter[str] = collections.Counter()  # reader -> mutants it was run on
 REFUSED: collections.Counter[str] = collections.Counter()  # reader -> mutants it refused with TraceError
 LISTED_DAMAGED: collections.Counter[str] = collections.Counter()  # the viewer: mutants whose index had damaged rows
+FIELDS_TRIED: collections.Counter[str] = collections.Counter()  # recording kind -> field mutants of its documents
 
 
 def _plain(folder: str, compression=None) -> None:
@@ -230,6 +231,9 @@ def figures(request):
         for reader, n in TRIED.items():
             rows = f", {LISTED_DAMAGED[reader]} listed damaged rows" if reader in LISTED_DAMAGED else ""
             reporter.write_line(f"  {reader}: {n} tried, {REFUSED[reader]} refused{rows}")
+    if reporter is not None and FIELDS_TRIED:
+        reporter.write_line(f"every field: {sum(FIELDS_TRIED.values())} mutants ({dict(FIELDS_TRIED)}), each through "
+                            f"{', '.join(FIELD_READERS)}: TraceError or read, nothing else")
 
 
 @pytest.fixture
@@ -252,3 +256,44 @@ def test_every_reader_raises_only_trace_errors_on_mutants(recordings, minari_hom
         _run_readers(folder, m.escaped, TRIED["TraceReader"])
     finally:
         shutil.rmtree(base)
+
+
+def _first(folder: str, suffix: str, skip: str = "\0") -> str:
+    return next(n for n in sorted(os.listdir(folder)) if n.endswith(suffix) and skip not in n)
+
+
+DOCUMENTS = [  # (recording, which of its JSON files): every kind of document a reader parses
+    ("plain", "cp.manifest.json"), ("plain", ".ep000000000.json"), ("compressed", ".ep000000000.json"),
+    ("spaces", "sp.manifest.json"), ("spaces", ".ep000000000.json"), ("segmented", "bench.manifest.json"),
+    ("segmented", ".m000000.manifest.json"), ("clips", ".meta.json"),
+]
+
+
+FIELD_READERS = {"TraceReader": lambda f: _read_all(f, "raise"), "Parquet/Arrow export": _arrow, "viewer catalog": _viewer}
+
+
+@pytest.mark.parametrize("kind, document", DOCUMENTS)
+def test_every_field_deleted_or_of_the_wrong_type_is_a_trace_error(recordings, tmp_path, kind, document):
+    """Systematic where the fuzz is random: each field of each document (a list's first item standing for the
+    rest) deleted, made null or of another type, numbers huge or negative, sizes and CRC-32s then made to match."""
+    name = _first(recordings[kind], document)
+    doc = json.load(open(os.path.join(recordings[kind], name)))
+    tried = 0
+    for where in field_paths(doc):
+        for delete, value in [(True, None), *((False, v) for v in wrong_values(_get(doc, where)))]:
+            folder = str(tmp_path / f"m{tried}")
+            copy_linked(recordings[kind], folder)
+            set_field(os.path.join(folder, name), where, value, delete)
+            fix_checksums(folder)
+            for reader, fn in FIELD_READERS.items():
+                try:
+                    fn(folder)
+                except TraceError:
+                    pass
+                except Exception as exc:
+                    raise AssertionError(f"{reader}: {name}:{list(where)} {'deleted' if delete else f'= {value!r}'}: "
+                                         f"{type(exc).__name__}: {exc}") from exc
+            shutil.rmtree(folder)
+            tried += 1
+    FIELDS_TRIED[kind] += tried
+    assert tried >= 10
