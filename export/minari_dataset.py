@@ -71,7 +71,7 @@ def _buffer(ep: Episode) -> Any:
 
 def _space(src: RecordingSource, key: str) -> Any:
     """The Gymnasium space a manifest's spec describes; ``TraceError`` when Gymnasium refuses it."""
-    spec = dict(src.manifest).get(key)
+    spec: Any = dict(src.manifest).get(key)
     if spec is None:
         raise TraceError(f"{src.name}: its manifest has no {key} (not written by envrec): a Minari dataset needs it")
     try:
