@@ -39,6 +39,7 @@ MAX_JSON_DEPTH = 200  # levels; envrec's own documents nest < 10 plus the infos'
 MAX_DIMS = 32  # numpy allows 64
 MAX_RATIO = 1 << 17  # decompressed bytes per stored byte, above any codec's physical ceiling
 MAX_LEAF_ELEMENTS = 1 << 28  # elements of one space leaf (a 720p RGB frame has 2.8 M)
+INT64 = 1 << 63
 MAX_SEGMENTS = 1 << 24  # closed manifest segments a head may count (each holds 256 batches)
 ARRAY_KINDS = "biufcSU"
 SPACE_TYPES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "Dict", "Tuple")
@@ -278,6 +279,8 @@ def check_array(desc: Any, where: str) -> None:
     _int(desc, "npyoff", where)
     _int(desc, "size", where)
     nbytes = int(np.prod(shape, dtype=object)) * dt.itemsize
+    if int(np.prod([n for n in shape if n], dtype=object)) * dt.itemsize >= INT64 // 2:  # numpy's limit, empty or not
+        raise TraceError(f"{where}.shape: {list(shape)} of {dt.str} is larger than any array numpy can make")
     if "codec" not in desc:
         if nbytes != desc["size"]:
             raise TraceError(f"{where}.size: {desc['size']} bytes, but shape {list(shape)} of {dt.str} is {nbytes}")
@@ -340,9 +343,11 @@ def _check_episode(raw: Any, manifest: Mapping[str, Any], where: str) -> None:
     for key in ("observations", "actions", "rewards"):
         if key not in raw:
             raise TraceError(f"{where}.{key}: missing")
-    _typed(raw, "episode_id", where, (int,))
+    _int(raw, "episode_id", where, lo=-INT64, hi=INT64 - 1, required=False)  # numpy's int64 column holds it
     _typed(raw, "seed", where, (int, type(None)))
     _typed(raw, "return", where, (int, float, type(None)))
+    if _is_int(raw.get("return")) and abs(raw["return"]) >= INT64:
+        raise TraceError(f"{where}.return: {_short(raw['return'])} is not a float64 envrec writes")
     _typed(raw, "ended_by", where, (str,))
     _typed(raw, "complete", where, (bool,))
     _typed(raw, "infos", where, (list,))

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 DEEP = "__deep__"  # spliced in as JSON nested 5,000 levels deep
 EVIL: list[Any] = [
     None, True, False, 0, -1, 1.5, 2**63, -(2**63), 10**30, "", "x", "../outside/copy", "/etc/passwd", "a/../../b",
-    [], {}, [-1], [2**40, 2**40], [1] * 40, [3, -4], "|O", "<U999999999", ">f8", "V8", "f4,i4", "(2,)f4",
+    [], {}, [-1], [2**40, 2**40], [0, 2**40, 2**30], [1] * 40, [3, -4], "|O", "<U999999999", ">f8", "V8", "f4,i4", "(2,)f4",
     {"__type": "ndarray"}, {"__type": "float", "bits": "zz"}, {"__type": "float", "bits": "00"},
     {"__type": "numpy", "dtype": "|O", "shape": [1], "b64": ""}, {"__type": "numpy", "dtype": "<f4", "shape": [9], "b64": "AAAA"},
     {"__type": "dict", "items": [[[1], 2]]}, {"__type": "dict", "items": 3}, {"__type": "tuple", "items": 5},

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 
 import gymnasium as gym
 import numpy as np
@@ -170,7 +169,7 @@ def _minari(folder: str) -> None:
 
     from envrec.export import to_minari
 
-    dataset_id = f"fuzz/{uuid.uuid4().hex[:12]}/mutant-v0"
+    dataset_id = "fuzz/mutant-v0"  # one id, deleted after each: a namespace per mutant would slow Minari's listing
     try:
         to_minari(folder, dataset_id, author="fuzz", author_email="fuzz@example.org", algorithm_name="random",
                   description="a mutant", code_permalink="https://example.org")
