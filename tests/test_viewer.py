@@ -170,8 +170,8 @@ def test_requests_for_another_host_are_refused(served):
 
 def test_cli_serves_until_interrupted(tmp_path):
     record_cartpole(tmp_path, episodes=1)
-    proc = subprocess.Popen([sys.executable, "-m", "envrec", "view", str(tmp_path), "--port", "0", "--no-browser"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "envrec", "view", str(tmp_path), "--port", "0", "--no-browser",
+                             "--allow-host", "viewer.example"], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         assert "http://127.0.0.1:" in line, line
@@ -179,6 +179,8 @@ def test_cli_serves_until_interrupted(tmp_path):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         conn.request("GET", "/api/index")
         assert len(json.loads(conn.getresponse().read())["episodes"]) == 1
+        conn.request("GET", "/api/index", headers={"Host": f"viewer.example:{port}"})
+        assert conn.getresponse().read().startswith(b'{"root"')  # the --allow-host name is answered
         conn.close()
     finally:
         proc.send_signal(signal.SIGINT)
