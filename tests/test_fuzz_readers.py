@@ -52,6 +52,7 @@ KINDS = ("plain", "compressed", "spaces", "clips", "segmented")
 TRIED: collections.Counter[str] = collections.Counter()  # reader -> mutants it was run on
 REFUSED: collections.Counter[str] = collections.Counter()  # reader -> mutants it refused with TraceError
 LISTED_DAMAGED: collections.Counter[str] = collections.Counter()  # the viewer: mutants whose index had damaged rows
+ESCAPES: collections.Counter[str] = collections.Counter()  # mutants leading a trace, meta or clip name out of the folder
 FIELDS_TRIED: collections.Counter[str] = collections.Counter()  # recording kind -> field mutants of its documents
 
 
@@ -212,6 +213,7 @@ def _run_readers(folder: str, escaped: str | None, n: int) -> None:
     damaged: list = []
     _attempt("viewer catalog", lambda: damaged.extend(_viewer(folder)))
     LISTED_DAMAGED["viewer catalog"] += bool(damaged)
+    ESCAPES[escaped or "none"] += 1
     if escaped == "trace":
         assert not read, "TraceReader read a trace file outside the folder"
     if escaped is not None:
@@ -230,6 +232,9 @@ def figures(request):
         for reader, n in TRIED.items():
             rows = f", {LISTED_DAMAGED[reader]} listed damaged rows" if reader in LISTED_DAMAGED else ""
             reporter.write_line(f"  {reader}: {n} tried, {REFUSED[reader]} refused{rows}")
+    if reporter is not None and TRIED:
+        out = {k: v for k, v in ESCAPES.items() if k != "none"}
+        reporter.write_line(f"  names or symlinks leading out of the folder: {out}, every one refused by the readers of that file")
     if reporter is not None and FIELDS_TRIED:
         reporter.write_line(f"every field: {sum(FIELDS_TRIED.values())} mutants ({dict(FIELDS_TRIED)}), each through "
                             f"{', '.join(FIELD_READERS)}: TraceError or read, nothing else")
