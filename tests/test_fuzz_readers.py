@@ -16,7 +16,12 @@ with no traceback, and when the mutant leads a name outside the folder
 (symlink, ``..``, absolute) every reader of that file refuses it. Runs are
 derandomized with no example database, so CI sees the same examples;
 ``ENVREC_FUZZ_EXAMPLES`` raises the count (the README's figures were
-measured with it) and the totals are printed.
+measured with it) and the totals are printed at the module's end (``-rA``
+or ``-s`` shows them).
+
+A second test is systematic where the fuzz is random: every field of every
+kind of document (manifest, segment, batch, compressed batch, clip
+metadata) deleted, made null or of another type, numbers huge or negative.
 """
 
 from __future__ import annotations
