@@ -2,7 +2,9 @@
 
 The index lists the episodes; an episode page plays its clip, the plot
 cursor follows the video, a click on a plot seeks the video, nothing is
-logged as an error and no request leaves 127.0.0.1. Needs ``playwright``
+logged as an error and no request leaves 127.0.0.1. The pages run under the
+viewer's Content-Security-Policy (no ``eval``), so waits are given as
+functions, which Playwright calls without evaluating a string. Needs ``playwright``
 (the test extra) and ``/usr/bin/chromium`` (``.ci/run`` installs it with
 apt-get); outside CI a machine without them skips with the reason printed,
 under ``CI=true`` the test fails instead. ``ENVREC_VIEWER_SCREENSHOT=FILE``
@@ -91,9 +93,9 @@ def test_episode_page_plays_the_clip_with_a_cursor_that_follows_and_seeks(record
         page.wait_for_selector("body[data-loaded='1']")
         assert page.locator("#summary").inner_text().startswith(f"{longest.length} steps")
         assert page.locator("canvas.plot").count() >= 2 + 1 + 4  # reward, return, action, 4 observation dims
-        page.wait_for_function("document.getElementById('player').readyState >= 2")
+        page.wait_for_function("() => document.getElementById('player').readyState >= 2")
         page.evaluate("document.getElementById('player').play()")
-        page.wait_for_function("document.getElementById('player').currentTime > 0.8", timeout=15_000)
+        page.wait_for_function("() => document.getElementById('player').currentTime > 0.8", timeout=15_000)
         first = page.evaluate("[document.getElementById('player').currentTime, Number(document.body.dataset.cursorStep)]")
         page.wait_for_timeout(600)
         second = page.evaluate("[document.getElementById('player').currentTime, Number(document.body.dataset.cursorStep)]")
@@ -107,7 +109,7 @@ def test_episode_page_plays_the_clip_with_a_cursor_that_follows_and_seeks(record
         box = plot.bounding_box()
         x = 1 + target / longest.length * (box["width"] - 2)
         plot.click(position={"x": x, "y": box["height"] / 2})
-        page.wait_for_function(f"Math.abs(document.getElementById('player').currentTime - {(target + 0.5) / FPS}) < 0.05")
+        page.wait_for_function(f"() => Math.abs(document.getElementById('player').currentTime - {(target + 0.5) / FPS}) < 0.05")
         assert abs(int(page.evaluate("document.body.dataset.cursorStep")) - target) <= 1
         cursor_x = float(plot.get_attribute("data-cursor-x"))
         assert abs(cursor_x - x) <= 2 * box["width"] / longest.length + 1
@@ -140,16 +142,16 @@ def test_ansi_clip_plays_as_text_synced_with_the_plots(tmp_path):
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(server.url + "episode?recording=lake&episode=0")
             page.wait_for_selector("body[data-loaded='1']")
-            page.wait_for_function("document.getElementById('cast') && document.getElementById('cast').textContent.includes('F')")
+            page.wait_for_function("() => document.getElementById('cast') && document.getElementById('cast').textContent.includes('F')")
             start = page.locator("#cast").inner_text()
             page.click("#cast-play")
-            page.wait_for_function("Number(document.body.dataset.cursorStep) >= 3", timeout=10_000)
+            page.wait_for_function("() => Number(document.body.dataset.cursorStep) >= 3", timeout=10_000)
             assert page.locator("#cast").inner_text() != start  # the agent moved on the board
             page.click("#cast-play")  # pause
             plot = page.locator("canvas.plot").first
             box = plot.bounding_box()
             plot.click(position={"x": 1 + 2 / 6 * (box["width"] - 2), "y": box["height"] / 2})
-            page.wait_for_function("document.body.dataset.cursorStep === '2'")
+            page.wait_for_function("() => document.body.dataset.cursorStep === '2'")
             browser.close()
     finally:
         server.close()
