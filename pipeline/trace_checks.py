@@ -141,7 +141,12 @@ def _short(v: Any) -> str:
 
 
 def spec_dtype(value: Any, where: str) -> np.dtype:
-    """A dtype a reader may map: numeric, bytes or str, little-endian, no objects or fields."""
+    """A dtype a reader may map: numeric, bytes or str, little-endian, no objects or fields.
+
+    Args:
+        value: the dtype string a document gives.
+        where: the file and field holding it, for messages.
+    """
     if not isinstance(value, str) or len(value) > 16:
         raise TraceError(f"{where}: {_short(value)} is not a dtype")
     try:
@@ -175,7 +180,12 @@ def _check_entry(entry: Any, where: str) -> None:
 
 
 def check_manifest(doc: Any, what: str) -> dict:
-    """A parsed manifest or segment, checked as far as readers rely on it (its batch entries, spaces, counters)."""
+    """A parsed manifest or segment, checked as far as readers rely on it (its batch entries, spaces, counters).
+
+    Args:
+        doc: the parsed document.
+        what: its file name, for messages.
+    """
     _dict(doc, what)
     for i, entry in enumerate(_list(doc.get("batches"), f"{what}: batches")):
         _check_entry(entry, f"{what}: batches[{i}]")
@@ -206,7 +216,13 @@ def check_manifest(doc: Any, what: str) -> dict:
 
 
 def check_space(spec: Any, where: str, depth: int = 0) -> None:
-    """A space spec as ``envrec.schema.describe_space`` writes it."""
+    """A space spec as ``envrec.schema.describe_space`` writes it.
+
+    Args:
+        spec: the parsed spec.
+        where: the file and field holding it, for messages.
+        depth: how deep in Dict/Tuple nesting it lies.
+    """
     _dict(spec, where)
     t = spec.get("type")
     if t not in SPACE_TYPES or depth > MAX_DIMS:
@@ -269,7 +285,12 @@ def _check_space_values(spec: dict, t: str, dt: np.dtype, shape: tuple[int, ...]
 
 # -- batches ---------------------------------------------------------------------------------
 def check_array(desc: Any, where: str) -> None:
-    """An array descriptor (``{"__type": "ndarray", ...}``): its shape, dtype, file, offset, size and chunks agree."""
+    """An array descriptor (``{"__type": "ndarray", ...}``): its shape, dtype, file, offset, size and chunks agree.
+
+    Args:
+        desc: the parsed descriptor.
+        where: the file and field holding it, for messages.
+    """
     _dict(desc, where)
     if desc.get("__type") != "ndarray":
         raise TraceError(f"{where}: {_short(desc)} is not an array descriptor")
