@@ -129,8 +129,8 @@ def _step_infos(ep: Episode) -> list[str | None]:
 def episodes_to_batch(name: str, manifest: Mapping[str, Any], episodes: list[Episode], schema: pa.Schema) -> pa.RecordBatch:
     """The rows of ``episodes`` (one per step; episodes without a step add none)."""
     episodes = [ep for ep in episodes if ep.length > 0]
-    if not episodes:
-        return pa.RecordBatch.from_pylist([], schema=schema)
+    if not episodes:  # pa.nulls, not from_pylist([]): it cannot build an empty tensor (extension) column
+        return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
     obs_spec, act_spec = manifest["observation_space"], manifest["action_space"]
     lengths = np.array([ep.length for ep in episodes], dtype=np.int64)
     n = int(lengths.sum())

@@ -18,9 +18,9 @@ __all__ = ["batch_rows", "common_schema", "iter_record_batches"]
 def common_schema(sources: list[RecordingSource]) -> pa.Schema:
     """The row schema every recording shares; ``TraceError`` naming two recordings whose spaces differ."""
     first = sources[0]
-    schema = step_schema(first.manifest)
+    schema = _schema_of(first)
     for src in sources[1:]:
-        other = step_schema(src.manifest)
+        other = _schema_of(src)
         if not other.equals(schema):
             raise TraceError(
                 f"recordings {first.name} and {src.name} have different spaces "
@@ -28,6 +28,14 @@ def common_schema(sources: list[RecordingSource]) -> pa.Schema:
                 f"action {schema.field('action').type} vs {other.field('action').type}): export them separately"
             )
     return schema
+
+
+def _schema_of(src: RecordingSource) -> pa.Schema:
+    missing = [k for k in ("observation_space", "action_space") if k not in src.manifest]
+    if missing:
+        raise TraceError(f"{src.name}: its manifest has no {' or '.join(missing)} (not written by envrec): "
+                         "rows need the spaces; read it with TraceReader")
+    return step_schema(src.manifest)
 
 
 def batch_rows(src: RecordingSource, entry: BatchEntry, schema: pa.Schema, files: BatchFiles | None = None) -> pa.RecordBatch:

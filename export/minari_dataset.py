@@ -25,6 +25,7 @@ from envrec.env_ids import make_env
 from envrec.errors import ConfigError
 from envrec.schema import describe_space, space_from_spec
 
+from .arrow_table import plain_json
 from .sources import PathsLike, RecordingSource, find_recordings
 
 __all__ = ["write_minari"]
@@ -62,7 +63,7 @@ def _buffer(ep: Episode) -> Any:
         log.warning("episode %d: its infos change keys between steps; Minari cannot store them, left out", ep.episode_id)
     return EpisodeBuffer(
         seed=ep.seed,
-        options=ep.options,
+        options=plain_json(ep.options),  # Minari keeps them as JSON: bytes, tuples and arrays made plain
         observations=ep.observations,
         actions=ep.actions,
         rewards=ep.rewards,
@@ -72,16 +73,24 @@ def _buffer(ep: Episode) -> Any:
     )
 
 
+def _space(src: RecordingSource, key: str) -> Any:
+    """The Gymnasium space a manifest's spec describes; ``TraceError`` when Gymnasium refuses it."""
+    spec: Any = dict(src.manifest).get(key)
+    if spec is None:
+        raise TraceError(f"{src.name}: its manifest has no {key} (not written by envrec): a Minari dataset needs it")
+    try:
+        return space_from_spec(spec)
+    except (AssertionError, ValueError, TypeError, OverflowError) as exc:  # Gymnasium's own checks of the values
+        raise TraceError(f"{src.name}: manifest field {key}: Gymnasium cannot build the space ({exc})") from exc
+
+
 def _env_and_spaces(src: RecordingSource) -> dict[str, Any]:
     """The recording's env spec when its env id is registered, and spaces rebuilt from the manifest."""
     m = src.manifest
-    out: dict[str, Any] = {
-        "observation_space": space_from_spec(m["observation_space"]),
-        "action_space": space_from_spec(m["action_space"]),
-    }
+    out: dict[str, Any] = {key: _space(src, key) for key in ("observation_space", "action_space")}
     env_id = m.get("env_id")
-    if not env_id:
-        return out
+    if not env_id or ":" in env_id:
+        return out  # "module:Env" would import a module the folder names (make_env loads installed namespaces only)
     try:
         env = make_env(env_id)
     except Exception as exc:  # noqa: BLE001  (any failure to build the env: export with the recorded spaces)
@@ -99,10 +108,10 @@ def _env_and_spaces(src: RecordingSource) -> dict[str, Any]:
 
 
 def _check_spaces(sources: list[RecordingSource]) -> None:
-    first = sources[0].manifest
+    first = dict(sources[0].manifest)
     for src in sources[1:]:
         for key in ("observation_space", "action_space"):
-            if src.manifest[key] != first[key]:
+            if dict(src.manifest).get(key) != first.get(key):
                 raise TraceError(
                     f"recordings {sources[0].name} and {src.name} have different {key.replace('_', ' ')}s: "
                     "a Minari dataset has one; export them separately"
@@ -154,10 +163,13 @@ def write_minari(paths: PathsLike, dataset_id: str, verify: bool = True, **metad
                 buffers = [_buffer(ep) for ep in files.episodes(src.manifest, entry) if ep.length > 0]
                 if not buffers:
                     continue
-                if dataset is None:
-                    dataset = minari.create_dataset_from_buffers(dataset_id, buffers, **kwargs)
-                else:
-                    dataset.update_dataset_from_buffer(buffers)
+                try:
+                    if dataset is None:
+                        dataset = minari.create_dataset_from_buffers(dataset_id, buffers, **kwargs)
+                    else:
+                        dataset.update_dataset_from_buffer(buffers)
+                except (ValueError, TypeError, KeyError) as exc:  # Minari's (and pyarrow's) refusals of the values
+                    raise TraceError(f"{src.name}: Minari cannot store the episodes of batch {entry['fn']}: {exc}") from exc
                 files.close()
         if dataset is None:
             raise TraceError(f"no episode with a step under {paths}: nothing to export")

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from envrec.reader import TraceError, TraceReader
+from envrec.reader import Damaged, TraceError, TraceReader
 from envrec.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest
 
 __all__ = ["PathsLike", "RecordingSource", "find_recordings"]
@@ -63,8 +63,16 @@ def _folders_with_manifests(root: str) -> list[str]:
     return found
 
 
-def find_recordings(paths: PathsLike, verify: bool = True) -> list[RecordingSource]:
-    """Every recording under ``paths`` with the batches its manifests name; ``TraceError`` when there is none."""
+def find_recordings(paths: PathsLike, verify: bool = True, damaged: list[Damaged] | None = None) -> list[RecordingSource]:
+    """Every recording under ``paths`` with the batches its manifests name; ``TraceError`` when there is none.
+
+    Args:
+        paths: folders (searched recursively), globs, or a list of them.
+        verify: check each batch's CRC-32 when it is read.
+        damaged: when given, folders are read with ``TraceReader(on_damaged="skip")``: a manifest or batch
+            file that cannot be read (or a folder with no readable manifest) is appended to it, its path
+            relative to the inputs' common folder, and left out instead of raising ``TraceError``.
+    """
     roots = _inputs(paths)
     common = os.path.commonpath(roots) if len(roots) > 1 else roots[0]
     seen: set[str] = set()
@@ -74,7 +82,16 @@ def find_recordings(paths: PathsLike, verify: bool = True) -> list[RecordingSour
             if folder in seen:
                 continue  # a folder given twice, or inside another given folder
             seen.add(folder)
-            with TraceReader(folder, verify=verify) as reader:
+            try:
+                reader = TraceReader(folder, verify=verify, on_damaged="raise" if damaged is None else "skip")
+            except TraceError as exc:
+                if damaged is None:
+                    raise
+                damaged.append(Damaged(os.path.relpath(folder, common), str(exc)))
+                continue
+            if damaged is not None:
+                damaged.extend(Damaged(os.path.relpath(os.path.join(folder, d.file), common), d.reason) for d in reader.damaged)
+            with reader:
                 for rec in reader.recordings:
                     stem = os.path.relpath(rec.path, common)[: -len(MANIFEST_SUFFIX)]
                     sources.append(RecordingSource(stem, folder, rec.manifest, rec.batches))

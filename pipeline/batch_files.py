@@ -7,13 +7,20 @@ manifest names, parses the batch's ``.json``, memory-maps the ``.bin``
 arrays when their episode is read, keeping a small cache of decoded arrays.
 ``TraceReader`` indexes recordings on top of it; exporters (Arrow, Minari, a
 Ray read task) use it to read one batch without indexing a whole recording.
+
+Nothing in a batch is trusted: its files are opened inside the folder only
+(``envrec.inside``), its JSON is checked against the manifest's spaces
+(``envrec.trace_checks``) before any field is used, every array's bytes must
+lie inside its file, and an info that does not decode names itself. Every
+failure is a ``TraceError`` naming the batch and the field.
 """
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
+import struct
+import zlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import file_crc32
 from .compression import decompress_into
-from .errors import EnvrecError
+from .errors import TraceError
 from .infos import decode_json
+from .inside import open_inside
+from .trace_checks import check_batch, parse_json
 from .trace_format import BatchEntry, Manifest
 
 __all__ = ["BatchFiles", "Episode", "TraceError"]
@@ -35,10 +43,10 @@ _KNOWN_KEYS = frozenset({
     "observations", "actions", "rewards", "terminations", "truncations", "infos", "episode_id",
     "seed", "options", "length", "return", "ended_by", "complete",
 })
-
-
-class TraceError(EnvrecError):
-    """A trace on disk is missing, incomplete or not a trace."""
+_WHERE = "__where"  # the batch and episode a raw record came from, for messages
+_ARRAY_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations")
+# what the info decoder raises on a tagged object it cannot decode (a bad tag's fields)
+_DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError, struct.error)
 
 
 @dataclass
@@ -67,6 +75,7 @@ class _Packed:
     """A compressed array's descriptor, decompressed when its episode is read."""
 
     desc: dict
+    where: str  # the batch and field, for messages
 
 
 class BatchFiles:
@@ -80,38 +89,50 @@ class BatchFiles:
         self._decoded_bytes = 0
 
     def check(self, entry: Mapping[str, Any], checksums: bool = True) -> list[str]:
-        """Problems with a batch's files (missing, wrong size, wrong CRC-32); empty when complete."""
+        """Problems with a batch's files (missing, outside the folder, wrong size, wrong CRC-32); empty when complete."""
         problems = []
         for key, size_key, crc_key in (("fn", "json_bytes", "json_crc32"), ("bin", "bin_bytes", "bin_crc32")):
             name = entry.get(key)
             if name is None:
                 continue
-            path = os.path.join(self.directory, name)
-            if os.path.basename(name) != name:
-                problems.append(f"{name}: names a file outside the folder")
-            elif not os.path.exists(path):
+            try:
+                f = open_inside(self.directory, name, f"a batch's {key}")
+            except FileNotFoundError:
                 problems.append(f"{name}: missing")
-            elif size_key in entry and os.path.getsize(path) != entry[size_key]:
-                problems.append(f"{name}: {os.path.getsize(path)} bytes, the manifest says {entry[size_key]}")
-            elif checksums and crc_key in entry and file_crc32(path) != entry[crc_key]:
-                problems.append(f"{name}: its CRC-32 differs from the manifest's (the file was changed or damaged)")
+                continue
+            except TraceError as exc:
+                problems.append(str(exc))
+                continue
+            with f:
+                size = os.fstat(f.fileno()).st_size
+                if size_key in entry and size != entry[size_key]:
+                    problems.append(f"{name}: {size} bytes, the manifest says {entry[size_key]}")
+                elif checksums and crc_key in entry and _crc32(f, size) != entry[crc_key]:
+                    problems.append(f"{name}: its CRC-32 differs from the manifest's (the file was changed or damaged)")
         return problems
 
-    def load(self, entry: BatchEntry) -> list:
-        """The batch's raw episode records (arrays mapped, compressed ones still packed); ``TraceError`` if damaged."""
+    def load(self, entry: BatchEntry, manifest: Mapping[str, Any] | None = None) -> list:
+        """The batch's raw episode records (arrays mapped, compressed ones still packed), checked against the
+        spaces ``manifest`` names; ``TraceError`` naming the batch when it is damaged."""
         problems = self.check(entry, checksums=self.verify)
         if problems:
             raise TraceError(f"batch {entry['fn']} in {self.directory} is damaged: {'; '.join(problems)}")
-        with open(os.path.join(self.directory, entry["fn"]), "rb") as f:
-            return json.load(f, object_hook=self._decode_ndarray)["episodes"]
+        what = entry["fn"]
+        try:
+            with open_inside(self.directory, what, what) as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise TraceError(f"batch {what} in {self.directory} is damaged: {what}: missing") from None
+        episodes = check_batch(parse_json(data, what), manifest or {}, what, entry["len"])
+        return [self._arrays(raw, f"{what}: episodes[{i}]") for i, raw in enumerate(episodes)]
 
     def episodes(self, manifest: Manifest, entry: BatchEntry, first_index: int | None = None) -> list[Episode]:
         """Every episode of one batch; indices count from ``first_index`` (default: the entry's ``first``)."""
         start = entry["first"] if first_index is None else first_index
-        return [self.episode(manifest, start + i, raw) for i, raw in enumerate(self.load(entry))]
+        return [self.episode(manifest, start + i, raw) for i, raw in enumerate(self.load(entry, manifest))]
 
     def episode(self, manifest: Manifest, index: int, raw: dict) -> Episode:
-        """One raw episode record as an ``Episode`` (Dict/Tuple nesting rebuilt, arrays decompressed)."""
+        """One raw episode record (from ``load``) as an ``Episode`` (Dict/Tuple nesting rebuilt, arrays decompressed)."""
         rewards = self._unpack(raw["rewards"])
         return Episode(
             index=index,
@@ -121,14 +142,14 @@ class BatchFiles:
             rewards=rewards,
             terminations=self._unpack(raw.get("terminations")),
             truncations=self._unpack(raw.get("truncations")),
-            infos=[decode_json(i) for i in raw.get("infos", [])],
+            infos=[_decode(i, raw, f"infos[{n}]") for n, i in enumerate(raw.get("infos", []))],
             seed=raw.get("seed"),
-            options=decode_json(raw.get("options")),
+            options=_decode(raw.get("options"), raw, "options"),
             length=raw.get("length", len(rewards)),
             total_reward=raw.get("return"),
             ended_by=raw.get("ended_by", "unknown"),
             complete=raw.get("complete", True),
-            extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
+            extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS and k != _WHERE},
         )
 
     def close(self) -> None:
@@ -137,44 +158,65 @@ class BatchFiles:
         self._decoded.clear()
         self._decoded_bytes = 0
 
-    def _decode_ndarray(self, o: dict) -> Any:
-        if o.get("__type") != "ndarray":
-            return o
+    def _arrays(self, raw: dict, where: str) -> dict:
+        """A checked episode record with its array descriptors made arrays (compressed ones packed)."""
+        out = dict(raw)
+        out[_WHERE] = where
+        for key in _ARRAY_FIELDS:
+            if out.get(key) is not None:
+                out[key] = self._tree(out[key], f"{where}.{key}")
+        return out
+
+    def _tree(self, value: Any, where: str) -> Any:
+        if isinstance(value, dict) and value.get("__type") == "ndarray":
+            return self._array(value, where)
+        if isinstance(value, dict):
+            return {k: self._tree(v, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, list) and not all(isinstance(v, str) for v in value):
+            return [self._tree(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value  # a text leaf
+
+    def _array(self, o: dict, where: str) -> Any:
+        """A checked descriptor (``trace_checks.check_array``) as a read-only view of its file, or packed."""
         shape, dtype = tuple(o["shape"]), np.dtype(o["dtype"])
+        buf = self._map(o["npyfile"], where)
+        if o["npyoff"] + o["size"] > len(buf):
+            raise TraceError(f"{where}: bytes {o['npyoff']}..{o['npyoff'] + o['size']} lie beyond the end of "
+                             f"{o['npyfile']} ({len(buf)} bytes)")
         if "codec" in o:
-            return _Packed(o)
+            return _Packed(o, where)
         if o["size"] == 0:
             return np.empty(shape, dtype)
-        arr = np.ndarray(shape, dtype=dtype, buffer=self._map(o["npyfile"]), offset=o["npyoff"], order="C")
-        return arr
+        return np.ndarray(shape, dtype=dtype, buffer=buf, offset=o["npyoff"], order="C")
 
     def _unpack(self, value: Any) -> Any:
         """``value`` with every compressed array in it decompressed."""
         if isinstance(value, _Packed):
-            return self._decompress(value.desc)
+            return self._decompress(value.desc, value.where)
         if isinstance(value, dict):
             return {k: self._unpack(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self._unpack(v) for v in value]
         return value
 
-    def _decompress(self, o: dict) -> np.ndarray:
+    def _decompress(self, o: dict, where: str) -> np.ndarray:
         key = (o["npyfile"], o["npyoff"])
         arr = self._decoded.get(key)
-        if arr is not None:
+        if arr is not None and arr.shape == tuple(o["shape"]) and arr.dtype == np.dtype(o["dtype"]):
             self._decoded.move_to_end(key)
             return arr
         shape, dtype = tuple(o["shape"]), np.dtype(o["dtype"])
-        arr = np.empty(shape, dtype)
-        if arr.nbytes != o.get("raw_size", arr.nbytes):
-            raise TraceError(f"{o['npyfile']}: a compressed array of shape {shape} says it holds {o['raw_size']} bytes")
-        row_bytes = arr.nbytes // shape[0] if shape and shape[0] else 0
-        with memoryview(self._map(o["npyfile"])) as whole, whole[o["npyoff"] : o["npyoff"] + o["size"]] as stored:
+        try:
+            arr = np.empty(shape, dtype)
+        except (MemoryError, ValueError) as exc:
+            raise TraceError(f"{where}: {shape} of {dtype.str} is too large to decompress here ({exc})") from None
+        row_bytes = arr.nbytes // shape[0] if shape[0] else 0
+        with memoryview(self._map(o["npyfile"], where)) as whole, whole[o["npyoff"] : o["npyoff"] + o["size"]] as stored:
             try:
                 decompress_into(arr.data.cast("B"), stored, o["codec"], o["chunks"], row_bytes)
             except Exception as exc:  # the codecs' errors have no common base class
                 raise TraceError(
-                    f"{o['npyfile']}: a {o['codec']} array at offset {o['npyoff']} does not decompress: {exc}"
+                    f"{where}: a {o['codec']} array at offset {o['npyoff']} of {o['npyfile']} does not decompress: {exc}"
                 ) from exc
         arr.flags.writeable = False  # as read-only as the memory-mapped ones
         self._decoded[key] = arr
@@ -184,15 +226,33 @@ class BatchFiles:
             self._decoded_bytes -= old.nbytes
         return arr
 
-    def _map(self, name: str):
+    def _map(self, name: str, where: str) -> Any:
+        """The file's bytes, memory-mapped (``b""`` for an empty file, which cannot be mapped)."""
         mm = self._maps.get(name)
         if mm is None:
-            if os.path.basename(name) != name:
-                raise TraceError(f"a batch names {name!r}, a file outside {self.directory}")
-            with open(os.path.join(self.directory, name), "rb") as f:
-                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            try:
+                with open_inside(self.directory, name, f"{where}.npyfile") as f:
+                    mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
+            except FileNotFoundError:
+                raise TraceError(f"{where}.npyfile: {name} is missing") from None
             self._maps[name] = mm
         return mm
+
+
+def _crc32(f: Any, size: int) -> int:
+    """CRC-32 of an open file's bytes (zlib's polynomial, as ``envrec.atomic.file_crc32``)."""
+    if not size:
+        return 0
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as whole:
+        return zlib.crc32(whole)
+
+
+def _decode(value: Any, raw: dict, field: str) -> Any:
+    """An info (or reset options) decoded from its JSON tags; ``TraceError`` naming it when a tag is malformed."""
+    try:
+        return decode_json(value)
+    except _DECODE_ERRORS as exc:
+        raise TraceError(f"{raw.get(_WHERE, 'an episode')}.{field}: not an envrec info ({type(exc).__name__}: {exc})") from None
 
 
 def _shape(value: Any, spec: dict | None) -> Any:

@@ -15,6 +15,9 @@ import os
 from typing import TypedDict
 
 from .atomic import write_atomic
+from .errors import TraceError
+from .inside import name_parts, open_inside
+from .trace_checks import check_types, parse_json
 
 __all__ = ["CLIP_META_VERSION", "META_SUFFIX", "ClipMeta", "meta_path", "read_clip_meta", "write_clip_meta"]
 
@@ -66,18 +69,33 @@ def write_clip_meta(path: str, meta: ClipMeta) -> None:
     write_atomic(path, json.dumps(doc, indent=1, allow_nan=False).encode("utf-8"))
 
 
+_NUMBER = (int, float)
+_OPTIONAL_INT = (int, type(None))
+_OPTIONAL_STR = (str, type(None))
+# the keys readers use (the viewer, inspect, disk budgets), with the types they rely on
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "version": (int,), "name": (str,), "path": _OPTIONAL_STR, "content_type": (str,), "env_id": _OPTIONAL_STR,
+    "episode_id": _OPTIONAL_INT, "step_range": (list,), "frames_sent": _OPTIONAL_INT, "frames_written": _OPTIONAL_INT,
+    "frames_dropped": (int,), "fps": (*_NUMBER, type(None)), "empty": (bool,), "broken": (bool,), "reason": _OPTIONAL_STR,
+    "error": _OPTIONAL_STR, "recorder": (str,), "finished_seq": (int,), "written_by": (str,),
+}
+
+
 def read_clip_meta(path: str) -> ClipMeta:
-    """A clip's metadata; ``OSError`` or ``ValueError`` when it cannot be read or is not clip metadata.
+    """A clip's metadata; ``OSError`` when it cannot be read, ``TraceError`` (a ``ValueError``) naming the
+    field when it is not clip metadata. Opened as ``envrec.inside`` opens files (a symlink is not followed);
+    the video it names must be a name inside its folder.
 
     Files written before the schema had a version get the keys it added:
     ``frames_sent``/``frames_written`` and ``written_by``.
     """
-    with open(path, "rb") as f:
-        doc = json.load(f)
-    if not isinstance(doc, dict) or "name" not in doc:
-        raise ValueError(f"{os.path.basename(path)} is not clip metadata")
+    folder, name = os.path.split(path)
+    with open_inside(folder or ".", name, name) as f:
+        doc = check_types(parse_json(f.read(), name), name, _FIELDS, required=("name",))
+    if doc.get("path") is not None:
+        name_parts(doc["path"], f"{name}: path")
     if doc.get("version", CLIP_META_VERSION) > CLIP_META_VERSION:
-        raise ValueError(f"{os.path.basename(path)} has version {doc['version']}, newer than this envrec reads")
+        raise TraceError(f"{name} has version {doc['version']}, newer than this envrec reads")
     doc.setdefault("frames_written", None)
     doc.setdefault("frames_sent", doc["frames_written"])
     doc.setdefault("written_by", "encoder")

@@ -7,6 +7,9 @@ Two families, kept apart so callers can tell them apart:
   expected, what arrived, and what to do.
 * ``WorkerError``: the *other side* failed: a worker process died or reported
   an exception. It carries the worker's traceback text as ``__cause__``.
+* ``TraceError`` (a ``ValueError``): what is on disk is missing, damaged or
+  not a trace. The message names the file and, where one is at fault, the
+  field.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ __all__ = [
     "RecordTooLargeError",
     "RemoteTraceback",
     "SharedMemoryError",
+    "TraceError",
     "WorkerError",
 ]
 
@@ -40,6 +44,10 @@ class RecordTooLargeError(RecordError):
 
 class SharedMemoryError(EnvrecError, OSError):
     """A shared-memory segment could not be created (most often: /dev/shm is too small)."""
+
+
+class TraceError(EnvrecError, ValueError):
+    """A trace or clip on disk is missing, incomplete, damaged or not envrec's (the message names the file and field)."""
 
 
 class WorkerError(EnvrecError, RuntimeError):

@@ -5,9 +5,18 @@ compressed ones (see ``envrec.compression``) are decompressed when their
 episode is read, each array once while it stays in a small cache. Only
 batches the manifest names are read, so a recording still running is read up
 to its last committed batch; ``refresh()`` picks up batches committed since.
-A batch whose files are missing, not the size the manifest says, or (with
-``verify=True``, the default) whose CRC-32 differs raises ``TraceError``
-naming the file.
+A batch whose files are missing, not the size the manifest says, (with
+``verify=True``, the default) whose CRC-32 differs, or whose contents are
+not a trace raises ``TraceError`` naming the file and the field.
+
+``on_damaged="skip"`` reads what is intact instead: a manifest that cannot
+be read leaves its recording out, a damaged batch leaves its episodes out,
+and ``damaged`` lists each (file and reason). Batch files are then checked
+when the reader opens (or refreshes): present, inside the folder, of the
+sizes and (with ``verify``) the CRC-32s the manifest names, so ``len()`` and
+indexing count those batches only. A batch whose contents turn out damaged
+only while they are read (a CRC-32 made to match, or ``verify=False``) is
+added to ``damaged`` and the rest of it skipped by iteration; indexing raises.
 """
 
 from __future__ import annotations
@@ -18,10 +27,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
-from .batch_files import BatchFiles, Episode, TraceError
+from .batch_files import BatchFiles, Episode
+from .errors import ConfigError, TraceError
 from .trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
 
-__all__ = ["Episode", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
+__all__ = ["ON_DAMAGED", "Damaged", "Episode", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
+
+ON_DAMAGED = ("raise", "skip")
 
 
 @dataclass(frozen=True)
@@ -34,6 +46,14 @@ class Recording:
 
 
 @dataclass(frozen=True)
+class Damaged:
+    """A file that could not be read: a manifest (its recording left out) or a batch (its episodes left out)."""
+
+    file: str  # its path relative to the reader's folder
+    reason: str
+
+
+@dataclass(frozen=True)
 class _BatchRef:
     manifest: Manifest
     entry: BatchEntry
@@ -41,12 +61,26 @@ class _BatchRef:
 
 
 class TraceReader:
-    """Episodes of every recording in ``directory`` (or only of ``prefix``), in order."""
+    """Episodes of every recording in ``directory`` (or only of ``prefix``), in order.
 
-    def __init__(self, directory: str | os.PathLike, prefix: str | None = None, verify: bool = True) -> None:
+    Args:
+        directory: the folder holding the recordings' files.
+        prefix: read only the recording with this file prefix.
+        verify: check each batch's CRC-32 when it is first loaded (reads its files once).
+        on_damaged: ``"raise"`` (the default): a damaged manifest or batch raises ``TraceError`` naming
+            it; ``"skip"``: read the intact ones and list the others in ``damaged``.
+    """
+
+    def __init__(
+        self, directory: str | os.PathLike, prefix: str | None = None, verify: bool = True, on_damaged: str = "raise"
+    ) -> None:
+        if on_damaged not in ON_DAMAGED:
+            raise ConfigError(f"on_damaged must be one of {', '.join(map(repr, ON_DAMAGED))}, not {on_damaged!r}")
         self.directory = os.fspath(directory)
         self.prefix = prefix
-        self.verify = verify  # check each batch's CRC-32 when it is first loaded (reads its files once)
+        self.verify = verify
+        self.on_damaged = on_damaged
+        self.damaged: list[Damaged] = []  # what on_damaged="skip" left out, in the order it was found
         self._files = BatchFiles(self.directory, verify)
         self._cache: tuple[int, list] | None = None
         self.manifests: list[Manifest] = []  # the head manifests
@@ -56,36 +90,46 @@ class TraceReader:
 
     def refresh(self) -> None:
         """Re-read the manifests (a recording may have committed batches since)."""
-        for _ in range(3):  # a file named by a head we read may be evicted before we read it: read again
+        for attempt in range(3):  # a file named by a head we read may be evicted before we read it: read again
             try:
-                self._read_manifests()
+                self._read_manifests(last=attempt == 2)
                 return
             except FileNotFoundError as exc:
                 missing = exc
         raise TraceError(f"a manifest segment in {self.directory} keeps vanishing while it is read: {missing}")
 
-    def _read_manifests(self) -> None:
+    def _read_manifests(self, last: bool) -> None:
         pattern = f"{glob.escape(self.prefix)}{MANIFEST_SUFFIX}" if self.prefix else f"*{MANIFEST_SUFFIX}"
         paths = sorted(glob.glob(os.path.join(glob.escape(self.directory), pattern)))
+        self.damaged = []
         heads: list[tuple[str, Manifest]] = []
         for path in paths:
             try:
                 manifest = read_manifest(path)
             except FileNotFoundError:
                 raise
-            except (OSError, ValueError) as exc:
-                raise TraceError(f"cannot read the manifest {path}: {exc}") from exc
+            except (OSError, TraceError) as exc:
+                self._damage(path, f"cannot read the manifest {path}: {exc}", exc)
+                continue
             if not is_segment(manifest):  # segments are read through the head that counts them
                 heads.append((path, manifest))
         if not heads:
-            raise TraceError(f"no trace manifest ({pattern}) in {self.directory}")
+            found = "; ".join(d.reason for d in self.damaged)
+            raise TraceError(f"no {'readable ' if found else ''}trace manifest ({pattern}) in {self.directory}"
+                             + (f": {found}" if found else ""))
         self.manifests, self.recordings, self._batches = [], [], []
         n = 0
         for path, manifest in heads:
             try:
-                entries = recording_batches(self.directory, manifest)
-            except ValueError as exc:
-                raise TraceError(f"cannot read a manifest segment of {path}: {exc}") from exc
+                entries = self._intact(recording_batches(self.directory, manifest))
+            except FileNotFoundError as exc:
+                if not last or self.on_damaged == "raise":
+                    raise
+                self._damage(path, f"a manifest segment of {path} is missing: {exc.filename}", exc)
+                continue
+            except (OSError, TraceError) as exc:
+                self._damage(path, f"cannot read a manifest segment of {path}: {exc}", exc)
+                continue
             self.manifests.append(manifest)
             self.recordings.append(Recording(path, manifest, entries))
             for entry in entries:
@@ -101,13 +145,39 @@ class TraceReader:
         self._len = n
         self._cache = None
 
+    def _intact(self, entries: list[BatchEntry]) -> list[BatchEntry]:
+        """``entries`` as they are (``on_damaged="raise"``), or those whose files check out (``"skip"``)."""
+        if self.on_damaged == "raise":
+            return entries
+        intact = []
+        for entry in entries:
+            problems = self._files.check(entry, checksums=self.verify)
+            if problems:
+                self.damaged.append(Damaged(entry["fn"], f"batch {entry['fn']} is damaged: {'; '.join(problems)}"))
+            else:
+                intact.append(entry)
+        return intact
+
+    def _damage(self, path: str, reason: str, cause: Exception) -> None:
+        """Note a damaged file (``"skip"``) or raise ``TraceError`` with ``reason`` (``"raise"``)."""
+        if self.on_damaged == "raise":
+            raise TraceError(reason) from cause
+        damaged = Damaged(os.path.relpath(path, self.directory), reason)
+        if damaged not in self.damaged:  # a batch found damaged again by a second iteration
+            self.damaged.append(damaged)
+
     def __len__(self) -> int:
         return self._len
 
     def __iter__(self) -> Iterator[Episode]:
         for b, ref in enumerate(self._batches):
-            for i, raw in enumerate(self._load_batch(b)):
-                yield self._episode(ref, ref.first_index + i, raw)
+            try:
+                for i, raw in enumerate(self._load_batch(b)):
+                    yield self._episode(ref, ref.first_index + i, raw)
+            except TraceError as exc:
+                if self.on_damaged == "raise":
+                    raise
+                self._damage(os.path.join(self.directory, ref.entry["fn"]), str(exc), exc)
 
     def __getitem__(self, index: int) -> Episode:
         if index < 0:
@@ -132,7 +202,8 @@ class TraceReader:
     def _load_batch(self, b: int) -> list:
         if self._cache is not None and self._cache[0] == b:
             return self._cache[1]
-        episodes = self._files.load(self._batches[b].entry)
+        ref = self._batches[b]
+        episodes = self._files.load(ref.entry, ref.manifest)
         self._cache = (b, episodes)
         return episodes
 

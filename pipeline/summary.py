@@ -1,4 +1,9 @@
-"""What ``envrec inspect`` reports about a folder of traces."""
+"""What ``envrec inspect`` reports about a folder of traces.
+
+The folder is read with ``TraceReader(on_damaged="skip")``: a damaged
+manifest or batch is listed in ``damaged`` (and in ``problems``) while the
+figures count every intact batch.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
-from .reader import TraceError, TraceReader
+from .inside import open_inside
+from .reader import Damaged, TraceError, TraceReader
 
 __all__ = ["TraceSummary", "summarize"]
 
@@ -26,6 +32,7 @@ class TraceSummary:
     returns: list[float] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     clips: list[ClipMeta] = field(default_factory=list)
+    damaged: list[Damaged] = field(default_factory=list)  # manifests and batches left out of the figures
 
     @property
     def compression_ratio(self) -> float | None:
@@ -37,18 +44,35 @@ class TraceSummary:
 
 
 def summarize(directory: str) -> TraceSummary:
-    """Read every manifest in ``directory``, check each batch's files, gather episode figures."""
+    """Read every manifest in ``directory``, check each batch's files, gather episode figures.
+
+    Args:
+        directory: the folder to inspect.
+    """
     s = TraceSummary(os.path.abspath(directory))
     try:
-        reader = TraceReader(directory)
+        reader: TraceReader | None = TraceReader(directory, on_damaged="skip")
     except TraceError as exc:
         if not os.path.isdir(directory) or not any(n.endswith(META_SUFFIX) for n in os.listdir(directory)):
             raise
         reader = None  # a folder of clips only, or a trace that never started: the clips still tell
         s.problems.append(str(exc))
-    damaged = set()
-    for rec in reader.recordings if reader is not None else []:
-        assert reader is not None
+    if reader is not None:
+        with reader:
+            _add_recordings(s, reader)
+            for ep in reader:  # the intact batches; one that fails to decompress joins reader.damaged
+                s.episodes += 1
+                s.steps += ep.length
+                s.lengths.append(ep.length)
+                s.returns.append(float(np.sum(ep.rewards, dtype=np.float64)))
+            s.damaged = list(reader.damaged)
+            s.problems.extend(f"{d.file}: damaged: {d.reason}" for d in s.damaged)
+    _add_clips(s, directory)
+    return s
+
+
+def _add_recordings(s: TraceSummary, reader: TraceReader) -> None:
+    for rec in reader.recordings:
         m = rec.manifest
         s.recordings.append(
             {
@@ -67,28 +91,25 @@ def summarize(directory: str) -> TraceSummary:
         )
         s.bytes += s.recordings[-1]["bytes"]
         s.raw_bytes += s.recordings[-1]["raw_bytes"]
-        for entry in rec.batches:
-            s.batches += 1
-            problems = reader.check_batch(entry)
-            s.problems.extend(problems)
-            if problems:
-                damaged.add(entry["fn"])
+        s.batches += len(rec.batches)
         if m.get("error"):
             s.problems.append(f"{m.get('prefix')}: the recorder reported an error: {m['error']}")
+
+
+def _add_clips(s: TraceSummary, directory: str) -> None:
     for name in sorted(os.listdir(directory)):
-        if name.endswith(META_SUFFIX) and not name.startswith("."):
+        if name.endswith(META_SUFFIX) and not name.startswith(".") and ".manifest" not in name:
             try:
                 s.clips.append(read_clip_meta(os.path.join(directory, name)))
             except (OSError, ValueError) as exc:
                 s.problems.append(f"{name}: unreadable clip metadata ({exc})")
     for clip in s.clips:
         path = clip.get("path")
-        if path and not os.path.exists(os.path.join(directory, path)):
-            s.problems.append(f"{path}: missing (named by {clip.get('name')}.meta.json)")
-    if reader is not None and not damaged:
-        for ep in reader:
-            s.episodes += 1
-            s.steps += ep.length
-            s.lengths.append(ep.length)
-            s.returns.append(float(np.sum(ep.rewards, dtype=np.float64)))
-    return s
+        if not path:
+            continue
+        try:
+            open_inside(directory, path, f"{clip.get('name')}{META_SUFFIX}: path").close()
+        except FileNotFoundError:
+            s.problems.append(f"{path}: missing (named by {clip.get('name')}{META_SUFFIX})")
+        except TraceError as exc:
+            s.problems.append(str(exc))

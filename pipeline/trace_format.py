@@ -39,7 +39,10 @@ import re
 from typing import Any, TypedDict
 
 from .atomic import write_atomic
+from .errors import TraceError
+from .inside import open_inside
 from .option_checks import Accepts
+from .trace_checks import check_manifest, parse_json
 
 __all__ = [
     "FORMAT_NAME",
@@ -169,15 +172,16 @@ def write_manifest(path: str, doc: Manifest) -> None:
 
 
 def read_manifest(path: str) -> Manifest:
-    """The one reader: ``OSError`` when it cannot be read, ``ValueError`` when it is not a manifest this
-    envrec understands (gym-recording's own, with only ``batches``, are)."""
-    with open(path, "rb") as f:
-        doc = json.load(f)
-    if not isinstance(doc, dict) or not isinstance(doc.get("batches"), list):
-        raise ValueError(f"{os.path.basename(path)} is not a trace manifest (no 'batches' list)")  # noqa: TRY004  (bad file content, not a caller's type error)
+    """The one reader: ``OSError`` when it cannot be read (``FileNotFoundError`` when it is not there),
+    ``TraceError`` (a ``ValueError``) when it is not a manifest this envrec understands (gym-recording's
+    own, with only ``batches``, are), naming the field at fault. It is opened as ``envrec.inside`` opens
+    files: a symlink is not followed."""
+    folder, name = os.path.split(path)
+    with open_inside(folder or ".", name, name) as f:
+        doc = check_manifest(parse_json(f.read(), name), name)
     if doc.get("format") == FORMAT_NAME and doc.get("version", FORMAT_VERSION) > FORMAT_VERSION:
-        raise ValueError(f"{os.path.basename(path)} has format version {doc['version']}, newer than this envrec reads")
-    return doc  # type: ignore[return-value]  # checked above as far as readers rely on it
+        raise TraceError(f"{name} has format version {doc['version']}, newer than this envrec reads")
+    return doc  # type: ignore[return-value]  # checked by check_manifest as far as readers rely on it
 
 
 def manifest_document(

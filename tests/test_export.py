@@ -279,6 +279,24 @@ def test_minari_unregistered_env_uses_the_recorded_spaces(tmp_path, monkeypatch,
     _check_minari(f"envrec/{space}-v0", tmp_path / "rec")
 
 
+def test_a_recording_of_zero_step_episodes_exports_no_rows(tmp_path):
+    obs = S.Dict({"grid": S.MultiBinary([2, 2]), "pos": S.Box(-1, 1, (3,), np.float32)})  # tensor columns
+    rec = envrec.TraceRecorder(tmp_path, obs, S.Discrete(2), name_prefix="only-reset")
+    rec.add_reset(obs.sample())
+    rec.close()
+    table = to_arrow(tmp_path)
+    assert table.num_rows == 0 and table.schema.field("observation").type.field("grid").type.shape == [2, 2]
+
+
+def test_minari_keeps_reset_options_of_every_info_type_as_plain_json(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    options = {"raw": b"\x01", "pair": (1, 2), "arr": np.arange(2)}  # bytes and tuples are not JSON, Minari stores JSON
+    _record(tmp_path / "rec", gym.make("CartPole-v1"), episodes=2, options=options)
+    to_minari(tmp_path / "rec", "envrec/options-v0")
+    meta = _check_minari("envrec/options-v0", tmp_path / "rec")
+    assert all(m["options"] == {"raw": "AQ==", "pair": [1, 2], "arr": [0, 1]} for m in meta)
+
+
 def test_minari_export_that_fails_leaves_no_dataset(tmp_path, monkeypatch):
     import minari
 

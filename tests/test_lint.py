@@ -59,8 +59,8 @@ def test_modules_and_functions_stay_small():
     assert not too_big, too_big
 
 
-SHARED = {"atomic", "clip_meta", "compression", "errors", "faults", "ffmpeg", "fullwrite", "infos", "option_checks", "procinfo",
-          "protocol", "records", "ring", "ring_reader", "schema", "shm", "trace_format", "wakeup"}
+SHARED = {"atomic", "clip_meta", "compression", "errors", "faults", "ffmpeg", "fullwrite", "infos", "inside", "option_checks",
+          "procinfo", "protocol", "records", "ring", "ring_reader", "schema", "shm", "trace_checks", "trace_format", "wakeup"}
 
 
 def _imports(path: str) -> set[str]:

@@ -159,3 +159,24 @@ def test_killed_actor_keeps_what_it_committed_and_leaks_nothing(cluster, tmp_pat
     ray.get(survivor.close.remote())
     assert read_traces(str(tmp_path)).count() == kept + steps
     ray.kill(survivor)
+
+
+def test_read_traces_names_a_damaged_batch_and_an_unreadable_manifest(cluster, tmp_path):
+    import json
+
+    env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, name_prefix="cp", batch_bytes=1500)
+    env.action_space.seed(0)
+    for seed in range(3):
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            done = term or trunc
+    env.close()
+    bad = json.load(open(tmp_path / "cp.manifest.json"))["batches"][1]
+    (tmp_path / bad["bin"]).write_bytes(b"\0" * bad["bin_bytes"])  # the right size, not the right bytes
+    with pytest.raises(envrec.TraceError, match=f"batch {bad['fn']} .* its CRC-32 differs"):
+        read_traces(tmp_path).take_all()  # raised in the read task, reaching the caller as a TraceError
+    (tmp_path / "cp.manifest.json").write_text('{"batches": 5}')
+    with pytest.raises(envrec.TraceError, match="cp.manifest.json: batches: 5 is not a list"):
+        read_traces(tmp_path)

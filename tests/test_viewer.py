@@ -149,14 +149,15 @@ def test_nothing_outside_the_folder_is_reachable(served, tmp_path):
     server, root = served
     (tmp_path / "secret.txt").write_text("not yours")
     (root / "sub").mkdir()
-    (root / "sub" / "ok.txt").write_text("fine")
-    os.symlink(tmp_path / "secret.txt", root / "link.txt")
+    (root / "sub" / "ok.mp4").write_text("fine")
+    (tmp_path / "secret.mp4").write_text("not yours")
+    os.symlink(tmp_path / "secret.mp4", root / "link.mp4")
     os.symlink(tmp_path, root / "linkdir")
-    assert get(server, "/files/sub/ok.txt")[2] == b"fine"
-    for path in ("/files/../secret.txt", "/files/%2e%2e/secret.txt", "/files/..%2fsecret.txt", "/files/sub%2Fok.txt",
-                 "/files/sub/../../secret.txt", "/files/link.txt", "/files/linkdir/secret.txt", "/files//etc/passwd",
-                 "/files/%2Fetc%2Fpasswd", "/files/sub%5cok.txt", "/files/sub/./ok.txt", "/files/sub", "/static/../README.md",
-                 "/static/%2e%2e/catalog.py", "/etc/passwd", "/files/"):
+    assert get(server, "/files/sub/ok.mp4")[2] == b"fine"
+    for path in ("/files/../secret.mp4", "/files/%2e%2e/secret.mp4", "/files/..%2fsecret.mp4", "/files/sub%2Fok.mp4",
+                 "/files/sub/../../secret.mp4", "/files/link.mp4", "/files/linkdir/secret.mp4", "/files//etc/passwd",
+                 "/files/%2Fetc%2Fpasswd", "/files/sub%5cok.mp4", "/files/sub/./ok.mp4", "/files/sub", "/static/../README.md",
+                 "/static/%2e%2e/catalog.py", "/etc/passwd", "/files/", "/files/sub/ok.txt"):
         status, _, body = get(server, path)
         assert status == 404 and b"not yours" not in body, path
 
@@ -169,8 +170,8 @@ def test_requests_for_another_host_are_refused(served):
 
 def test_cli_serves_until_interrupted(tmp_path):
     record_cartpole(tmp_path, episodes=1)
-    proc = subprocess.Popen([sys.executable, "-m", "envrec", "view", str(tmp_path), "--port", "0", "--no-browser"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "envrec", "view", str(tmp_path), "--port", "0", "--no-browser",
+                             "--allow-host", "viewer.example"], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         assert "http://127.0.0.1:" in line, line
@@ -178,6 +179,8 @@ def test_cli_serves_until_interrupted(tmp_path):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         conn.request("GET", "/api/index")
         assert len(json.loads(conn.getresponse().read())["episodes"]) == 1
+        conn.request("GET", "/api/index", headers={"Host": f"viewer.example:{port}"})
+        assert conn.getresponse().read().startswith(b'{"root"')  # the --allow-host name is answered
         conn.close()
     finally:
         proc.send_signal(signal.SIGINT)
@@ -186,3 +189,131 @@ def test_cli_serves_until_interrupted(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "envrec", "view", str(tmp_path / "nope"), "--no-browser"],
                          capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "is not a folder" in bad.stderr
+
+
+def test_every_response_carries_nosniff_and_a_restrictive_csp(served):
+    from envrec.viewer.server import DATA_CSP, PAGE_CSP
+
+    server, root = served
+    prefix = envrec.TraceReader(root).manifests[0]["prefix"]
+    clip = next(n for n in sorted(os.listdir(root)) if n.endswith(".mp4"))
+    for path, csp in [("/", PAGE_CSP), ("/episode", PAGE_CSP), ("/static/viewer.js", PAGE_CSP), ("/api/index", DATA_CSP),
+                      (f"/api/episode?recording={prefix}&episode=0", DATA_CSP), (f"/files/{clip}", DATA_CSP),
+                      ("/nope", DATA_CSP), ("/files/x.html", DATA_CSP)]:
+        _, headers, _ = get(server, path)
+        assert headers["X-Content-Type-Options"] == "nosniff" and headers["Content-Security-Policy"] == csp, path
+        assert headers["Cross-Origin-Resource-Policy"] == "same-origin", path
+    assert "sandbox" in DATA_CSP and "default-src 'none'" in DATA_CSP and "script-src 'self'" in PAGE_CSP
+    assert "unsafe-inline" not in PAGE_CSP
+
+
+def test_files_serves_only_the_recorders_clip_types(served):
+    server, root = served
+    page = b"<html><script>fetch('/api/pwned')</script></html>"
+    for name in ("evil.html", "evil.htm", "evil.svg", "evil.xhtml", "evil.js", "evil.json", "evil.txt", "evil", "evil.MP4.html"):
+        (root / name).write_bytes(page)
+        status, headers, body = get(server, f"/files/{name}")
+        assert status == 404 and page not in body and headers["Content-Type"] == "application/json", name
+    (root / "page.mp4").write_bytes(page)  # a "clip" that is an HTML page: served as a video, never as HTML
+    (root / "page.cast").write_bytes(page)
+    for name, kind in (("page.mp4", "video/mp4"), ("page.cast", "application/x-asciicast")):
+        status, headers, _ = get(server, f"/files/{name}")
+        assert status == 200 and headers["Content-Type"] == kind and headers["X-Content-Type-Options"] == "nosniff"
+    assert server.refused["type"] == 9
+
+
+def test_a_damaged_batch_is_an_error_row_and_the_rest_of_the_index_works(tmp_path):
+    env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, name_prefix="cp", batch_bytes=1500)
+    env.action_space.seed(0)
+    run_episodes(env, 4)
+    env.close()
+    batches = json.load(open(tmp_path / "cp.manifest.json"))["batches"]
+    bad = batches[1]["fn"]
+    (tmp_path / bad).write_bytes((tmp_path / bad).read_bytes()[:-20])  # truncated: its size is wrong
+    (tmp_path / "other.manifest.json").write_text("[[[")
+    server = ViewerServer(tmp_path).start()
+    try:
+        status, _, body = get(server, "/api/index")
+        doc = json.loads(body)
+        assert status == 200
+        errors = {d["file"]: d["error"] for d in doc["damaged"]}
+        assert sorted(errors) == [bad, "other.manifest.json"]
+        assert "other.manifest.json: not JSON" in errors["other.manifest.json"] and "bytes, the manifest says" in errors[bad]
+        listed = sum(b["len"] for b in batches) - batches[1]["len"]
+        assert len(doc["episodes"]) == listed
+        first, last = doc["episodes"][0], doc["episodes"][-1]
+        assert get(server, f"/api/episode?recording={first['recording']}&episode={first['episode_id']}")[0] == 200
+        last_batch = batches[-1]["fn"]
+        (tmp_path / last_batch).write_text('{"episodes": [{"observations": 1}]}')  # damaged after the index listed it
+        status, _, body = get(server, f"/api/episode?recording={last['recording']}&episode={last['episode_id']}")
+        assert status == 422 and last_batch in json.loads(body)["error"]
+    finally:
+        server.close()
+
+
+def test_a_zero_step_episode_opens(tmp_path):
+    env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, name_prefix="cp")
+    run_episodes(env, 1)
+    env.reset()  # then close: the 0-step episode every recording ends with
+    env.close()
+    last = list(envrec.TraceReader(tmp_path))[-1]
+    assert last.length == 0
+    server = ViewerServer(tmp_path).start()
+    try:
+        get(server, "/api/index")
+        status, _, body = get(server, f"/api/episode?recording=cp&episode={last.episode_id}")
+    finally:
+        server.close()
+    doc = json.loads(body)
+    assert status == 200 and doc["length"] == 0 and doc["series"]["reward"]["x"] == []
+    assert [len(o["x"]) for o in doc["series"]["observations"]] == [1, 1, 1, 1]
+
+
+def test_the_host_check_holds_for_any_bind_address(tmp_path):
+    record_cartpole(tmp_path, episodes=1)
+    server = ViewerServer(tmp_path, host="0.0.0.0", allow_hosts=["Viewer.Example"]).start()
+    try:
+        port = server.server_address[1]
+
+        def status(host):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/api/index", headers={"Host": host})
+            r = conn.getresponse()
+            r.read()
+            conn.close()
+            return r.status
+
+        assert status(f"viewer.example:{port}") == status(f"localhost:{port}") == status(f"0.0.0.0:{port}") == 200
+        for bad in ("evil.example:80", f"evil.example:{port}", f"viewer.example:{port + 1}", "viewer.example", "", f"[::1]x:{port}"):
+            assert status(bad) == 403, bad
+        assert server.refused["host"] == 6
+    finally:
+        server.close()
+
+
+def test_idle_connections_time_out_and_connections_are_bounded(tmp_path, monkeypatch):
+    import socket
+
+    from envrec.viewer import server as server_module
+
+    monkeypatch.setattr(server_module._Handler, "timeout", 1.5)
+    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 2)
+    record_cartpole(tmp_path, episodes=1)
+    server = ViewerServer(tmp_path).start()
+    try:
+        idle = [socket.create_connection(server.server_address[:2], timeout=10) for _ in range(2)]
+        time.sleep(0.3)  # both accepted and waiting for a request line
+        extra = socket.create_connection(server.server_address[:2], timeout=10)
+        t0 = time.monotonic()
+        assert extra.recv(1) == b"" and time.monotonic() - t0 < 1.0  # closed unanswered, at once
+        assert server.refused["connections"] == 1
+        for s in idle:
+            t0 = time.monotonic()
+            s.recv(1024)  # the server gives up on a connection that sends nothing
+            assert time.monotonic() - t0 < 5
+        for s in (*idle, extra):
+            s.close()
+        time.sleep(0.2)
+        assert get(server, "/api/index")[0] == 200  # the slots are free again
+    finally:
+        server.close()

@@ -2,7 +2,9 @@
 
 The index lists the episodes; an episode page plays its clip, the plot
 cursor follows the video, a click on a plot seeks the video, nothing is
-logged as an error and no request leaves 127.0.0.1. Needs ``playwright``
+logged as an error and no request leaves 127.0.0.1. The pages run under the
+viewer's Content-Security-Policy (no ``eval``), so waits are given as
+functions, which Playwright calls without evaluating a string. Needs ``playwright``
 (the test extra) and ``/usr/bin/chromium`` (``.ci/run`` installs it with
 apt-get); outside CI a machine without them skips with the reason printed,
 under ``CI=true`` the test fails instead. ``ENVREC_VIEWER_SCREENSHOT=FILE``
@@ -91,9 +93,9 @@ def test_episode_page_plays_the_clip_with_a_cursor_that_follows_and_seeks(record
         page.wait_for_selector("body[data-loaded='1']")
         assert page.locator("#summary").inner_text().startswith(f"{longest.length} steps")
         assert page.locator("canvas.plot").count() >= 2 + 1 + 4  # reward, return, action, 4 observation dims
-        page.wait_for_function("document.getElementById('player').readyState >= 2")
+        page.wait_for_function("() => document.getElementById('player').readyState >= 2")
         page.evaluate("document.getElementById('player').play()")
-        page.wait_for_function("document.getElementById('player').currentTime > 0.8", timeout=15_000)
+        page.wait_for_function("() => document.getElementById('player').currentTime > 0.8", timeout=15_000)
         first = page.evaluate("[document.getElementById('player').currentTime, Number(document.body.dataset.cursorStep)]")
         page.wait_for_timeout(600)
         second = page.evaluate("[document.getElementById('player').currentTime, Number(document.body.dataset.cursorStep)]")
@@ -107,7 +109,7 @@ def test_episode_page_plays_the_clip_with_a_cursor_that_follows_and_seeks(record
         box = plot.bounding_box()
         x = 1 + target / longest.length * (box["width"] - 2)
         plot.click(position={"x": x, "y": box["height"] / 2})
-        page.wait_for_function(f"Math.abs(document.getElementById('player').currentTime - {(target + 0.5) / FPS}) < 0.05")
+        page.wait_for_function(f"() => Math.abs(document.getElementById('player').currentTime - {(target + 0.5) / FPS}) < 0.05")
         assert abs(int(page.evaluate("document.body.dataset.cursorStep")) - target) <= 1
         cursor_x = float(plot.get_attribute("data-cursor-x"))
         assert abs(cursor_x - x) <= 2 * box["width"] / longest.length + 1
@@ -140,17 +142,95 @@ def test_ansi_clip_plays_as_text_synced_with_the_plots(tmp_path):
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(server.url + "episode?recording=lake&episode=0")
             page.wait_for_selector("body[data-loaded='1']")
-            page.wait_for_function("document.getElementById('cast') && document.getElementById('cast').textContent.includes('F')")
+            page.wait_for_function("() => document.getElementById('cast') && document.getElementById('cast').textContent.includes('F')")
             start = page.locator("#cast").inner_text()
             page.click("#cast-play")
-            page.wait_for_function("Number(document.body.dataset.cursorStep) >= 3", timeout=10_000)
+            page.wait_for_function("() => Number(document.body.dataset.cursorStep) >= 3", timeout=10_000)
             assert page.locator("#cast").inner_text() != start  # the agent moved on the board
             page.click("#cast-play")  # pause
             plot = page.locator("canvas.plot").first
             box = plot.bounding_box()
             plot.click(position={"x": 1 + 2 / 6 * (box["width"] - 2), "y": box["height"] / 2})
-            page.wait_for_function("document.body.dataset.cursorStep === '2'")
+            page.wait_for_function("() => document.body.dataset.cursorStep === '2'")
             browser.close()
     finally:
         server.close()
     assert not errors, errors
+
+
+def _script(tag: str) -> str:
+    """Script that, if it ever ran on the viewer's origin, would say so in a request and on the console."""
+    return f"fetch('/api/pwned-{tag}'); console.log('PWNED {tag}'); document.title = 'PWNED {tag}';"
+
+
+def _crafted_folder(folder) -> list[str]:
+    """A real recording plus what a stranger's folder may hold: pages posing as clips, a scripted SVG, markup in names."""
+    import json
+
+    env = envrec.RecordVideo(gym.make("CartPole-v1", render_mode="rgb_array"), str(folder), episode_trigger=lambda e: e == 2)
+    env = envrec.RecordTrace(env, folder, name_prefix="cp")
+    env.action_space.seed(0)
+    for seed in range(3):
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            done = term or trunc
+    env.close()
+    page = lambda tag: f"<!doctype html><html><body><script>{_script(tag)}</script></body></html>"
+    files = {
+        "evil.html": page("html"),
+        "evil.svg": f'<svg xmlns="http://www.w3.org/2000/svg"><script>{_script("svg")}</script></svg>',
+        "evil.mp4": page("mp4"),
+        "evil.cast": page("cast"),
+        "evil.xml": f'<html xmlns="http://www.w3.org/1999/xhtml"><script>{_script("xml")}</script></html>',
+    }
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    markup = "<img src=x onerror=\"" + _script("markup") + "\">"
+    for episode, video in ((0, "evil.html"), (1, "evil.mp4")):  # clip metadata naming the pages as the episodes' clips
+        meta = {"version": 1, "name": f"{markup}-episode-{episode}", "path": video, "content_type": "video/mp4",
+                "episode_id": episode, "fps": 30, "frames_written": 3, "broken": False, "reason": markup}
+        (folder / f"crafted-{episode}.meta.json").write_text(json.dumps(meta))
+    manifest = folder / "cp.manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["env_id"] = markup
+    manifest.write_text(json.dumps(doc))
+    return [f"/files/{name}" for name in files]
+
+
+def test_a_crafted_folder_runs_nothing_on_the_viewers_origin(tmp_path):
+    sync_playwright = _browser_or_skip()
+    from playwright.sync_api import Error as PlaywrightError
+
+    urls = _crafted_folder(tmp_path)
+    server = ViewerServer(tmp_path).start()
+    requests, consoles, dialogs, titles = [], [], [], []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            context = browser.new_context(accept_downloads=False)
+            context.on("request", lambda r: requests.append(urlsplit(r.url).path))
+            page = context.new_page()
+            page.on("console", lambda m: consoles.append(m.text))
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.goto(server.url)
+            page.wait_for_selector("body[data-loaded='1']")
+            assert page.locator("#recordings tbody td", has_text="<img").count() == 1  # shown as text, not markup
+            links = [a.get_attribute("href") for a in page.locator("#clips a").all()]
+            assert "/files/evil.html" in links and "/files/evil.mp4" in links
+            for url in [*links, *urls, "/episode?recording=cp&episode=0", "/episode?recording=cp&episode=1"]:
+                try:
+                    page.goto(server.url.rstrip("/") + url)
+                except PlaywrightError:
+                    pass  # a download (the .cast) or an aborted media load: nothing rendered
+                page.wait_for_timeout(300)
+                titles.append(page.title())
+            browser.close()
+    finally:
+        server.close()
+    assert not [r for r in requests if "pwned" in r], requests
+    assert not [c for c in consoles if "PWNED" in c] and not dialogs, consoles
+    assert not [t for t in titles if "PWNED" in t], titles
+    assert server.refused["type"] >= 4  # .html twice (the index's link and directly), .svg, .xml
+    assert "/files/evil.mp4" in requests  # the page-posing-as-a-clip was fetched, served as a video: and ran nothing

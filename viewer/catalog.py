@@ -9,6 +9,10 @@ folder (or its ``videos/`` subfolder, as ``envrec.ray`` lays them out) and it
 starts at the episode's reset: named ``...-episode-N`` or holding one frame
 per observation. Frame ``f`` of such a clip shows observation ``f`` (frame 0
 the reset), which is why the plots' x axis is the observation index.
+
+What cannot be read (a folder whose manifest is damaged, a damaged batch,
+unreadable clip metadata) is listed in the index's ``damaged`` rows, each
+with its file and reason, and left out; the rest is listed as usual.
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from envrec.batch_files import BatchFiles, TraceError
+from envrec.batch_files import BatchFiles
 from envrec.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
+from envrec.errors import TraceError
 from envrec.export.sources import RecordingSource, find_recordings
+from envrec.reader import Damaged
 from envrec.trace_format import BatchEntry
 
 from .series import MAX_SERIES, Columns, downsample
@@ -61,14 +67,15 @@ class Catalog:
 
     def _scan(self) -> dict[str, Any]:
         """The index, the lock held by the caller."""
+        damaged: list[Damaged] = []
         try:
-            sources = find_recordings(self.root, verify=False)
+            sources = find_recordings(self.root, verify=False, damaged=damaged)
         except TraceError:
             sources = []  # a folder of clips only, or nothing recorded yet
-        self._clips = self._find_clips()
+        self._clips = self._find_clips(damaged)
         recordings, episodes = [], []
         for src in sources:
-            eps = self._episodes_of(src)
+            eps = self._episodes_of(src, damaged)
             episodes += eps
             m = src.manifest
             recordings.append({
@@ -76,16 +83,21 @@ class Catalog:
                 "complete": bool(m.get("complete")), "folder": os.path.relpath(src.directory, self.root),
             })
         clips = [self._clip_json(folder, meta) for folder, meta in self._clips]
-        return {"root": self.root, "recordings": recordings, "episodes": episodes, "clips": clips}
+        return {"root": self.root, "recordings": recordings, "episodes": episodes, "clips": clips,
+                "damaged": [{"file": d.file, "error": d.reason} for d in damaged]}
 
-    def _episodes_of(self, src: RecordingSource) -> list[dict]:
+    def _episodes_of(self, src: RecordingSource, damaged: list[Damaged]) -> list[dict]:
         files = BatchFiles(src.directory, verify=False)
         out = []
         try:
             for entry in src.batches:
                 key = (src.directory, entry["fn"])
                 if key not in self._summaries:
-                    self._summaries[key] = [_summary(raw) for raw in files.load(entry)]
+                    try:
+                        self._summaries[key] = [_summary(raw) for raw in files.load(entry, src.manifest)]
+                    except TraceError as exc:
+                        damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, entry["fn"]), self.root), str(exc)))
+                        continue  # not cached: a batch being repaired is read again at the next index
                 for i, s in enumerate(self._summaries[key]):
                     self._where[(src.name, s["episode_id"])] = _Where(src, entry, i)
                     clip = self._clip_for(src, s["episode_id"], s["length"])
@@ -95,16 +107,18 @@ class Catalog:
         return out
 
     # -- clips ---------------------------------------------------------------
-    def _find_clips(self) -> list[tuple[str, ClipMeta]]:
+    def _find_clips(self, damaged: list[Damaged]) -> list[tuple[str, ClipMeta]]:
         found = []
         for folder, dirs, names in os.walk(self.root):
             dirs.sort()
             for n in sorted(names):
-                if n.endswith(META_SUFFIX) and ".manifest" not in n:
+                if n.endswith(META_SUFFIX) and ".manifest" not in n and not n.startswith("."):
                     try:
                         found.append((folder, read_clip_meta(os.path.join(folder, n))))
-                    except (OSError, ValueError):
-                        continue  # being replaced, or not clip metadata
+                    except FileNotFoundError:
+                        continue  # evicted by a disk budget since the folder was listed
+                    except (OSError, ValueError) as exc:
+                        damaged.append(Damaged(os.path.relpath(os.path.join(folder, n), self.root), str(exc)))
         return found
 
     def _clip_for(self, src: RecordingSource, episode_id: int, length: int) -> tuple[str, ClipMeta] | None:
@@ -140,7 +154,7 @@ class Catalog:
             clip = self._clip_for(where.source, episode_id, length)
         files = BatchFiles(where.source.directory)
         try:
-            raw = files.load(where.entry)[where.position]
+            raw = files.load(where.entry, where.source.manifest)[where.position]
             ep = files.episode(where.source.manifest, where.entry["first"] + where.position, raw)
             return self._episode_json(recording, ep, width, obs_dims, clip)
         finally:

@@ -1,4 +1,4 @@
-"""``envrec view DIR [--port P] [--host H] [--no-browser]``."""
+"""``envrec view DIR [--port P] [--host H] [--allow-host NAME]... [--no-browser]``."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ def add_parser(sub) -> None:
     v.add_argument("directory", help="a folder of recordings and clips (searched recursively)")
     v.add_argument("--port", type=int, default=8765, help="port to serve on (default 8765; 0: any free port)")
     v.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    v.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a name browsers may reach the server by besides the bound address (and localhost when bound "
+                        "to a loopback or all addresses), e.g. this machine's host name; repeat for more")
     v.add_argument("--no-browser", action="store_true", help="do not open a browser; print the address only")
     v.set_defaults(func=run)
 
@@ -28,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"envrec view: {args.directory} is not a folder", file=sys.stderr)
         return 2
     try:
-        server = ViewerServer(args.directory, args.host, args.port)
+        server = ViewerServer(args.directory, args.host, args.port, allow_hosts=args.allow_host)
     except OSError as exc:
         print(f"envrec view: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2

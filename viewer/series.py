@@ -63,7 +63,8 @@ class Columns:
                 self._add(v, rows, f"{prefix}{i}.")
         elif not isinstance(value, list):  # a list is a text leaf
             a = np.asarray(value)[:rows]
-            self._leaves.append((prefix.rstrip("."), a.reshape(len(a), -1)))
+            width = int(np.prod(a.shape[1:], dtype=np.int64))  # not reshape(n, -1): an episode of 0 steps has 0 rows
+            self._leaves.append((prefix.rstrip("."), a.reshape(len(a), width)))
 
     def _find(self, i: int) -> tuple[str, np.ndarray, int]:
         if not 0 <= i < self.count:

@@ -1,19 +1,36 @@
-"""The viewer's HTTP server: pages and scripts from the package, JSON from the catalog, files with Range.
+"""The viewer's HTTP server: pages and scripts from the package, JSON from the catalog, clips with Range.
 
-Bound to 127.0.0.1 by default. Only files inside the folder are served:
-a path with ``..``, an encoded slash or backslash, or one whose real path
-(symlinks followed) leaves the folder is answered 404, as is anything not a
-regular file. Requests whose ``Host`` is not the address served are refused
-(403), so a web page elsewhere cannot read recordings through DNS rebinding.
+A folder may be a stranger's, so the server trusts nothing in it:
+
+* ``/files/`` serves only the recorder's own clip types (``.mp4`` as
+  ``video/mp4``, ``.cast`` as ``application/x-asciicast``: what the episode
+  page plays), opened as ``envrec.inside`` opens files (relative names,
+  ``O_NOFOLLOW`` part by part: no ``..``, no symlink, regular files only).
+  Anything else (an HTML or SVG file, a symlink out) is answered 404.
+* Every response carries ``X-Content-Type-Options: nosniff`` and a
+  Content-Security-Policy: the pages may run only the package's own script
+  and reach only this server; JSON and files get ``default-src 'none';
+  sandbox``, so even a browser told to render one runs nothing on this
+  origin. ``Cross-Origin-Resource-Policy: same-origin`` keeps other sites
+  from embedding them.
+* Requests whose ``Host`` is not a name this server answers to are refused
+  (403), whatever the bind address: the address bound, ``localhost`` and
+  the loopback addresses when bound to one of them or to all addresses, and each ``allow_hosts`` name
+  (``envrec view --allow-host``), so a web page elsewhere cannot read
+  recordings through DNS rebinding.
+* Each connection times out after ``REQUEST_TIMEOUT_S`` without a byte, and
+  at most ``MAX_CONNECTIONS`` are served at once; more are closed unanswered.
+
 Byte ranges (``Range: bytes=a-b``, ``a-``, ``-n``) are answered 206, which
-browsers need to seek in an MP4.
+browsers need to seek in an MP4. ``refused`` counts what each check refused.
 """
 
 from __future__ import annotations
 
+import collections
+import ipaddress
 import json
 import logging
-import mimetypes
 import os
 import re
 import threading
@@ -22,36 +39,55 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from envrec.errors import TraceError
+from envrec.inside import open_inside
+
 from .catalog import Catalog, NotFound
 
-__all__ = ["ViewerServer"]
+__all__ = ["CLIP_TYPES", "ViewerServer"]
 
 logger = logging.getLogger(__name__)
 
 STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 PAGES = {"/": "index.html", "/index.html": "index.html", "/episode": "episode.html"}
+STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+CLIP_TYPES = {".mp4": "video/mp4", ".cast": "application/x-asciicast"}  # what the recorder writes and the page plays
+PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; media-src 'self'; "
+            "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+DATA_CSP = "default-src 'none'; sandbox; frame-ancestors 'none'"
 CHUNK = 1 << 16
+REQUEST_TIMEOUT_S = 20.0  # an idle connection (or one sending a byte at a time) frees its thread this late
+MAX_CONNECTIONS = 16  # served at once: a browser opens ~6 per host; more are closed unanswered
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
-
-mimetypes.add_type("application/x-asciicast", ".cast")
-mimetypes.add_type("text/javascript", ".js")
 
 
 class ViewerServer(ThreadingHTTPServer):
-    """Serves the viewer for ``root`` on ``host:port`` (port 0: any free port; see ``url``)."""
+    """Serves the viewer for ``root`` on ``host:port``.
+
+    Args:
+        root: the folder of recordings and clips (searched recursively).
+        host: the address to bind (default 127.0.0.1: this machine only).
+        port: the port (0: any free port; see ``url``).
+        allow_hosts: more names the ``Host`` header may give (the machine's name when bound to 0.0.0.0).
+    """
 
     daemon_threads = True
 
-    def __init__(self, root: str | os.PathLike, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, root: str | os.PathLike, host: str = "127.0.0.1", port: int = 0,
+                 allow_hosts: list[str] | tuple[str, ...] = ()) -> None:
         self.catalog = Catalog(os.fspath(root))
         self.root = self.catalog.root
         super().__init__((host, port), _Handler)
+        self.host_names = _host_names(host, str(self.server_address[0]), allow_hosts)
+        self.refused: collections.Counter[str] = collections.Counter()  # check -> requests it refused
+        self._refused_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}/"
+        return f"http://{_bracketed(str(host))}:{port}/"
 
     def start(self) -> ViewerServer:
         """Serve from a background thread (tests, notebooks); ``close()`` stops it."""
@@ -65,10 +101,47 @@ class ViewerServer(ThreadingHTTPServer):
             self._thread.join(5)
         self.server_close()
 
+    def refuse(self, check: str) -> None:
+        """Count a request (or connection) that ``check`` refused."""
+        with self._refused_lock:
+            self.refused[check] += 1
+        logger.info("envrec view: refused (%s)", check)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refuse("connections")
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _host_names(given: str, bound: str, allow: list[str] | tuple[str, ...]) -> frozenset[str]:
+    """The names (lower case, IPv6 bracketed) a request's ``Host`` may give, without the port."""
+    names = {_bracketed(given.lower()), _bracketed(bound.lower()), *(_bracketed(a.lower()) for a in allow)}
+    try:
+        address = ipaddress.ip_address(bound)
+        loopback = address.is_loopback or address.is_unspecified  # 0.0.0.0 is reached as localhost too
+    except ValueError:
+        loopback = False
+    if loopback or given.lower() == "localhost":
+        names |= {"localhost", "127.0.0.1", "[::1]"}
+    return frozenset(names)
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: ViewerServer
     protocol_version = "HTTP/1.1"
+    timeout = REQUEST_TIMEOUT_S
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s %s", self.address_string(), format % args)
@@ -81,37 +154,43 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, head: bool) -> None:
         if not self._host_allowed():
+            self.server.refuse("host")
             self._error(HTTPStatus.FORBIDDEN, "this server answers only requests addressed to it")
             return
         raw_path, _, query = self.path.partition("?")
         try:
             if raw_path in PAGES:
-                self._send_file(os.path.join(STATIC_DIR, PAGES[raw_path]), head, cache=False)
+                self._send_file(os.path.join(STATIC_DIR, PAGES[raw_path]), head, STATIC_TYPES[".html"], PAGE_CSP)
             elif raw_path.startswith("/static/"):
                 name = raw_path[len("/static/"):]
                 if name not in _static_names():
                     raise NotFound(raw_path)
-                self._send_file(os.path.join(STATIC_DIR, name), head, cache=False)
+                kind = STATIC_TYPES.get(os.path.splitext(name)[1], "application/octet-stream")
+                self._send_file(os.path.join(STATIC_DIR, name), head, kind, PAGE_CSP)
             elif raw_path == "/api/index":
                 self._send_json(self.server.catalog.index(), head)
             elif raw_path == "/api/episode":
                 self._send_json(self._episode(parse_qs(query)), head)
             elif raw_path.startswith("/files/"):
-                self._send_file(self._inside_root(raw_path[len("/files/"):]), head, cache=True)
+                self._send_clip(raw_path[len("/files/"):], head)
             else:
                 raise NotFound(raw_path)
         except NotFound as exc:
             self._error(HTTPStatus.NOT_FOUND, str(exc))
+        except TraceError as exc:  # the episode's batch is damaged: say so, the rest of the viewer works
+            self._error(HTTPStatus.UNPROCESSABLE_ENTITY, str(exc))
         except ValueError as exc:
             self._error(HTTPStatus.BAD_REQUEST, str(exc))
         except (BrokenPipeError, ConnectionResetError):
             pass  # the browser moved on (seeking a video cancels requests)
 
     def _host_allowed(self) -> bool:
-        host = (self.headers.get("Host") or "").lower()
-        addr, port = str(self.server.server_address[0]), self.server.server_address[1]
-        allowed = {f"{addr}:{port}", f"localhost:{port}"} if addr in ("127.0.0.1", "::1", "localhost") else None
-        return allowed is None or host in allowed
+        host = (self.headers.get("Host") or "").strip().lower()
+        port = str(self.server.server_address[1])
+        name, sep, given_port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+        if not sep:
+            name, given_port = host, "80"
+        return given_port == port and name in self.server.host_names
 
     def _episode(self, q: dict[str, list[str]]) -> dict[str, Any]:
         try:
@@ -122,26 +201,40 @@ class _Handler(BaseHTTPRequestHandler):
             raise ValueError("expected recording=NAME&episode=N[&width=PX][&obs=I,J,...]") from None
         return self.server.catalog.episode(recording, episode, width, dims)
 
-    def _inside_root(self, encoded: str) -> str:
-        """The file a /files/ path names, or NotFound for anything that could leave the folder."""
+    def _send_clip(self, encoded: str, head: bool) -> None:
+        """A clip the page plays, by its path under the root; NotFound for anything else."""
         if re.search(r"%(2f|5c|00)", encoded, re.IGNORECASE) or "\\" in encoded:
+            self.server.refuse("path")
             raise NotFound("encoded separators are not served")
         rel = unquote(encoded)
-        parts = rel.split("/")
-        if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise NotFound("not a path inside the folder")
-        real = os.path.realpath(os.path.join(self.server.root, *parts))
-        if not real.startswith(self.server.root + os.sep) or not os.path.isfile(real):
-            raise NotFound("not a file inside the folder")
-        return real
+        kind = CLIP_TYPES.get(os.path.splitext(rel)[1].lower())
+        if kind is None:
+            self.server.refuse("type")
+            raise NotFound(f"only clips ({', '.join(CLIP_TYPES)}) are served from the folder")
+        try:
+            f = open_inside(self.server.root, rel, "/files/")
+        except FileNotFoundError:
+            raise NotFound("no such file in the folder") from None
+        except TraceError:
+            self.server.refuse("path")
+            raise NotFound("not a file inside the folder") from None
+        with f:
+            self._send_body(f, head, kind, DATA_CSP, "no-cache")
 
     # -- responses ---------------------------------------------------------------
+    def _security_headers(self, csp: str) -> None:
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Content-Security-Policy", csp)
+        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+        self.send_header("Referrer-Policy", "no-referrer")
+
     def _send_json(self, doc: Any, head: bool) -> None:
         body = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode("utf-8")
         self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        self._security_headers(DATA_CSP)
         self.end_headers()
         if not head:
             self.wfile.write(body)
@@ -151,46 +244,53 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        self._security_headers(DATA_CSP)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _send_file(self, path: str, head: bool, cache: bool) -> None:
+    def _send_file(self, path: str, head: bool, kind: str, csp: str) -> None:
+        """One of the package's own files."""
         try:
             f = open(path, "rb")
         except OSError:
             raise NotFound(os.path.basename(path)) from None
         with f:
-            size = os.fstat(f.fileno()).st_size
-            start, end, status = 0, size - 1, HTTPStatus.OK
-            wanted = self.headers.get("Range")
-            if wanted:
-                span = _parse_range(wanted, size)
-                if span is None:
-                    self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
-                    self.send_header("Content-Range", f"bytes */{size}")
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                start, end, status = span[0], span[1], HTTPStatus.PARTIAL_CONTENT
-            self.send_response(status)
-            self.send_header("Content-Type", mimetypes.guess_type(path)[0] or "application/octet-stream")
-            self.send_header("Content-Length", str(end - start + 1))
-            self.send_header("Accept-Ranges", "bytes")
-            self.send_header("Cache-Control", "no-cache" if cache else "no-store")
-            if status == HTTPStatus.PARTIAL_CONTENT:
-                self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
-            self.end_headers()
-            if head:
+            self._send_body(f, head, kind, csp, "no-store")
+
+    def _send_body(self, f: Any, head: bool, kind: str, csp: str, cache: str) -> None:
+        size = os.fstat(f.fileno()).st_size
+        start, end, status = 0, size - 1, HTTPStatus.OK
+        wanted = self.headers.get("Range")
+        if wanted:
+            span = _parse_range(wanted, size)
+            if span is None:
+                self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+                self.send_header("Content-Range", f"bytes */{size}")
+                self.send_header("Content-Length", "0")
+                self._security_headers(DATA_CSP)
+                self.end_headers()
                 return
-            f.seek(start)
-            left = end - start + 1
-            while left > 0:
-                chunk = f.read(min(CHUNK, left))
-                if not chunk:
-                    break
-                self.wfile.write(chunk)
-                left -= len(chunk)
+            start, end, status = span[0], span[1], HTTPStatus.PARTIAL_CONTENT
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(end - start + 1))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Cache-Control", cache)
+        self._security_headers(csp)
+        if status == HTTPStatus.PARTIAL_CONTENT:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.end_headers()
+        if head:
+            return
+        f.seek(start)
+        left = end - start + 1
+        while left > 0:
+            chunk = f.read(min(CHUNK, left))
+            if not chunk:
+                break
+            self.wfile.write(chunk)
+            left -= len(chunk)
 
 
 def _parse_range(header: str, size: int) -> tuple[int, int] | None:

@@ -84,6 +84,9 @@ async function showIndex() {
     el("td", {}, c.url ? el("a", {href: c.url}, c.name) : c.name), el("td", {class: "num"}, fmt(c.episode_id)),
     el("td", {class: "num"}, fmt(c.frames)), el("td", {class: "num"}, fmt(c.fps)),
     el("td", {}, c.broken ? `broken: ${c.reason || ""}` : "ok")));
+  const damaged = doc.damaged || [];
+  $("#damaged").hidden = $("#damaged-title").hidden = !damaged.length;
+  sortable($("#damaged"), damaged, (d) => el("tr", {class: "damaged"}, el("td", {}, d.file), el("td", {}, d.error)));
   document.body.dataset.loaded = "1";
   if (doc.recordings.some((r) => !r.complete)) setTimeout(showIndex, 3000);  // live: refresh
 }
@@ -93,7 +96,9 @@ class CastPlayer {
   // Plays an asciicast (text frames) with the interface the plots use: currentTime, paused, play(), pause().
   constructor(pre, text) {
     const lines = text.split("\n").filter((l) => l.trim());
-    this.events = lines.slice(1).map((l) => JSON.parse(l)).filter((e) => e[1] === "o");
+    const parse = (l) => { try { return JSON.parse(l); } catch { return null; } };  // a damaged line is skipped
+    this.events = lines.slice(1).map(parse).filter((e) => Array.isArray(e) && e[1] === "o" && typeof e[0] === "number" &&
+                                                      typeof e[2] === "string");
     this.pre = pre;
     this.paused = true;
     this.base = 0;
