@@ -16,6 +16,7 @@ from envrec.export import to_arrow, to_parquet
 from envrec.ray import read_traces, recording_env_creator
 from envrec.shm import list_segments
 
+from .video_helpers import run_episodes
 from .waiting import committed_episodes, wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -166,12 +167,7 @@ def test_read_traces_names_a_damaged_batch_and_an_unreadable_manifest(cluster, t
 
     env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, name_prefix="cp", batch_bytes=1500)
     env.action_space.seed(0)
-    for seed in range(3):
-        env.reset(seed=seed)
-        done = False
-        while not done:
-            _, _, term, trunc, _ = env.step(env.action_space.sample())
-            done = term or trunc
+    run_episodes(env, 3)
     env.close()
     bad = json.load(open(tmp_path / "cp.manifest.json"))["batches"][1]
     (tmp_path / bad["bin"]).write_bytes(b"\0" * bad["bin_bytes"])  # the right size, not the right bytes

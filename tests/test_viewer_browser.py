@@ -23,6 +23,8 @@ import pytest
 import envrec
 from envrec.viewer import ViewerServer
 
+from .video_helpers import run_episodes
+
 pytestmark = pytest.mark.timeout(180)
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -170,12 +172,7 @@ def _crafted_folder(folder) -> list[str]:
     env = envrec.RecordVideo(gym.make("CartPole-v1", render_mode="rgb_array"), str(folder), episode_trigger=lambda e: e == 2)
     env = envrec.RecordTrace(env, folder, name_prefix="cp")
     env.action_space.seed(0)
-    for seed in range(3):
-        env.reset(seed=seed)
-        done = False
-        while not done:
-            _, _, term, trunc, _ = env.step(env.action_space.sample())
-            done = term or trunc
+    run_episodes(env, 3)
     env.close()
     page = lambda tag: f"<!doctype html><html><body><script>{_script(tag)}</script></body></html>"
     files = {
