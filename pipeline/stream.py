@@ -107,8 +107,8 @@ class Stream:
         self.broken: str | None = None
         self.broken_cause: BaseException | None = None
         self.restarts = 0
-        self._in_a_row = 0  # hand-overs since a worker last made progress (committed a batch, skipped a poison record)
-        self._progress = (0, 0)  # (batches, poisoned) when the last hand-over looked
+        self._in_a_row = 0  # hand-overs since a worker last skipped a poison record
+        self._poisoned_seen = 0  # records skipped as poison when the last hand-over looked
         self._suspect: Suspect | None = None  # what the last successor was told (see envrec.protocol.Suspect)
         self.closed = False
         self._final: dict[int, int] = {}
@@ -216,13 +216,13 @@ class Stream:
 
     def _may_hand_over(self) -> bool:
         """A failed worker may be replaced on its ring: ``max_restarts`` failures in a row are allowed, a
-        row ending when a worker made progress (committed a batch, or skipped a poison record)."""
+        row ending when a worker skipped a poison record (a batch it says it committed is no sign: with
+        a disk that stays full, each successor re-commits its predecessor's pending batch, then fails)."""
         if self._successor_config is None or self.ring.closed:
             return False
-        progress = (self.ring.status(Status.BATCHES), self.ring.status(Status.POISONED))
-        if progress > self._progress:
-            self._in_a_row = 0
-        self._progress = max(progress, self._progress)
+        poisoned = self.ring.status(Status.POISONED)
+        if poisoned > self._poisoned_seen:
+            self._in_a_row, self._poisoned_seen = 0, poisoned
         return self._in_a_row < self.max_restarts
 
     def _successor(self, cause: BaseException | None) -> Any:
