@@ -102,38 +102,39 @@ _LEAVES = frozenset(
 )
 
 
-def _plain(obj: Any, depth: int, path: set[int]) -> bool:
-    """True if ``obj`` may go to the C pickler as it is (see the module docstring). Runs for every info:
-    loops, not generators, and a leaf's type checked before any call."""
+_COPY, _FOREIGN, _PLAIN_ONLY = 0, 1, 2  # what _plain finds, worst first
+
+
+def _plain(obj: Any, depth: int, path: set[int]) -> int:
+    """``_PLAIN_ONLY`` if ``obj`` may go to the C pickler as it is, ``_FOREIGN`` if to the info pickler as it
+    is (it holds objects the worker could not import, which that pickler stands in for), ``_COPY`` if it
+    needs ``_sanitized`` first (see the module docstring). Runs for every info: loops, not generators, and
+    a leaf's type checked before any call."""
     t = type(obj)
     if t in _LEAVES:
-        return True
-    if t is dict or t is list or t is tuple:
+        return _PLAIN_ONLY
+    if t is dict or t is list or t is tuple or (t is np.ndarray and obj.dtype == object):
         if depth >= MAX_INFO_DEPTH or id(obj) in path:
-            return False
+            return _COPY
         path.add(id(obj))
+        found = _PLAIN_ONLY
         if t is dict:
             for k, v in obj.items():
-                if type(k) not in _LEAVES or (type(v) not in _LEAVES and not _plain(v, depth + 1, path)):
-                    return False  # the answer is False all the way up: ``path`` no longer matters
-        else:
-            for v in obj:
-                if type(v) not in _LEAVES and not _plain(v, depth + 1, path):
-                    return False
+                if type(k) not in _LEAVES:
+                    return _COPY  # the answer is _COPY all the way up: ``path`` no longer matters
+                if type(v) not in _LEAVES and (found := min(found, _plain(v, depth + 1, path))) == _COPY:
+                    return _COPY
+        else:  # an object array (a vector env's final_obs) too: its items count as nested values
+            for v in obj.flat if t is np.ndarray else obj:
+                if type(v) not in _LEAVES and (found := min(found, _plain(v, depth + 1, path))) == _COPY:
+                    return _COPY
         path.discard(id(obj))
-        return True
-    if t is not np.ndarray:
-        return False
-    if not obj.dtype.hasobject:
-        return True
-    if obj.dtype != object or depth >= MAX_INFO_DEPTH or id(obj) in path:  # (structured arrays with objects)
-        return False
-    path.add(id(obj))  # an object array (a vector env's final_obs): its items count as nested values
-    for v in obj.flat:
-        if type(v) not in _LEAVES and not _plain(v, depth + 1, path):
-            return False
-    path.discard(id(obj))
-    return True
+        return found
+    if t is np.ndarray:
+        return _COPY if obj.dtype.hasobject else _PLAIN_ONLY  # (structured arrays with objects: copied)
+    if not isinstance(obj, _PLAIN) and _module_of(obj).split(".", 1)[0] not in _LOADABLE_MODULES:
+        return _FOREIGN
+    return _COPY
 
 
 def _short_repr(obj: Any) -> str:
@@ -151,7 +152,7 @@ def _stand_in(obj: Any, why: str = "") -> Unrepresentable:
 def _sanitized(obj: Any, depth: int, path: set[int]) -> Any:
     """A copy of ``obj`` that ``_InfoPickler`` can always pickle and the worker always encode."""
     t = type(obj)
-    if t in _LEAVES or (id(obj) not in path and _plain(obj, depth, set())):
+    if t in _LEAVES or (id(obj) not in path and _plain(obj, depth, set()) != _COPY):
         return obj
     if isinstance(obj, (dict, list, tuple)) and (t in (dict, list, tuple) or t.__module__ == "collections"):
         if id(obj) in path:
@@ -189,10 +190,11 @@ def pack_info(info: dict) -> bytes:
     if not info:
         return _EMPTY
     try:
-        if _plain(info, 0, set()):
+        found = _plain(info, 0, set())
+        if found == _PLAIN_ONLY:
             return pickle.dumps(info, protocol=5)
         f = io.BytesIO()
-        _InfoPickler(f, protocol=5).dump(_sanitized(info, 0, set()))
+        _InfoPickler(f, protocol=5).dump(info if found == _FOREIGN else _sanitized(info, 0, set()))
         return f.getvalue()
     except Exception as exc:
         logger.debug("envrec: an info could not be stored", exc_info=True)
