@@ -81,18 +81,8 @@ class _InfoPickler(pickle.Pickler):
     def reducer_override(self, obj):
         if isinstance(obj, _PLAIN) or _module_of(obj).split(".", 1)[0] in _LOADABLE_MODULES:  # object arrays too: their items come back through this pickler
             return NotImplemented
-        u = self.stand_in(obj)
+        u = _stand_in(obj, full=True)
         return _unrepresentable, (u.type, u.repr)
-
-    @staticmethod
-    def stand_in(obj: Any) -> Unrepresentable:
-        """An object the worker could not import: its type name and repr."""
-        t = type(obj)
-        try:
-            text = repr(obj)
-        except Exception as exc:  # noqa: BLE001  (a broken __repr__ must not break the step)
-            text = f"<repr failed: {exc!r}>"
-        return Unrepresentable(f"{t.__module__}.{t.__qualname__}", text)
 
 
 # Exact types that pickle as they are and that the worker always loads: builtins' and numpy's scalars.
@@ -137,16 +127,15 @@ def _plain(obj: Any, depth: int, path: set[int]) -> int:
     return _COPY
 
 
-def _short_repr(obj: Any) -> str:
-    try:
-        return _SHORT_REPR.repr(obj)
-    except Exception as exc:  # noqa: BLE001  (a broken __repr__ must not break the step)
-        return f"<repr failed: {exc!r}>"
-
-
-def _stand_in(obj: Any, why: str = "") -> Unrepresentable:
+def _stand_in(obj: Any, why: str = "", full: bool = False) -> Unrepresentable:
+    """What is stored for a value that cannot travel: its type and its repr (``full``: whole, as the
+    pickler keeps an object of the user's; else bounded), after ``why`` when it has one."""
     t = type(obj)
-    return Unrepresentable(f"{t.__module__}.{t.__qualname__}", f"<{why}> {_short_repr(obj)}" if why else _short_repr(obj))
+    try:
+        text = repr(obj) if full else _SHORT_REPR.repr(obj)
+    except Exception as exc:  # noqa: BLE001  (a broken __repr__ must not break the step)
+        text = f"<repr failed: {exc!r}>"
+    return Unrepresentable(f"{t.__module__}.{t.__qualname__}", f"<{why}> {text}" if why else text)
 
 
 def _sanitized(obj: Any, depth: int, path: set[int]) -> Any:
@@ -177,7 +166,7 @@ def _sanitized(obj: Any, depth: int, path: set[int]) -> Any:
     if isinstance(obj, np.ndarray):  # structured with objects, too deep, or inside itself: its repr
         return _stand_in(obj)
     if _module_of(obj).split(".", 1)[0] not in _LOADABLE_MODULES:
-        return _InfoPickler.stand_in(obj)  # what the pickler would make of it
+        return _stand_in(obj, full=True)  # what the pickler would make of it
     try:  # anything else the pickler takes (a set, a datetime) or turns into an Unrepresentable itself
         _InfoPickler(io.BytesIO(), protocol=5).dump(obj)
     except Exception:  # noqa: BLE001  (RecursionError too: it cannot travel, whatever the reason)
