@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from envrec.batch_files import Episode
+from envrec.read.batch_files import Episode
 
 __all__ = ["COLUMNS", "episodes_to_batch", "plain_json", "space_type", "step_schema"]
 

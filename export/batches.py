@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from envrec.batch_files import BatchFiles, TraceError
-from envrec.trace_format import BatchEntry
+from envrec.formats.trace_format import BatchEntry
+from envrec.read.batch_files import BatchFiles, TraceError
 
 from .arrow_table import episodes_to_batch, step_schema
 from .sources import PathsLike, RecordingSource, find_recordings

@@ -20,10 +20,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from envrec.batch_files import BatchFiles, Episode, TraceError
 from envrec.env_ids import make_env
 from envrec.errors import ConfigError
-from envrec.schema import describe_space, space_from_spec
+from envrec.formats.schema import describe_space, space_from_spec
+from envrec.read.batch_files import BatchFiles, Episode, TraceError
 
 from .arrow_table import plain_json
 from .sources import PathsLike, RecordingSource, find_recordings

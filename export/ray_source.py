@@ -8,7 +8,7 @@ import pyarrow as pa
 from ray.data import Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
-from envrec.trace_format import BatchEntry
+from envrec.formats.trace_format import BatchEntry
 
 from .batches import batch_rows, common_schema
 from .sources import PathsLike, RecordingSource, find_recordings

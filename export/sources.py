@@ -14,8 +14,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from envrec.reader import Damaged, TraceError, TraceReader
-from envrec.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest
+from envrec.formats.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest
+from envrec.read.reader import Damaged, TraceError, TraceReader
 
 __all__ = ["PathsLike", "RecordingSource", "find_recordings"]
 

@@ -9,26 +9,26 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from .version import __version__
 
 _EXPORTS = {
-    "RecordTrace": ".wrappers",
-    "RecordVideo": ".wrappers",
-    "RecordVectorTrace": ".vector",
-    "RecordVectorVideo": ".vector",
-    "VideoRecorder": ".video",
-    "VideoSettings": ".ffmpeg",
-    "TraceRecorder": ".recorder",
-    "Compression": ".compression",
+    "RecordTrace": ".record.wrappers",
+    "RecordVideo": ".record.wrappers",
+    "RecordVectorTrace": ".record.vector",
+    "RecordVectorVideo": ".record.vector",
+    "VideoRecorder": ".record.video",
+    "VideoSettings": ".formats.ffmpeg",
+    "TraceRecorder": ".record.recorder",
+    "Compression": ".formats.compression",
     "StreamOptions": ".options",
-    "TraceReader": ".reader",
-    "Episode": ".reader",
-    "TraceError": ".reader",
-    "scan_recorded_traces": ".reader",
+    "TraceReader": ".read.reader",
+    "Episode": ".read.reader",
+    "TraceError": ".read.reader",
+    "scan_recorded_traces": ".read.reader",
     "to_arrow": ".export",
-    "EpisodeOutcome": ".clip_triggers",
-    "Unrepresentable": ".infos",
-    "close_on_signals": ".signals",
+    "EpisodeOutcome": ".record.clip_triggers",
+    "Unrepresentable": ".formats.infos",
+    "close_on_signals": ".supervision.signals",
     "EnvrecError": ".errors",
     "ConfigError": ".errors",
     "RecordError": ".errors",
@@ -40,19 +40,19 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604  (the exported names are the keys above, kept once)
 
 if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr__ imports lazily)
-    from .clip_triggers import EpisodeOutcome  # noqa: F401
-    from .compression import Compression  # noqa: F401
     from .errors import ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
     from .export import to_arrow  # noqa: F401
-    from .ffmpeg import VideoSettings  # noqa: F401
-    from .infos import Unrepresentable  # noqa: F401
+    from .formats.compression import Compression  # noqa: F401
+    from .formats.ffmpeg import VideoSettings  # noqa: F401
+    from .formats.infos import Unrepresentable  # noqa: F401
     from .options import StreamOptions  # noqa: F401
-    from .reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401
-    from .recorder import TraceRecorder  # noqa: F401
-    from .signals import close_on_signals  # noqa: F401
-    from .vector import RecordVectorTrace, RecordVectorVideo  # noqa: F401
-    from .video import VideoRecorder  # noqa: F401
-    from .wrappers import RecordTrace, RecordVideo  # noqa: F401
+    from .read.reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401
+    from .record.clip_triggers import EpisodeOutcome  # noqa: F401
+    from .record.recorder import TraceRecorder  # noqa: F401
+    from .record.vector import RecordVectorTrace, RecordVectorVideo  # noqa: F401
+    from .record.video import VideoRecorder  # noqa: F401
+    from .record.wrappers import RecordTrace, RecordVideo  # noqa: F401
+    from .supervision.signals import close_on_signals  # noqa: F401
 
 
 def __getattr__(name: str):

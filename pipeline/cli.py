@@ -52,7 +52,7 @@ def _record(args: argparse.Namespace) -> int:
 
     from .env_ids import make_env
     from .errors import ConfigError
-    from .wrappers import RecordTrace, RecordVideo
+    from .record.wrappers import RecordTrace, RecordVideo
 
     try:
         env = make_env(args.env, render_mode="rgb_array")
@@ -133,8 +133,8 @@ def _report(args: argparse.Namespace, env, video, episodes: int, steps: int, sta
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .reader import TraceError
-    from .summary import summarize
+    from .read.reader import TraceError
+    from .read.summary import summarize
 
     try:
         s = summarize(args.directory)

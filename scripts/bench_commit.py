@@ -23,11 +23,11 @@ import time
 import numpy as np
 from gymnasium import spaces
 
-from envrec.infos import pack_info
-from envrec.protocol import SerializerConfig
-from envrec.records import RST, Kind
-from envrec.ring_reader import RecordView
-from envrec.schema import describe_space
+from envrec.contract.protocol import SerializerConfig
+from envrec.contract.records import RST, Kind
+from envrec.contract.ring_reader import RecordView
+from envrec.formats.infos import pack_info
+from envrec.formats.schema import describe_space
 from envrec.workers.serializer import Serializer
 
 OBS = spaces.Box(-1.0, 1.0, (4,), np.float32)

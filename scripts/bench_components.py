@@ -28,8 +28,8 @@ import numpy as np
 
 import envrec
 from envrec.bench.variants import FrameEnv
-from envrec.ffmpeg import VideoSettings, encode_command, find_ffmpeg
-from envrec.records import Status
+from envrec.contract.records import Status
+from envrec.formats.ffmpeg import VideoSettings, encode_command, find_ffmpeg
 
 
 def cartpole_frames(n: int) -> list[np.ndarray]:

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import envrec
-from envrec.shm import create_segment
+from envrec.contract.shm import create_segment
 
 SIZES = ((210, 160, 0.002), (400, 600, 0.006), (720, 1280, 0.025))  # height, width, pace (s per frame)
 

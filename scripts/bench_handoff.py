@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import envrec
-from envrec.ffmpeg import VideoSettings
+from envrec.formats.ffmpeg import VideoSettings
 
 SIZES = ((210, 160, 1500), (400, 600, 300), (720, 1280, 100))  # height, width, frames per run
 

@@ -22,7 +22,7 @@ import numpy as np
 from gymnasium import spaces
 
 import envrec
-from envrec.infos import pack_info
+from envrec.formats.infos import pack_info
 
 
 class UserThing:

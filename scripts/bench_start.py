@@ -21,7 +21,7 @@ import time
 import gymnasium as gym
 
 import envrec
-from envrec.records import Status
+from envrec.contract.records import Status
 
 
 def _ready(env) -> bool:

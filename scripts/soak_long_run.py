@@ -34,7 +34,7 @@ import psutil
 from gymnasium import spaces
 
 import envrec
-from envrec.records import Status
+from envrec.contract.records import Status
 
 H, W = 210, 160
 ROLES = ("env", "serializer", "encoder", "ffmpeg")

@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from envrec.shm import list_segments
+from envrec.contract.shm import list_segments
 
 LEAK_GRACE_S = 5.0  # how long a test's children get to exit after it ends
 RUN_ENV = "ENVREC_TEST_RUN"

@@ -12,10 +12,10 @@ import pytest
 from gymnasium import spaces as S
 
 import envrec
-from envrec.compression import Compression, parse_compression
+from envrec.contract.faults import FaultSpec
 from envrec.errors import ConfigError
-from envrec.faults import FaultSpec
-from envrec.summary import summarize
+from envrec.formats.compression import Compression, parse_compression
+from envrec.read.summary import summarize
 
 from .envs import SPACES, SpaceEnv
 from .test_trace_roundtrip import assert_bit_exact, record

@@ -14,7 +14,7 @@ import envrec
 from envrec import batch_files, errors, reader
 from envrec.cli import main as cli_main
 from envrec.errors import ConfigError, TraceError
-from envrec.inside import open_inside
+from envrec.formats.inside import open_inside
 
 from .video_helpers import run_episodes
 

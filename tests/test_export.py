@@ -21,7 +21,7 @@ from envrec.errors import ConfigError
 from envrec.export import to_arrow, to_minari, to_parquet
 from envrec.export.arrow_table import plain_json
 from envrec.export.batches import iter_record_batches
-from envrec.reader import TraceError
+from envrec.read.reader import TraceError
 
 from .envs import SPACES, SpaceEnv
 

@@ -15,8 +15,8 @@ import pytest
 from gymnasium import spaces
 
 import envrec
-from envrec.faults import FaultSpec
-from envrec.records import Status
+from envrec.contract.faults import FaultSpec
+from envrec.contract.records import Status
 
 from .waiting import wait_for
 

@@ -19,11 +19,11 @@ import time
 import numpy as np
 import pytest
 
-from envrec.ffmpeg import VideoSettings
-from envrec.packer import frame_packer
-from envrec.protocol import EncoderConfig, Kind
-from envrec.ring import RingWriter
-from envrec.ring_reader import RingReader
+from envrec.contract.protocol import EncoderConfig, Kind
+from envrec.contract.ring import RingWriter
+from envrec.contract.ring_reader import RingReader
+from envrec.formats.ffmpeg import VideoSettings
+from envrec.record.packer import frame_packer
 from envrec.workers import entry
 from envrec.workers.encoder import Encoder
 

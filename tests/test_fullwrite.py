@@ -1,4 +1,4 @@
-"""Short writes are completed or reported (``envrec.fullwrite``), and a checkpoint counts only once whole."""
+"""Short writes are completed or reported (``envrec.formats.fullwrite``), and a checkpoint counts only once whole."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from envrec.fullwrite import pwrite_all, write_all, writev_all
-from envrec.trace_format import checkpoint_names
+from envrec.formats.fullwrite import pwrite_all, write_all, writev_all
+from envrec.formats.trace_format import checkpoint_names
 from envrec.workers.checkpoint import Checkpoint, CheckpointFile, read_checkpoint
 from envrec.workers.spill import Spill, append_file
 

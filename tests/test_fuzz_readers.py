@@ -42,8 +42,8 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import envrec
-from envrec.batch_files import TraceError
 from envrec.cli import main as cli_main
+from envrec.read.batch_files import TraceError
 from envrec.viewer.catalog import Catalog, NotFound
 
 from .fuzz_mutants import _get, copy_linked, field_paths, fix_checksums, mutants, set_field, wrong_values

@@ -11,8 +11,8 @@ import pytest
 from gymnasium import spaces as S
 
 from envrec.errors import ConfigError, RecordError
-from envrec.infos import Unrepresentable, decode_json, encode_json, pack_info, unpack_info
-from envrec.schema import compile_flattener, describe_space, leaf_codecs, leaves
+from envrec.formats.infos import Unrepresentable, decode_json, encode_json, pack_info, unpack_info
+from envrec.formats.schema import compile_flattener, describe_space, leaf_codecs, leaves
 
 
 def encode(spec: dict, value) -> list[bytes]:

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from envrec.clip_triggers import capped_cubic_video_schedule
+from envrec.record.clip_triggers import capped_cubic_video_schedule
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -57,7 +57,7 @@ while not os.path.exists(stop) and time.monotonic() - t0 < 60:
 # A process holding an envrec segment for 30 s (or until STOP exists).
 HOLDER = """
 import os, sys, time
-from envrec.shm import create_segment
+from envrec.contract.shm import create_segment
 seg = create_segment(1 << 16)
 t0 = time.monotonic()
 while not os.path.exists(sys.argv[1]) and time.monotonic() - t0 < 30:
@@ -66,7 +66,7 @@ while not os.path.exists(sys.argv[1]) and time.monotonic() - t0 < 30:
 
 INNER = '''
 import os, subprocess, sys, time
-from envrec.shm import create_segment, list_segments
+from envrec.contract.shm import create_segment, list_segments
 from conftest import RUN_ENV, ours, our_segments
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -57,33 +57,3 @@ def test_modules_and_functions_stay_small():
                     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 70:
                         too_big.append(f"{rel}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines")
     assert not too_big, too_big
-
-
-SHARED = {"atomic", "clip_meta", "compression", "errors", "faults", "ffmpeg", "fullwrite", "infos", "inside", "option_checks",
-          "procinfo", "protocol", "records", "ring", "ring_reader", "schema", "shm", "trace_checks", "trace_format", "wakeup"}
-
-
-def _imports(path: str) -> set[str]:
-    import ast
-
-    found = set()
-    for node in ast.walk(ast.parse(open(path).read())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            found.add(("." * node.level) + node.module)
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-    return found
-
-
-def test_imports_go_one_way():
-    """workers/ uses only the modules both sides share; neither the env side nor export/ imports envrec.workers."""
-    for name in os.listdir(os.path.join(ROOT, "workers")):
-        if name.endswith(".py"):
-            for mod in _imports(os.path.join(ROOT, "workers", name)):
-                if mod.startswith("envrec.") and not mod.startswith("envrec.workers"):
-                    assert mod.split(".")[1] in SHARED, f"workers/{name} imports the env-side module {mod}"
-    for folder, _, names in [*(w for top in ("pipeline", "export", "viewer") for w in os.walk(os.path.join(ROOT, top)))]:
-        for name in names:
-            if name.endswith(".py"):
-                mods = _imports(os.path.join(folder, name))
-                assert not [m for m in mods if "workers" in m], f"{name} imports envrec.workers"

@@ -12,9 +12,9 @@ import pytest
 from gymnasium import spaces as S
 
 import envrec
+from envrec.contract.faults import FaultSpec
 from envrec.errors import ConfigError
-from envrec.faults import FaultSpec
-from envrec.trace_format import SEGMENT_BATCHES
+from envrec.formats.trace_format import SEGMENT_BATCHES
 
 from .waiting import wait_for
 

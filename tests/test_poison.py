@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 import envrec
 from envrec import recorder as recorder_module
-from envrec.infos import MAX_INFO_DEPTH, Unrepresentable
+from envrec.formats.infos import MAX_INFO_DEPTH, Unrepresentable
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -85,7 +85,7 @@ def test_no_info_breaks_a_step_or_the_serializer(tmp_path, name):
 
 
 def test_what_cannot_travel_becomes_unrepresentable_and_the_rest_stays():
-    from envrec.infos import decode_json, encode_json, pack_info, unpack_info
+    from envrec.formats.infos import decode_json, encode_json, pack_info, unpack_info
 
     out = decode_json(json.loads(json.dumps(encode_json(unpack_info(pack_info(
         {"x": _cyclic(), "g": (i for i in ()), "deep": _deep(MAX_INFO_DEPTH + 10), "ok": [1, 2.5, "s"]}))))))

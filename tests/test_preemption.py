@@ -214,7 +214,7 @@ def test_close_on_signals_waits_until_envrec_is_not_writing_a_record(monkeypatch
     one that lands in other code (the env stepping inside a wrapper's step) closes at once."""
     from envrec import signals
 
-    as_envrecs = types.FunctionType((lambda: sys._getframe()).__code__, {"__name__": "envrec.recorder", "sys": sys})
+    as_envrecs = types.FunctionType((lambda: sys._getframe()).__code__, {"__name__": "envrec.record.recorder", "sys": sys})
     retried, closed = [], []
     monkeypatch.setattr(signals.threading, "Timer", lambda delay, fn, args: type("T", (), {"start": lambda self: retried.append((delay, args))})())
     monkeypatch.setattr(signals, "close_all", lambda why: closed.append(why))

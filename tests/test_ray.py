@@ -12,9 +12,9 @@ import pytest
 import ray
 
 import envrec
+from envrec.contract.shm import list_segments
 from envrec.export import to_arrow, to_parquet
 from envrec.ray import read_traces, recording_env_creator
-from envrec.shm import list_segments
 
 from .video_helpers import run_episodes
 from .waiting import committed_episodes, wait_for

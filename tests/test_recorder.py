@@ -17,7 +17,7 @@ import pytest
 from gymnasium import spaces as S
 
 import envrec
-from envrec.shm import list_segments, sweep_orphans
+from envrec.contract.shm import list_segments, sweep_orphans
 
 from .envs import SPACES, SpaceEnv
 from .waiting import committed_episodes, wait_for

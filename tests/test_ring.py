@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from envrec import shm
+from envrec.contract.ring import ConsumerGone, RingWriter, record_size
+from envrec.contract.ring_reader import RingReader
 from envrec.errors import RecordTooLargeError, SharedMemoryError
-from envrec.ring import ConsumerGone, RingWriter, record_size
-from envrec.ring_reader import RingReader
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 import envrec
-from envrec.shm import list_segments
+from envrec.contract.shm import list_segments
 
 from .start_anywhere_helpers import (
     UNGUARDED_SCRIPT,
@@ -248,7 +248,7 @@ def test_encoder_that_cannot_start_marks_its_clips(tmp_path, broken_python):
 
 
 def test_serializer_dying_at_start_is_replaced_and_loses_nothing(tmp_path):
-    fault = envrec.faults.FaultSpec(at="start", how="exit")
+    fault = envrec.contract.faults.FaultSpec(at="start", how="exit")
     rec = envrec.TraceRecorder(tmp_path, gym.spaces.Discrete(4), gym.spaces.Discrete(2), faults=fault)
     for episode in range(3):
         rec.add_reset(episode)

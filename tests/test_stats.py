@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 
 import envrec
-from envrec.stats import CallTimes
+from envrec.supervision.stats import CallTimes
 
 from .video_helpers import ColourEnv, meta, run_episodes
 from .waiting import wait_for

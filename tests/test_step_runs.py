@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from envrec.compression import parse_compression
-from envrec.faults import NO_FAULT, FaultSpec
-from envrec.packer import TracePacker
-from envrec.protocol import Kind, SerializerConfig
-from envrec.reader import TraceReader
-from envrec.ring import RingWriter
-from envrec.ring_reader import RUN, RingReader, run_template
-from envrec.schema import describe_space
+from envrec.contract.faults import NO_FAULT, FaultSpec
+from envrec.contract.protocol import Kind, SerializerConfig
+from envrec.contract.ring import RingWriter
+from envrec.contract.ring_reader import RUN, RingReader, run_template
+from envrec.formats.compression import parse_compression
+from envrec.formats.schema import describe_space
+from envrec.read.reader import TraceReader
+from envrec.record.packer import TracePacker
 from envrec.workers import entry
 from envrec.workers.serializer import Serializer
 from envrec.workers.spill import MEMORY_BYTES, Spill
@@ -54,7 +54,7 @@ def _episodes(obs_space, seed: int = 0):
 
 def _record(folder: str, obs_space, episodes, runs: bool, ring_bytes: int, compression=None) -> dict:
     """Send the episodes through a ring to the serializer's real worker loop (in this process)."""
-    from envrec.infos import pack_info
+    from envrec.formats.infos import pack_info
 
     os.makedirs(folder)
     obs_spec, act_spec = describe_space(obs_space), describe_space(spaces.Discrete(3))

@@ -21,8 +21,8 @@ import pytest
 from gymnasium import spaces
 
 import envrec
-from envrec.launcher import PYTHON_ENV_VAR
-from envrec.trace_format import manifest_name, read_manifest
+from envrec.formats.trace_format import manifest_name, read_manifest
+from envrec.supervision.launcher import PYTHON_ENV_VAR
 
 from .syscall_faults import Fault, injected, need_strace, trace_paths, tracers, video_paths, wrapper
 from .video_helpers import decode, meta

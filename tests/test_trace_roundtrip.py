@@ -14,7 +14,7 @@ import pytest
 from gymnasium import spaces as S
 
 import envrec
-from envrec.infos import Unrepresentable
+from envrec.formats.infos import Unrepresentable
 
 from .envs import SPACES, Capture, SpaceEnv
 

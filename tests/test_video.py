@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import envrec
-from envrec.ffmpeg import VideoSettings, encode_command, encoded_size, find_ffmpeg
+from envrec.formats.ffmpeg import VideoSettings, encode_command, encoded_size, find_ffmpeg
 
 from .video_helpers import ColourEnv, decode, meta, probe_size, run_episodes
 

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 import envrec
-from envrec.records import Status
+from envrec.contract.records import Status
 
 from .video_helpers import decode, meta
 from .waiting import wait_for
@@ -96,7 +96,7 @@ def test_encoder_killed_mid_clip_env_goes_on_and_next_clip_gets_a_fresh_encoder(
     m2 = meta(tmp_path, "second")
     core = {"version", "written_by", "content_type", "name", "path", "episode_id", "frames_sent", "frames_written",
             "frames_dropped", "fps", "empty", "broken", "reason"}
-    assert core <= set(m) and core <= set(m2)  # both authors write one schema (envrec.clip_meta)
+    assert core <= set(m) and core <= set(m2)  # both authors write one schema (envrec.formats.clip_meta)
     assert m["written_by"] == "env process" and m["frames_written"] is None and m["frames_sent"] >= 60
     assert m2["written_by"] == "encoder" and m2["frames_sent"] == m2["frames_written"] == 20
     assert not m2["broken"] and m2["frames_written"] == 20
@@ -198,7 +198,7 @@ FAULT_AFTER = {"record": 15, "frame": 12, "clip:end": 2, "clip:meta": 2}  # each
 def test_encoder_fault_battery(tmp_path, point, how):
     """An encoder that raises, exits, is killed or hangs at a named point of the second of three clips:
     the first clip is intact, the second has metadata saying why, the third is recorded by a fresh worker."""
-    from envrec.faults import FaultSpec
+    from envrec.contract.faults import FaultSpec
 
     rec = envrec.VideoRecorder(
         tmp_path, fps=25, faults=FaultSpec(at=point, after=FAULT_AFTER[point], how=how),
@@ -227,7 +227,7 @@ def test_encoder_fault_battery(tmp_path, point, how):
 
 def test_an_encoder_killed_before_enforcing_its_clip_budget_is_finished_by_its_successor(tmp_path):
     """The successor finds the clips its predecessor finished (by their recorder id) and keeps to the budget."""
-    from envrec.faults import FaultSpec
+    from envrec.contract.faults import FaultSpec
 
     rec = envrec.VideoRecorder(tmp_path, fps=25, keep_last_clips=2, faults=FaultSpec(at="clip:evict", after=3, how="kill"))
     for i in range(3):
@@ -255,7 +255,7 @@ while :; do sleep 0.2; done
 def test_an_ffmpeg_that_outlives_its_killed_encoder_is_killed_after_the_grace_period(tmp_path):
     """SIGKILL the encoder mid-clip while its ffmpeg (own process group) would never exit by itself: the env
     side kills it by the pid the worker published, CHILD_GRACE_S later."""
-    from envrec.launcher import CHILD_GRACE_S
+    from envrec.supervision.launcher import CHILD_GRACE_S
 
     fake = tmp_path / "fake-ffmpeg"
     fake.write_text(HUNG_FFMPEG)

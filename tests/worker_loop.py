@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from envrec.ring_reader import RingReader
+from envrec.contract.ring_reader import RingReader
 
 
 class Conn:

@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from envrec.batch_files import BatchFiles
-from envrec.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
 from envrec.errors import TraceError
 from envrec.export.sources import RecordingSource, find_recordings
-from envrec.reader import Damaged
-from envrec.trace_format import BatchEntry
+from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
+from envrec.formats.trace_format import BatchEntry
+from envrec.read.batch_files import BatchFiles
+from envrec.read.reader import Damaged
 
 from .series import MAX_SERIES, Columns, downsample
 

@@ -4,7 +4,7 @@ A folder may be a stranger's, so the server trusts nothing in it:
 
 * ``/files/`` serves only the recorder's own clip types (``.mp4`` as
   ``video/mp4``, ``.cast`` as ``application/x-asciicast``: what the episode
-  page plays), opened as ``envrec.inside`` opens files (relative names,
+  page plays), opened as ``envrec.formats.inside`` opens files (relative names,
   ``O_NOFOLLOW`` part by part: no ``..``, no symlink, regular files only).
   Anything else (an HTML or SVG file, a symlink out) is answered 404.
 * Every response carries ``X-Content-Type-Options: nosniff`` and a
@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from envrec.errors import TraceError
-from envrec.inside import open_inside
+from envrec.formats.inside import open_inside
 
 from .catalog import Catalog, NotFound
 

@@ -1,6 +1,6 @@
 """``python -m envrec.workers ROLE --config-fd=N --report-fd=M``: a worker process's first code.
 
-Started by the env side's launcher (``envrec.launcher``), never by hand. It
+Started by the env side's launcher (``envrec.supervision.launcher``), never by hand. It
 reads its pickled ``(role, config, ring spec, env pid)`` from the inherited
 memory file, wraps the report pipe, asks the kernel to signal it when its
 parent dies, and runs the role's main function (``entry``). Nothing of the
@@ -19,7 +19,7 @@ import signal
 import sys
 from multiprocessing.connection import Connection
 
-from envrec.wakeup import Wakeup
+from envrec.contract.wakeup import Wakeup
 
 from .entry import MAINS, latch_termination
 

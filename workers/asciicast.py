@@ -11,7 +11,7 @@ import json
 import os
 import time
 
-from envrec.atomic import commit_file, tmp_path_for
+from envrec.formats.atomic import commit_file, tmp_path_for
 
 __all__ = ["CastWriter"]
 

@@ -33,8 +33,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from envrec.fullwrite import pwrite_all
-from envrec.trace_format import BatchEntry, checkpoint_names
+from envrec.formats.fullwrite import pwrite_all
+from envrec.formats.trace_format import BatchEntry, checkpoint_names
 
 __all__ = ["CHECKPOINT_VERSION", "Checkpoint", "CheckpointFile", "Found", "read_checkpoint"]
 

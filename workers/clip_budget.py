@@ -16,7 +16,7 @@ import os
 from collections import deque
 from dataclasses import dataclass
 
-from envrec.clip_meta import META_SUFFIX, read_clip_meta
+from envrec.formats.clip_meta import META_SUFFIX, read_clip_meta
 
 __all__ = ["ClipBudget"]
 

@@ -27,13 +27,13 @@ from typing import cast
 
 import numpy as np
 
-from envrec.atomic import tmp_path_for
-from envrec.clip_meta import ClipMeta, meta_path
-from envrec.ffmpeg import encode_command, encoded_size, remux_command
-from envrec.procinfo import process_facts, signal_name
-from envrec.protocol import EncoderConfig, Kind, Status
-from envrec.records import FRAME_SHAPE
-from envrec.ring_reader import RUN, RecordRun, run_template
+from envrec.contract.procinfo import process_facts, signal_name
+from envrec.contract.protocol import EncoderConfig, Kind, Status
+from envrec.contract.records import FRAME_SHAPE
+from envrec.contract.ring_reader import RUN, RecordRun, run_template
+from envrec.formats.atomic import tmp_path_for
+from envrec.formats.clip_meta import ClipMeta, meta_path
+from envrec.formats.ffmpeg import encode_command, encoded_size, remux_command
 
 from .asciicast import CastWriter
 from .clip_budget import ClipBudget

@@ -1,6 +1,6 @@
 """Main functions of the workers, one per role (``MAINS``), run by ``python -m envrec.workers``.
 
-Shutdown protocol of a worker (the env side's is in ``envrec.supervisor``):
+Shutdown protocol of a worker (the env side's is in ``envrec.supervision.supervisor``):
 
 1. Normal: the recorder posts a CLOSE record. The worker finalizes what is
    open (episode and batch, or clip), writes its final files, sends
@@ -46,10 +46,10 @@ import traceback
 from collections.abc import Callable
 from typing import Any, cast
 
-from envrec.faults import NO_FAULT
-from envrec.protocol import DONE, ERROR, CheckpointingHandler, Handler, Kind, Status, Suspect
-from envrec.ring import RingSpec
-from envrec.ring_reader import RingReader
+from envrec.contract.faults import NO_FAULT
+from envrec.contract.protocol import DONE, ERROR, CheckpointingHandler, Handler, Kind, Status, Suspect
+from envrec.contract.ring import RingSpec
+from envrec.contract.ring_reader import RingReader
 
 from .resources import resources
 

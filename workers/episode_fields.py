@@ -14,12 +14,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from envrec.atomic import discard_file, tmp_path_for
-from envrec.compression import Compression
-from envrec.records import TraceLayout
-from envrec.schema import Leaf
+from envrec.contract.records import TraceLayout
+from envrec.formats.atomic import discard_file, tmp_path_for
+from envrec.formats.compression import Compression
+from envrec.formats.schema import Leaf
 
-from .batch_writer import ArrayField, ChunkPacker, JsonField
+from .field_sinks import ArrayField, ChunkPacker, JsonField
 from .spill import Spill
 
 __all__ = ["EpisodeFields"]

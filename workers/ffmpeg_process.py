@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from envrec.procinfo import signal_name
+from envrec.contract.procinfo import signal_name
 
 from . import pipe_splice
 

@@ -15,8 +15,8 @@ import collections
 
 import numpy as np
 
-from envrec.records import FRAME_SHAPE
-from envrec.ring import REC_HEAD, REC_HEAD_BYTES, align
+from envrec.contract.records import FRAME_SHAPE
+from envrec.contract.ring import REC_HEAD, REC_HEAD_BYTES, align
 
 from .ffmpeg_process import FfmpegError, FfmpegProcess
 

@@ -2,7 +2,7 @@
 
 What a commit costs does not grow with the recording: the head manifest is
 rewritten with at most ``SEGMENT_BATCHES`` batch entries; full segments are
-written once to a file of their own (see ``envrec.trace_format``), and
+written once to a file of their own (see ``envrec.formats.trace_format``), and
 counters are kept running instead of summed over every batch.
 
 Every step is crash-safe: files are replaced atomically, a segment file is
@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from envrec.trace_format import (
+from envrec.formats.trace_format import (
     SEGMENT_BATCHES,
     BatchEntry,
     Manifest,

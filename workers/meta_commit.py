@@ -14,7 +14,7 @@ import errno
 import logging
 import os
 
-from envrec.clip_meta import ClipMeta, write_clip_meta
+from envrec.formats.clip_meta import ClipMeta, write_clip_meta
 
 __all__ = ["commit_clip_meta"]
 

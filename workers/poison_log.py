@@ -1,4 +1,4 @@
-"""The records a serializer skipped because they made it fail every time (see ``envrec.protocol.Suspect``).
+"""The records a serializer skipped because they made it fail every time (see ``envrec.contract.protocol.Suspect``).
 
 Kept in the manifest: ``counters.records_poisoned`` counts them all,
 ``poisoned`` names the first ``MAX_LISTED`` (kind, episode, step, reason);
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from envrec.protocol import Kind
-from envrec.trace_format import Manifest
+from envrec.contract.protocol import Kind
+from envrec.formats.trace_format import Manifest
 
 __all__ = ["MAX_LISTED", "PoisonLog"]
 

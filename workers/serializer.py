@@ -14,17 +14,18 @@ import logging
 import os
 import time
 
-from envrec.atomic import remove_stale_tmp
-from envrec.infos import encode_json, unpack_info
-from envrec.protocol import Kind, SerializerConfig, Status
-from envrec.records import TraceLayout
-from envrec.ring_reader import RUN, RecordRun
-from envrec.schema import decode_reward
-from envrec.trace_format import BatchEntry, manifest_document, manifest_name, read_manifest, write_manifest
+from envrec.contract.protocol import Kind, SerializerConfig, Status
+from envrec.contract.records import TraceLayout
+from envrec.contract.ring_reader import RUN, RecordRun
+from envrec.formats.atomic import remove_stale_tmp
+from envrec.formats.infos import encode_json, unpack_info
+from envrec.formats.schema import decode_reward
+from envrec.formats.trace_format import BatchEntry, manifest_document, manifest_name, read_manifest, write_manifest
 
-from .batch_writer import ArrayField, BatchWriter
+from .batch_writer import BatchWriter
 from .checkpoint import Checkpoint, CheckpointFile, read_checkpoint
 from .episode_fields import EpisodeFields
+from .field_sinks import ArrayField
 from .manifest_writer import ManifestWriter
 from .resources import resources
 from .step_runs import EMPTY_INFO_JSON, StepRunWriter
@@ -67,7 +68,7 @@ class Serializer:
         self.checkpointed = 0  # ring position the last checkpoint covers
         self._cp_in_episode = False  # the last checkpoint needs the open episode's spill data
         self.resume_cursor = 0  # ring position a successor's checkpoint covers
-        self.suspect = cfg.suspect  # the record its predecessor failed on (see envrec.protocol.Suspect)
+        self.suspect = cfg.suspect  # the record its predecessor failed on (see envrec.contract.protocol.Suspect)
         if cfg.resume:
             self._resume()
         self.write_manifest(complete=False)

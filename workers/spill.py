@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from envrec.fullwrite import pwrite_all, write_all
+from envrec.formats.fullwrite import pwrite_all, write_all
 
 __all__ = ["MEMORY_BYTES", "Spill", "append_file"]
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from envrec.faults import FaultSpec
-from envrec.protocol import Kind
-from envrec.records import RST, TraceLayout
-from envrec.ring import REC_HEAD_BYTES, align
-from envrec.ring_reader import run_template
+from envrec.contract.faults import FaultSpec
+from envrec.contract.protocol import Kind
+from envrec.contract.records import RST, TraceLayout
+from envrec.contract.ring import REC_HEAD_BYTES, align
+from envrec.contract.ring_reader import run_template
 
-from .batch_writer import ArrayField, BatchWriter
+from .batch_writer import BatchWriter
 from .episode_fields import EpisodeFields
+from .field_sinks import ArrayField
 
 __all__ = ["EMPTY_INFO_JSON", "StepRunWriter"]
 

@@ -3,7 +3,7 @@
 One ``Serializer`` per sub-env does the writing (prefix ``PREFIX.envI``); this
 module turns each VRESET/VSTEP record into per-sub-env RESET and STEP
 records whose parts are slices of the batched arrays (no copy), following the
-autoreset mode (see ``envrec.vector``).
+autoreset mode (see ``envrec.record.vector``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from envrec.infos import unpack_info
-from envrec.protocol import Kind, SerializerConfig, Status, VectorSerializerConfig
-from envrec.records import RST, TraceLayout
-from envrec.schema import leaf_values
+from envrec.contract.protocol import Kind, SerializerConfig, Status, VectorSerializerConfig
+from envrec.contract.records import RST, TraceLayout
+from envrec.formats.infos import unpack_info
+from envrec.formats.schema import leaf_values
 
 from .serializer import Serializer
 

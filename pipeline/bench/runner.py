@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import gymnasium as gym
 
-from ..ffmpeg import VideoSettings
+from ..formats.ffmpeg import VideoSettings
 from .monitor import CpuMeter, PeakRss
 from .variants import InProcessTrace, RenderEveryStep, SyncPipe
 
@@ -73,7 +73,7 @@ class BenchRow:
 
 def make_variant(name: str, make_env: Callable[[], gym.Env], folder: str) -> gym.Env | None:
     """The environment of one variant, or None when what it needs is not installed."""
-    from ..wrappers import RecordTrace, RecordVideo
+    from ..record.wrappers import RecordTrace, RecordVideo
 
     every = lambda e: True
     sub = os.path.join(folder, name)

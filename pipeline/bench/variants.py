@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..ffmpeg import VideoSettings, encode_command, find_ffmpeg
+from ..formats.ffmpeg import VideoSettings, encode_command, find_ffmpeg
 
 __all__ = ["FrameEnv", "InProcessTrace", "RenderEveryStep", "SyncPipe"]
 

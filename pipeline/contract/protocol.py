@@ -1,11 +1,11 @@
 """The contract between the env process and its workers, in the one module both sides import.
 
 * Record kinds and status words: ``Kind`` and ``Status`` (with the records'
-  byte layouts in ``envrec.records``; the ring's own layout is ``envrec.ring``).
+  byte layouts in ``envrec.contract.records``; the ring's own layout is ``envrec.contract.ring``).
 * The report pipe: a worker sends ``(ERROR, traceback)`` before it raises
   ``Status.BROKEN``, and ``(DONE, summary)`` when it finished cleanly.
 * Worker configs: what each role needs, built by the recorder and pickled
-  into the worker's memory file at start (see ``envrec.launcher``).
+  into the worker's memory file at start (see ``envrec.supervision.launcher``).
 * ``Handler`` / ``CheckpointingHandler``: what the worker loop calls on the
   object a role's main builds.
 * ``signal_name``: how both sides name an exit status.
@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .compression import Compression
+from ..formats.compression import Compression
+from ..formats.ffmpeg import VideoSettings
+from ..formats.trace_format import BatchEntry
 from .faults import NO_FAULT, FaultSpec
-from .ffmpeg import VideoSettings
 from .procinfo import signal_name
 from .records import Kind, Status
-from .trace_format import BatchEntry
 
 __all__ = [
     "DONE",
@@ -113,9 +113,9 @@ class SerializerConfig:
     env_id: str | None = None
     settings: dict = field(default_factory=dict)
     resume: bool = False  # a restarted serializer: go on from the manifest a dead one left
-    faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.faults)
+    faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.contract.faults)
     checkpoints: bool = True  # off where no successor can take over (the vector serializer's sub-writers)
-    compression: Compression | None = None  # arrays compressed in chunks (see envrec.compression)
+    compression: Compression | None = None  # arrays compressed in chunks (see envrec.formats.compression)
     max_bytes: int | None = None  # disk budget: the oldest batches are evicted beyond it
     suspect: Suspect | None = None  # a successor's: the record its predecessor failed on
 
@@ -142,7 +142,7 @@ class EncoderConfig:
     backend: str
     settings: VideoSettings = field(default_factory=VideoSettings)
     env_id: str | None = None
-    faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.faults)
+    faults: FaultSpec = NO_FAULT  # injected on purpose, for tests (see envrec.contract.faults)
     recorder: str = ""  # the recorder's id, in every clip's metadata (its successors find its clips by it)
     max_bytes: int | None = None  # disk budget of the recorder's clips (see clip_budget)
     keep_last_clips: int | None = None

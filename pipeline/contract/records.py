@@ -30,7 +30,7 @@ The video stream's kinds:
 * ``CLIP_BROKEN``: one part, why the env side stopped the clip (a bad frame).
 * ``CLIP_END``: one part, JSON of what the env side knows (frames it dropped).
 
-Leaves are those of ``envrec.schema.leaves`` for the observation and action
+Leaves are those of ``envrec.formats.schema.leaves`` for the observation and action
 spaces, in that order. Status words (``ring.STATUS_WORDS``) the serializer
 keeps up to date for the env process are listed in ``Status``.
 """
@@ -41,7 +41,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-from .schema import Leaf, leaves
+from ..formats.schema import Leaf, leaves
 
 __all__ = ["FRAME_SHAPE", "RST", "Kind", "Status", "TraceLayout"]
 

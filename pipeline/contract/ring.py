@@ -37,7 +37,7 @@ A record::
 
 Synchronisation: a record is available when ``write_pos`` (stored after
 the record's bytes; x86 keeps stores in order) is past the consumer's
-cursor. Wake-ups are two eventfds (``envrec.wakeup``), inherited by the
+cursor. Wake-ups are two eventfds (``envrec.contract.wakeup``), inherited by the
 worker, so nothing depends on multiprocessing's semaphores: ``items`` wakes
 a consumer that raised ``consumer_sleeping`` and found nothing (the producer
 posts it after a publish only while the flag is up), ``space`` wakes a
@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import RecordTooLargeError
+from ..errors import RecordTooLargeError
 from .shm import create_segment
 from .wakeup import Wakeup
 

@@ -1,4 +1,4 @@
-"""The consuming end of a ring (see ``envrec.ring`` for the layout both ends share): lives in a worker."""
+"""The consuming end of a ring (see ``envrec.contract.ring`` for the layout both ends share): lives in a worker."""
 
 from __future__ import annotations
 

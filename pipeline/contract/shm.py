@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable
 
 import psutil
 
-from .errors import SharedMemoryError
+from ..errors import SharedMemoryError
 
 __all__ = ["SEGMENT_PREFIX", "Segment", "create_segment", "list_segments", "map_segment", "sweep_orphans"]
 

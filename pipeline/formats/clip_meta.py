@@ -14,8 +14,8 @@ import json
 import os
 from typing import TypedDict
 
+from ..errors import TraceError
 from .atomic import write_atomic
-from .errors import TraceError
 from .inside import name_parts, open_inside
 from .trace_checks import check_types, parse_json
 
@@ -83,7 +83,7 @@ _FIELDS: dict[str, tuple[type, ...]] = {
 
 def read_clip_meta(path: str) -> ClipMeta:
     """A clip's metadata; ``OSError`` when it cannot be read, ``TraceError`` (a ``ValueError``) naming the
-    field when it is not clip metadata. Opened as ``envrec.inside`` opens files (a symlink is not followed);
+    field when it is not clip metadata. Opened as ``envrec.formats.inside`` opens files (a symlink is not followed);
     the video it names must be a name inside its folder.
 
     Files written before the schema had a version get the keys it added:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["CODECS", "Compression", "compressor", "decompress_into", "parse_compression"]
 

@@ -21,8 +21,8 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
-from .errors import ConfigError
-from .option_checks import (
+from ..errors import ConfigError
+from ..option_checks import (
     BOOL,
     NON_NEGATIVE_INT,
     POSITIVE_NUMBER,

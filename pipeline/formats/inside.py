@@ -26,7 +26,7 @@ import os
 import stat
 from typing import BinaryIO
 
-from .errors import TraceError
+from ..errors import TraceError
 
 __all__ = ["name_parts", "open_inside"]
 

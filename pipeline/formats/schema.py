@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError, RecordError
+from ..errors import ConfigError, RecordError
 
 __all__ = ["SUPPORTED_SPACES", "Leaf", "LeafCodec", "compile_flattener", "describe_space", "leaf_codecs", "leaves", "reward_value", "space_from_spec"]
 

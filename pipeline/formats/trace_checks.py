@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import TraceError
 from .compression import CODECS
-from .errors import TraceError
 from .inside import name_parts
 
 __all__ = [
@@ -216,7 +216,7 @@ def check_manifest(doc: Any, what: str) -> dict:
 
 
 def check_space(spec: Any, where: str, depth: int = 0) -> None:
-    """A space spec as ``envrec.schema.describe_space`` writes it.
+    """A space spec as ``envrec.formats.schema.describe_space`` writes it.
 
     Args:
         spec: the parsed spec.

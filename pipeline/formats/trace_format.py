@@ -22,7 +22,7 @@ envrec traces unchanged when the default prefix is kept:
 
 Per episode: ``observations`` (reset observation first, N+1 rows),
 ``actions``, ``rewards``, ``terminations``, ``truncations`` (N rows),
-``infos`` (N+1, reset info first, see ``envrec.infos`` for the encoding),
+``infos`` (N+1, reset info first, see ``envrec.formats.infos`` for the encoding),
 and ``episode_id``, ``seed``, ``options``, ``length``, ``return``,
 ``ended_by`` ("terminated", "truncated", "reset" or "close": the recording
 stopped inside it) and ``complete``.
@@ -38,10 +38,10 @@ import os
 import re
 from typing import Any, TypedDict
 
+from ..errors import TraceError
+from ..option_checks import Accepts
 from .atomic import write_atomic
-from .errors import TraceError
 from .inside import open_inside
-from .option_checks import Accepts
 from .trace_checks import check_manifest, parse_json
 
 __all__ = [
@@ -174,7 +174,7 @@ def write_manifest(path: str, doc: Manifest) -> None:
 def read_manifest(path: str) -> Manifest:
     """The one reader: ``OSError`` when it cannot be read (``FileNotFoundError`` when it is not there),
     ``TraceError`` (a ``ValueError``) when it is not a manifest this envrec understands (gym-recording's
-    own, with only ``batches``, are), naming the field at fault. It is opened as ``envrec.inside`` opens
+    own, with only ``batches``, are), naming the field at fault. It is opened as ``envrec.formats.inside`` opens
     files: a symlink is not followed."""
     folder, name = os.path.split(path)
     with open_inside(folder or ".", name, name) as f:
@@ -203,7 +203,7 @@ def manifest_document(
 ) -> Manifest:
     """A manifest, with every key a reader may look for (the serializer's, or the env process's own
     when its serializer never started)."""
-    from envrec import __version__
+    from ..version import __version__
 
     batches = batches or []
     return {

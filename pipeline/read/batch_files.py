@@ -9,8 +9,8 @@ arrays when their episode is read, keeping a small cache of decoded arrays.
 Ray read task) use it to read one batch without indexing a whole recording.
 
 Nothing in a batch is trusted: its files are opened inside the folder only
-(``envrec.inside``), its JSON is checked against the manifest's spaces
-(``envrec.trace_checks``) before any field is used, every array's bytes must
+(``envrec.formats.inside``), its JSON is checked against the manifest's spaces
+(``envrec.formats.trace_checks``) before any field is used, every array's bytes must
 lie inside its file, and an info that does not decode names itself. Every
 failure is a ``TraceError`` naming the batch and the field.
 """
@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from .compression import decompress_into
-from .errors import TraceError
-from .infos import decode_json
-from .inside import open_inside
-from .trace_checks import check_batch, parse_json
-from .trace_format import BatchEntry, Manifest
+from ..errors import TraceError
+from ..formats.compression import decompress_into
+from ..formats.infos import decode_json
+from ..formats.inside import open_inside
+from ..formats.trace_checks import check_batch, parse_json
+from ..formats.trace_format import BatchEntry, Manifest
 
 __all__ = ["BatchFiles", "Episode", "TraceError"]
 
@@ -240,7 +240,7 @@ class BatchFiles:
 
 
 def _crc32(f: Any, size: int) -> int:
-    """CRC-32 of an open file's bytes (zlib's polynomial, as ``envrec.atomic.file_crc32``)."""
+    """CRC-32 of an open file's bytes (zlib's polynomial, as ``envrec.formats.atomic.file_crc32``)."""
     if not size:
         return 0
     with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as whole:

@@ -1,7 +1,7 @@
 """Reading traces back: ``TraceReader`` and gym-recording's ``scan_recorded_traces``.
 
 Arrays are memory-mapped from the ``.bin`` files (no copy, read-only);
-compressed ones (see ``envrec.compression``) are decompressed when their
+compressed ones (see ``envrec.formats.compression``) are decompressed when their
 episode is read, each array once while it stays in a small cache. Only
 batches the manifest names are read, so a recording still running is read up
 to its last committed batch; ``refresh()`` picks up batches committed since.
@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Self
 
+from ..errors import ConfigError, TraceError
+from ..formats.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
 from .batch_files import BatchFiles, Episode
-from .errors import ConfigError, TraceError
-from .trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
 
 __all__ = ["ON_DAMAGED", "Damaged", "Episode", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
-from .inside import open_inside
+from ..formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
+from ..formats.inside import open_inside
 from .reader import Damaged, TraceError, TraceReader
 
 __all__ = ["TraceSummary", "summarize"]

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from .trace_format import BatchEntry, read_manifest, recording_batches
+from ..formats.trace_format import BatchEntry, read_manifest, recording_batches
 
 __all__ = ["BatchCallback", "CommitWatcher"]
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import contextlib
 import os
 
-from .atomic import remove_stale_tmp
-from .trace_format import checkpoint_names, manifest_name, read_manifest, recording_batches, unnamed_batch_files
+from ..formats.atomic import remove_stale_tmp
+from ..formats.trace_format import checkpoint_names, manifest_name, read_manifest, recording_batches, unnamed_batch_files
 
 __all__ = ["remove_checkpoints", "remove_leftovers"]
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .records import FRAME_SHAPE, RST, Kind
-from .ring import REC_HEAD, REC_HEAD_BYTES, RingWriter, align
-from .schema import compile_flattener, leaf_codecs, reward_value
+from ..contract.records import FRAME_SHAPE, RST, Kind
+from ..contract.ring import REC_HEAD, REC_HEAD_BYTES, RingWriter, align
+from ..formats.schema import compile_flattener, leaf_codecs, reward_value
 
 __all__ = ["RecordPacker", "TracePacker", "frame_packer"]
 

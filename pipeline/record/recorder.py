@@ -14,21 +14,14 @@ import os
 from time import perf_counter_ns
 from typing import Any, Self
 
-from .atomic import remove_stale_tmp
-from .commit_watch import BatchCallback, CommitWatcher
-from .compression import Compression, parse_compression
-from .errors import ConfigError, RecordError
-from .faults import NO_FAULT, FaultSpec, from_env
-from .infos import pack_info
-from .leftovers import remove_checkpoints, remove_leftovers
-from .option_checks import CALLABLE, FOLDER, POSITIVE_INT, STR, check_options, optional
-from .options import StreamOptions
-from .packer import TracePacker
-from .protocol import SerializerConfig, Status
-from .schema import describe_space
-from .stats import CallTimes, summary_line
-from .stream import Stream, register_closer, unregister_closer, warn_start_method
-from .trace_format import (
+from ..contract.faults import NO_FAULT, FaultSpec, from_env
+from ..contract.protocol import SerializerConfig, Status
+from ..errors import ConfigError, RecordError
+from ..formats.atomic import remove_stale_tmp
+from ..formats.compression import Compression, parse_compression
+from ..formats.infos import pack_info
+from ..formats.schema import describe_space
+from ..formats.trace_format import (
     PREFIX,
     check_prefix,
     default_prefix,
@@ -37,6 +30,13 @@ from .trace_format import (
     read_manifest,
     write_manifest,
 )
+from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, STR, check_options, optional
+from ..options import StreamOptions
+from ..supervision.stats import CallTimes, summary_line
+from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
+from .commit_watch import BatchCallback, CommitWatcher
+from .leftovers import remove_checkpoints, remove_leftovers
+from .packer import TracePacker
 
 __all__ = ["DEFAULT_RING_BYTES", "TRACE_OPTIONS", "TraceRecorder", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
 

@@ -27,17 +27,17 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
+from ..contract.protocol import Kind, VectorSerializerConfig
+from ..errors import ConfigError, RecordError
+from ..formats.compression import Compression, parse_compression
+from ..formats.infos import pack_info
+from ..formats.schema import describe_space, leaf_values, leaves
+from ..formats.trace_format import PREFIX, check_prefix, default_prefix, manifest_name
+from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Accepts, check_options, int_in, optional
+from ..options import StreamOptions
+from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
 from .clip_triggers import capped_cubic_video_schedule
-from .compression import Compression, parse_compression
-from .errors import ConfigError, RecordError
-from .infos import pack_info
-from .option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Accepts, check_options, int_in, optional
-from .options import StreamOptions
-from .protocol import Kind, VectorSerializerConfig
 from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
-from .schema import describe_space, leaf_values, leaves
-from .stream import Stream, register_closer, unregister_closer, warn_start_method
-from .trace_format import PREFIX, check_prefix, default_prefix, manifest_name
 
 __all__ = ["RecordVectorTrace", "autoreset_name", "batched_leaves"]
 

@@ -28,20 +28,20 @@ from typing import Any, Self
 
 import numpy as np
 
-from .atomic import remove_stale_tmp
-from .clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_meta
-from .errors import ConfigError, RecordError, RecordTooLargeError
-from .faults import NO_FAULT, FaultSpec, from_env
-from .ffmpeg import VideoSettings, find_ffmpeg
+from ..contract.faults import NO_FAULT, FaultSpec, from_env
+from ..contract.protocol import EncoderConfig, Kind, Status
+from ..errors import ConfigError, RecordError, RecordTooLargeError
+from ..formats.atomic import remove_stale_tmp
+from ..formats.clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_meta
+from ..formats.ffmpeg import VideoSettings, find_ffmpeg
+from ..formats.trace_format import check_prefix
+from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, Accepts, check_options, optional
+from ..options import StreamOptions
+from ..supervision.stats import CallTimes, process_facts, summary_line
+from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
 from .frame_checks import check_image_frame, check_text_frame
-from .option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, Accepts, check_options, optional
-from .options import StreamOptions
 from .packer import RecordPacker, frame_packer
-from .protocol import EncoderConfig, Kind, Status
 from .recorder import check_folder
-from .stats import CallTimes, process_facts, summary_line
-from .stream import Stream, register_closer, unregister_closer, warn_start_method
-from .trace_format import check_prefix
 
 __all__ = ["DEFAULT_FRAME_RING_BYTES", "VIDEO_RECORDER_OPTIONS", "ClipCallback", "VideoRecorder", "check_text_frame"]
 

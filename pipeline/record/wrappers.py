@@ -10,15 +10,15 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
+from ..formats.compression import Compression
+from ..formats.ffmpeg import VideoSettings
+from ..formats.trace_format import PREFIX, check_prefix
+from ..option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
+from ..options import StreamOptions
+from ..supervision.stream import warn_start_method
 from .clip_triggers import KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
 from .commit_watch import BatchCallback
-from .compression import Compression
-from .ffmpeg import VideoSettings
-from .option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
-from .options import StreamOptions
 from .recorder import TraceRecorder
-from .stream import warn_start_method
-from .trace_format import PREFIX, check_prefix
 from .video import ClipCallback, VideoRecorder
 
 __all__ = ["RECORD_VIDEO_OPTIONS", "RecordTrace", "RecordVideo"]

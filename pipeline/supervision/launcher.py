@@ -53,8 +53,8 @@ from typing import Any
 
 import psutil
 
-from .fullwrite import write_all
-from .ring import RingSpec
+from ..contract.ring import RingSpec
+from ..formats.fullwrite import write_all
 
 __all__ = ["PYTHON_ENV_VAR", "STDERR_TAIL_LINES", "WorkerProcess"]
 

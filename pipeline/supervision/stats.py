@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .procinfo import process_facts
+from ..contract.procinfo import process_facts
 
 __all__ = ["CallTimes", "process_facts", "summary_line"]
 

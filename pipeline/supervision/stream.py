@@ -23,12 +23,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .errors import RecordError, WorkerError
-from .options import BACKPRESSURE_POLICIES, StreamOptions
-from .protocol import Suspect
-from .records import Kind, Status
-from .ring import ConsumerGone, RingWriter
-from .shm import sweep_orphans
+from ..contract.protocol import Suspect
+from ..contract.records import Kind, Status
+from ..contract.ring import ConsumerGone, RingWriter
+from ..contract.shm import sweep_orphans
+from ..errors import RecordError, WorkerError
+from ..options import BACKPRESSURE_POLICIES, StreamOptions
 from .stats import process_facts
 from .supervisor import Worker
 
@@ -109,7 +109,7 @@ class Stream:
         self.restarts = 0
         self._in_a_row = 0  # hand-overs since a worker last skipped a poison record
         self._poisoned_seen = 0  # records skipped as poison when the last hand-over looked
-        self._suspect: Suspect | None = None  # what the last successor was told (see envrec.protocol.Suspect)
+        self._suspect: Suspect | None = None  # what the last successor was told (see envrec.contract.protocol.Suspect)
         self.closed = False
         self._final: dict[int, int] = {}
         self._totals: dict[int, int] = {}  # counters of workers already replaced
@@ -399,7 +399,7 @@ def unregister_closer(obj: Any) -> None:
 
 
 def close_all(why: str) -> None:
-    """Close every recorder of this process still open (at exit, or on a signal: see ``envrec.signals``)."""
+    """Close every recorder of this process still open (at exit, or on a signal: see ``envrec.supervision.signals``)."""
     for obj in list(_live):
         try:
             obj.close()

@@ -23,11 +23,11 @@ from typing import Any
 
 import psutil
 
-from .errors import RemoteTraceback
+from ..contract.procinfo import signal_name
+from ..contract.protocol import DONE, ERROR, Status
+from ..contract.ring import RingWriter
+from ..errors import RemoteTraceback
 from .launcher import WorkerProcess, reap_later
-from .procinfo import signal_name
-from .protocol import DONE, ERROR, Status
-from .ring import RingWriter
 
 __all__ = ["Worker", "signal_name"]
 
