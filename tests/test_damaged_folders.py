@@ -11,10 +11,11 @@ import gymnasium as gym
 import pytest
 
 import envrec
-from envrec import batch_files, errors, reader
+from envrec import errors
 from envrec.cli import main as cli_main
 from envrec.errors import ConfigError, TraceError
 from envrec.formats.inside import open_inside
+from envrec.read import batch_files, reader
 
 from .video_helpers import run_episodes
 

@@ -11,7 +11,7 @@ import pytest
 from gymnasium import spaces
 
 import envrec
-from envrec import stream as stream_module
+from envrec.supervision import stream as stream_module
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,8 +14,8 @@ import pytest
 from gymnasium import spaces
 
 import envrec
-from envrec import recorder as recorder_module
 from envrec.formats.infos import MAX_INFO_DEPTH, Unrepresentable
+from envrec.record import recorder as recorder_module
 
 pytestmark = pytest.mark.timeout(120)
 

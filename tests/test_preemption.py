@@ -212,7 +212,7 @@ def test_a_jupyter_kernel_shut_down_or_restarted_with_an_open_recorder_keeps_eve
 def test_close_on_signals_waits_until_envrec_is_not_writing_a_record(monkeypatch):
     """A signal that lands inside envrec's code is sent again RETRY_S later instead of closing mid-record;
     one that lands in other code (the env stepping inside a wrapper's step) closes at once."""
-    from envrec import signals
+    from envrec.supervision import signals
 
     as_envrecs = types.FunctionType((lambda: sys._getframe()).__code__, {"__name__": "envrec.record.recorder", "sys": sys})
     retried, closed = [], []

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envrec import shm
+from envrec.contract import shm
 from envrec.contract.ring import ConsumerGone, RingWriter, record_size
 from envrec.contract.ring_reader import RingReader
 from envrec.errors import RecordTooLargeError, SharedMemoryError
