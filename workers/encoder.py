@@ -46,7 +46,11 @@ __all__ = ["Encoder"]
 
 logger = logging.getLogger(__name__)
 
-REMUX_TIMEOUT_S = 60.0
+REMUX_TIMEOUT_S = 60.0  # ffmpeg moving a finished clip's index to the front (faststart): a copy of the file
+# A broken clip's ffmpeg (bad frame, shape changed): how long it may take to write out what it has, playable up
+# to its last fragment; shorter than FINISH_TIMEOUT_S, since the env goes on and what it has not written is lost anyway.
+BROKEN_FINISH_GRACE_S = 5.0
+VERSION_TIMEOUT_S = 10.0  # ``ffmpeg -version``, asked once per worker for the clips' metadata
 
 
 @dataclass
@@ -112,7 +116,7 @@ class Encoder(Handler):
     def version(self) -> str:
         if self._version is None:
             try:
-                out = subprocess.run([self.cfg.ffmpeg, "-version"], check=False, capture_output=True, timeout=10, text=True)
+                out = subprocess.run([self.cfg.ffmpeg, "-version"], check=False, capture_output=True, timeout=VERSION_TIMEOUT_S, text=True)
                 self._version = (out.stdout.splitlines() or ["unknown"])[0]
             except (OSError, subprocess.SubprocessError) as exc:
                 self._version = f"unknown ({exc})"
@@ -261,7 +265,7 @@ class Encoder(Handler):
         if clip.proc is not None:
             proc, clip.proc = clip.proc, None
             if proc.proc.poll() is None:
-                proc.finish(5.0)  # keep what it encoded so far, playable up to its last fragment
+                proc.finish(BROKEN_FINISH_GRACE_S)  # keep what it encoded so far
             self.feed.clear()  # it read all it will ever read
             clip.exit_status = signal_name(proc.proc.returncode)
             clip.stderr_tail = list(proc.tail)
