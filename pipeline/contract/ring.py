@@ -122,9 +122,10 @@ class RingSpec:
     """Everything a worker process needs to use a ring: the segment's descriptor and the wake-up fds.
 
     The fds are valid in the worker because the launcher passes them down
-    (``pass_fds``) at the same numbers. The worker maps the segment through
-    its descriptor, not its name, so it can map it even when its owner died
-    (and the name was unlinked) before the worker started.
+    (``pass_fds``) at the same numbers. The segment is a memfd, mapped
+    through its descriptor (it has no file to open by ``name``, which only
+    names it in messages and in ``/proc/<pid>/fd``): a worker maps it even
+    when its owner died before the worker started.
     """
 
     name: str

@@ -84,7 +84,8 @@ def run_template(kind: int, sizes: list[int]) -> np.ndarray:
 
 
 class RingReader:
-    """The consuming side of a ring; lives in a worker process and never unlinks."""
+    """The consuming side of a ring; lives in a worker process. ``close`` drops only its own mapping: the
+    ring is a memfd, which the kernel frees when the last process holding it is gone (``envrec.contract.shm``)."""
 
     def __init__(self, spec: RingSpec) -> None:
         self._map = map_segment(spec.segment_fd)
