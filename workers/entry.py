@@ -173,19 +173,21 @@ def _parent_gone(parent_pid: int) -> bool:
 
 
 def handle_records(reader: RingReader, handler: Handler | None, conn, parent_pid: int) -> bool:
-    """The worker loop: hand ``handler`` the records of ``reader`` until CLOSE or the env process is gone
-    (``parent_pid`` is no longer this process's parent); True if the worker failed and hands over.
+    """The worker loop (tests run it in their own process): hand ``handler`` each record of ``reader`` until
+    CLOSE or the env process is gone; True if the worker failed and hands over to a successor.
 
-    Without a handler (it failed to start) records are discarded and counted until CLOSE. ``conn``: the
-    report pipe (``DONE`` and ``ERROR`` go there). Tests run it in their own process.
+    Args:
+        reader: the worker's end of the ring.
+        handler: the role's handler; None (it failed to start): records are discarded and counted until CLOSE.
+        conn: the report pipe (``DONE`` and ``ERROR`` go there).
+        parent_pid: the env process: once it is no longer this process's parent, it is gone.
     """
     broken = handler is None
     policy = handler.release if handler is not None else ReleasePolicy.HANDLED
     ckpt = handler if isinstance(handler, CheckpointingHandler) else None  # the policy is CHECKPOINTED
     if ckpt is not None:
         reader.skip_to(ckpt.resume_cursor)  # records its predecessor's checkpoint already covers
-    discarded = 0
-    beats = 0
+    discarded = beats = 0
     last_record_at = time.monotonic()
     run_bytes = reader.capacity // 8
     suspect = ckpt.suspect if ckpt is not None else None

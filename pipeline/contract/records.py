@@ -50,7 +50,7 @@ from enum import IntEnum
 import numpy as np
 
 from ..formats.schema import Leaf, leaves
-from .ring import REC_HEAD_BYTES, align
+from .ring import REC_HEAD_BYTES, align, record_size
 from .ring_reader import run_template
 
 __all__ = ["FRAME_SHAPE", "RST", "Kind", "RecordLayout", "Status", "TraceLayout", "frame_layout"]
@@ -147,7 +147,7 @@ class RecordLayout:
     @property
     def fixed_bytes(self) -> int:
         """Where the variable parts start: the size of a record whose variable parts are all empty."""
-        return self.offsets[-1] + align(self.fixed[-1]) if self.fixed else self.head_bytes
+        return record_size([*self.fixed, *[0] * self.variable])
 
     def run_template(self) -> np.ndarray:
         """The header words of the records a worker may take as a run (``RingReader.poll_run``): those of

@@ -121,8 +121,9 @@ class TracePacker:
         put_obs: list[Callable] = [c.put for c in obs if c.put is not None]
         put_act: list[Callable] = [c.put for c in act if c.put is not None]
         layout = TraceLayout.from_specs(obs_spec, act_spec)
-        assert layout.step_record().fixed[1:] == tuple(c.size for c in act + obs if c.put is not None)
-        self.step = RecordPacker(layout.step_record(), put_act + put_obs, lead=RST)
+        step = layout.step_record()
+        assert step.fixed[1:] == tuple(c.size for c in act + obs if c.put is not None)  # the codecs write what it says
+        self.step = RecordPacker(step, put_act + put_obs, lead=RST)
         self.reset = RecordPacker(layout.reset_record(), put_obs)
         # One leaf each (no Dict, Tuple or Text): the values are the leaves, no flattening needed.
         self._single_leaves = act_spec["type"] not in ("Dict", "Tuple", "Text") and obs_spec["type"] not in ("Dict", "Tuple", "Text")
