@@ -2,6 +2,65 @@
 
 The public API is re-exported here. Imports are lazy so that worker processes,
 which import ``envrec.workers``, do not pay for Gymnasium.
+
+Data flow (modules named relative to ``envrec``; ``docs/architecture.md`` has
+a paragraph per module)::
+
+  ENV PROCESS (the user's loop)
+  RecordTrace.step            RecordVideo.step
+  (record.wrappers)           (record.wrappers; RecordVectorVideo:
+        |                      record.vector)
+        v                           v
+  TraceRecorder.add_step      VideoRecorder.add_frame
+  (record.recorder)           (record.video)
+        |                           |
+        +--------------+------------+
+                       v
+  Stream.send(TracePacker.write_step or frame_packer(shape).write_single)
+  (supervision.stream): the packer (record.packer) reserves the record in the
+  ring (RingWriter.reserve, contract.ring), copies each part in place where its
+  RecordLayout says (contract.records: the worker reads by the same one), and
+  publishes it (RingWriter.publish). RecordVectorTrace.step (record.vector)
+  sends one VSTEP record per vector step (RingWriter.write) instead.
+                       |
+  +====================v==========================================+
+  | ring: one memfd of shared memory per stream (its layout:      |
+  | contract.ring; the memfd: contract.shm): records, and the     |
+  | status words (Status, contract.records) the worker keeps      |
+  +====================|==========================================+
+     items eventfd: the writer wakes a sleeping worker; space eventfd: the
+     worker wakes a writer waiting for room (contract.wakeup)
+                       |
+  WORKER PROCESS, one per stream (python -m envrec.workers ROLE: workers.__main__)
+                       v
+  RingReader.poll, .poll_run (contract.ring_reader)
+  handle_records (workers.entry): Handler.handle(record, position), then gives the
+  ring back as the handler's ReleasePolicy says (contract.protocol)
+        |                                   |
+        v                                   v
+  Serializer (workers.serializer;     Encoder (workers.encoder)
+   vector: workers.vector_serializer) FRAME -> FrameFeed (workers.frame_feed)
+  STEP -> the episode's fields         -> FfmpegProcess (workers.ffmpeg_process,
+   (workers.episode_fields,               .pipe_splice) -> ffmpeg -> NAME.mp4
+   .field_sinks, .spill; in runs:         (its command line: formats.ffmpeg)
+   workers.step_runs)                 CLIP_END -> remux, NAME.meta.json
+  episode end -> BatchWriter           (workers.meta_commit, formats.clip_meta;
+   (workers.batch_writer)               disk budget: workers.clip_budget)
+  batch full (or CLOSE) -> commit:          |
+   .bin + .json, checkpoint                 |
+   (workers.checkpoint),                    |
+   manifest (workers.manifest_writer,       |
+   formats.trace_format)                    |
+        |                                   |
+        +---> status words in the ring: READY, BATCHES, CLIPS, HEARTBEAT, BROKEN ...
+              read back in the env process: Stream.status; record.commit_watch
+              (BATCHES, then the manifest) -> on_batch_committed
+
+  The env process's hold on its workers: supervision.launcher starts each one;
+  supervision.supervisor's Worker sees it exit and reads its report pipe
+  (("done", summary), ("error", traceback): contract.protocol); Stream.check
+  hands a dead serializer's ring to a successor, which resumes from the
+  checkpoint. Recordings are read back by read.reader.
 """
 
 from __future__ import annotations

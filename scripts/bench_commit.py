@@ -51,15 +51,15 @@ class Driver:
     def episode_of(self, steps: int) -> None:
         """One episode of ``steps`` steps (observation i carries the episode number); it commits a batch."""
         obs = np.full(4, self.episode, np.float32).tobytes()
-        self.s.handle(RecordView(Kind.RESET, self.episode, 0, [memoryview(obs), memoryview(self.meta), memoryview(b"")]))
+        self.s.handle(RecordView(Kind.RESET, self.episode, 0, [memoryview(obs), memoryview(self.meta), memoryview(b"")]), 0)
         for k in range(1, steps + 1):
             rst = RST.pack(1.0, k == steps, False)
             parts = [memoryview(rst), memoryview(np.int64(k % 2).tobytes()), memoryview(obs), memoryview(b"")]
-            self.s.handle(RecordView(Kind.STEP, self.episode, k, parts))
+            self.s.handle(RecordView(Kind.STEP, self.episode, k, parts), 0)
         self.episode += 1
 
     def close(self) -> None:
-        self.s.handle(RecordView(Kind.CLOSE, 0, 0, [memoryview(b"")]))
+        self.s.handle(RecordView(Kind.CLOSE, 0, 0, [memoryview(b"")]), 0)
 
 
 def commit_latency(folder: str, small: int, big: int, window: int) -> tuple[float, float]:

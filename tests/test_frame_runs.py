@@ -45,7 +45,7 @@ def _encode(folder, clips: dict, zero_copy: bool, runs: bool, prefill: bool = Fa
     reader = RingReader(ring.spec)
     cfg = EncoderConfig(str(folder), FFMPEG, "ffmpeg", settings=VideoSettings(zero_copy=zero_copy, faststart=False))
     enc = Encoder(cfg, status=reader.set_status)
-    enc._runs = runs
+    enc.takes_runs = runs
     taken = count_runs(reader)
 
     def produce() -> None:
@@ -64,7 +64,7 @@ def _encode(folder, clips: dict, zero_copy: bool, runs: bool, prefill: bool = Fa
     else:
         producer.start()
     try:
-        assert entry._loop(reader, enc, Conn(), os.getppid()) is False
+        assert entry.handle_records(reader, enc, Conn(), os.getppid()) is False
     finally:
         if not prefill:
             producer.join(30)

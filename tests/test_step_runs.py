@@ -65,7 +65,7 @@ def _record(folder: str, obs_space, episodes, runs: bool, ring_bytes: int, compr
                            compression=parse_compression(compression))
     ser = Serializer(cfg, status=reader.set_status)
     if not runs:
-        ser._runs = None  # one record at a time
+        ser.takes_runs = False  # one record at a time
     taken = count_runs(reader)
 
     def produce() -> None:
@@ -81,7 +81,7 @@ def _record(folder: str, obs_space, episodes, runs: bool, ring_bytes: int, compr
     producer = threading.Thread(target=produce)
     producer.start()
     try:
-        assert entry._loop(reader, ser, Conn(), os.getppid()) is False
+        assert entry.handle_records(reader, ser, Conn(), os.getppid()) is False
     finally:
         producer.join(10)
         reader.close()

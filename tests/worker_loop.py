@@ -1,4 +1,4 @@
-"""A worker's real loop (``entry._loop``) run in the test process, fed through a ring by a producer thread."""
+"""A worker's real loop (``entry.handle_records``) run in the test process, fed through a ring by a producer thread."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """The worker side of envrec: code that runs in the worker processes.
 
-Imports go one way: ``envrec.workers`` uses the shared parts of ``envrec``
-(ring, records, schema, atomic files), never the env-side recorder.
+Each role's object (``serializer.Serializer``, ``vector_serializer.VectorSerializer``,
+``encoder.Encoder``) is an ``envrec.contract.protocol.Handler``, driven by the
+worker loop of ``entry``. Imports go one way: ``envrec.workers`` uses
+``envrec.contract`` (what both processes share), ``envrec.formats`` (what is on
+disk) and the leaves of ``envrec``, never the env side.
 """
 
 from .entry import encoder_main, serializer_main

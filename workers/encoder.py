@@ -28,9 +28,10 @@ from typing import cast
 import numpy as np
 
 from envrec.contract.procinfo import process_facts, signal_name
-from envrec.contract.protocol import EncoderConfig, Kind, Status
-from envrec.contract.records import FRAME_SHAPE
-from envrec.contract.ring_reader import RUN, RecordRun, run_template
+from envrec.contract.protocol import EncoderConfig, Handler, Kind, ReleasePolicy, Status, StatusSink
+from envrec.contract.records import FRAME_SHAPE, RecordLayout, frame_layout
+from envrec.contract.ring import REC_STEP_AT
+from envrec.contract.ring_reader import RUN, RecordRun
 from envrec.formats.atomic import tmp_path_for
 from envrec.formats.clip_meta import ClipMeta, meta_path
 from envrec.formats.ffmpeg import encode_command, encoded_size, remux_command
@@ -38,14 +39,18 @@ from envrec.formats.ffmpeg import encode_command, encoded_size, remux_command
 from .asciicast import CastWriter
 from .clip_budget import ClipBudget
 from .ffmpeg_process import FfmpegProcess
-from .frame_feed import PIXELS_AT, SHAPE_AT, STEP_AT, FrameFeed
+from .frame_feed import FrameFeed
 from .meta_commit import commit_clip_meta
 
 __all__ = ["Encoder"]
 
 logger = logging.getLogger(__name__)
 
-REMUX_TIMEOUT_S = 60.0
+REMUX_TIMEOUT_S = 60.0  # ffmpeg moving a finished clip's index to the front (faststart): a copy of the file
+# A broken clip's ffmpeg (bad frame, shape changed): how long it may take to write out what it has, playable up
+# to its last fragment; shorter than FINISH_TIMEOUT_S, since the env goes on and what it has not written is lost anyway.
+BROKEN_FINISH_GRACE_S = 5.0
+VERSION_TIMEOUT_S = 10.0  # ``ffmpeg -version``, asked once per worker for the clips' metadata
 
 
 @dataclass
@@ -67,16 +72,25 @@ class _Clip:
     cast: CastWriter | None = None  # an ansi clip's
     started_at: float | None = None  # monotonic time of the first frame
     extra: dict = field(default_factory=dict)
-    template: np.ndarray | None = None  # header of its frames in the ring, once its shape is known
+    layout: RecordLayout | None = None  # of its frames in the ring, once its shape is known
+    template: np.ndarray | None = None  # the header of those frames
     shape_row: np.ndarray | None = None  # its FRAME_SHAPE part as bytes
 
 
-class Encoder:
-    """Consumes video records (``handle``); one clip open at a time."""
+class Encoder(Handler):
+    """Consumes video records (``handle``); one clip open at a time. A frame's room in the ring goes back
+    once ffmpeg has read it (``release_point``): with zero copy ffmpeg reads the ring's own pages.
 
-    def __init__(self, cfg: EncoderConfig, status=None) -> None:
-        self.cfg = cfg
-        self._status = status or (lambda i, v: None)
+    Args:
+        cfg: how to encode and where.
+        status: sets the ring's status words (``Status``) for the env process.
+    """
+
+    release = ReleasePolicy.RELEASE_POINT
+    cfg: EncoderConfig
+
+    def __init__(self, cfg: EncoderConfig, status: StatusSink | None = None) -> None:
+        super().__init__(cfg, status)
         self.clip: _Clip | None = None
         self.clips = 0
         self.clips_discarded = 0
@@ -87,10 +101,9 @@ class Encoder:
         self.error: str | None = None
         self.faults = cfg.faults.injector()
         # A fault injected per record or frame must see each one: no runs then.
-        self._runs = not cfg.faults.sees_each_record("record", "frame")
+        self.takes_runs = not cfg.faults.sees_each_record("record", "frame")
         self._version: str | None = None
         self.budget = ClipBudget(cfg.folder, cfg.recorder, cfg.max_bytes, cfg.keep_last_clips)
-        self.position = 0  # ring position of the record being handled (set by the worker loop)
         self.feed = FrameFeed()
 
     # -- paths ---------------------------------------------------------------
@@ -103,21 +116,21 @@ class Encoder:
     def version(self) -> str:
         if self._version is None:
             try:
-                out = subprocess.run([self.cfg.ffmpeg, "-version"], check=False, capture_output=True, timeout=10, text=True)
+                out = subprocess.run([self.cfg.ffmpeg, "-version"], check=False, capture_output=True, timeout=VERSION_TIMEOUT_S, text=True)
                 self._version = (out.stdout.splitlines() or ["unknown"])[0]
             except (OSError, subprocess.SubprocessError) as exc:
                 self._version = f"unknown ({exc})"
         return self._version
 
     # -- records -------------------------------------------------------------
-    def handle(self, rec) -> bool:
+    def handle(self, rec, position: int) -> bool:
         self.faults.point("record")
         self.records += 1
         kind = rec.kind
         if kind == Kind.FRAME:
-            self._on_frame(rec)
+            self._on_frame(rec, position)
         elif kind == RUN:
-            self._on_frame_run(rec)
+            self._on_frame_run(rec, position)
         elif kind == Kind.TEXT_FRAME:
             self._on_text(rec)
         elif kind == Kind.CLIP_START:
@@ -158,7 +171,7 @@ class Encoder:
         self.frames_dropped += n
         self._status(Status.FRAMES_DROPPED, self.frames_dropped)
 
-    def _on_frame(self, rec) -> None:
+    def _on_frame(self, rec, position: int) -> None:
         clip = self.clip
         if clip is None or clip.broken is not None or clip.kind != "video":
             if clip is not None:
@@ -176,7 +189,7 @@ class Encoder:
             return
         self.faults.point("frame")
         assert clip.proc is not None  # started above, or the clip would be broken
-        failed = self.feed.send(clip.proc, self.position, rec.parts[1])
+        failed = self.feed.send(clip.proc, position, rec.parts[1])
         if failed is not None:
             self._break(failed)
             self._drop(clip)
@@ -188,26 +201,26 @@ class Encoder:
         """The header of the frames the worker loop may hand over in runs (``RingReader.poll_run``): the
         open clip's, once its first frame started ffmpeg; None while frames must come one at a time."""
         clip = self.clip
-        return clip.template if clip is not None and clip.proc is not None and self._runs else None
+        return clip.template if clip is not None and clip.proc is not None and self.takes_runs else None
 
-    def _on_frame_run(self, run: RecordRun) -> None:
+    def _on_frame_run(self, run: RecordRun, position: int) -> None:
         """Frames of the open clip's size at once: one call hands them all to ffmpeg, one status update, one
         release decision; each frame's room is still released only as ffmpeg reads past it."""
         clip = self.clip
-        assert clip is not None and clip.proc is not None and clip.shape is not None  # runs come only then
+        assert clip is not None and clip.proc is not None and clip.layout is not None  # runs come only then
         proc = clip.proc
         rows, n = run.rows, run.count
         self.records += n - 1  # handle counted one
-        same = (rows[:, SHAPE_AT : SHAPE_AT + FRAME_SHAPE.size] == clip.shape_row).all(axis=1)
+        (shape_at, pixels_at), (_, nbytes) = clip.layout.offsets, clip.layout.fixed
+        same = (rows[:, shape_at : shape_at + FRAME_SHAPE.size] == clip.shape_row).all(axis=1)
         k = n if same.all() else int(same.argmin())  # frames of the clip's shape (same size, other shape: breaks it)
-        h, w, c = clip.shape
-        pixels = rows[:k, PIXELS_AT : PIXELS_AT + h * w * c]  # a record may end in padding
-        taken, failed = self.feed.send_run(proc, self.position, rows.shape[1], pixels) if k else (0, None)
+        pixels = rows[:k, pixels_at : pixels_at + nbytes]  # a record may end in padding
+        taken, failed = self.feed.send_run(proc, position, rows.shape[1], pixels) if k else (0, None)
         if taken:
-            steps = rows[[0, taken - 1], STEP_AT : STEP_AT + 8].copy().view("<u8").ravel()
+            steps = rows[[0, taken - 1], REC_STEP_AT : REC_STEP_AT + 8].copy().view("<u8").ravel()
             self._count_frames(clip, int(steps[0]), int(steps[1]), taken)
         if failed is None and k < n:
-            shape = FRAME_SHAPE.unpack(rows[k, SHAPE_AT : SHAPE_AT + FRAME_SHAPE.size].tobytes())
+            shape = FRAME_SHAPE.unpack(rows[k, shape_at : shape_at + FRAME_SHAPE.size].tobytes())
             failed = f"frame {clip.frames} has shape {shape}, the clip started with {clip.shape}"
         if failed is not None:
             self._break(failed)
@@ -221,7 +234,8 @@ class Encoder:
     def _start_ffmpeg(self, clip: _Clip, shape: tuple) -> None:
         h, w, c = shape
         clip.shape = shape
-        clip.template = run_template(Kind.FRAME, [FRAME_SHAPE.size, h * w * c])
+        clip.layout = frame_layout(shape)
+        clip.template = clip.layout.run_template()
         clip.shape_row = np.frombuffer(FRAME_SHAPE.pack(*shape), np.uint8)
         clip.cmdline = encode_command(self.cfg.ffmpeg, w, h, c, clip.fps, self._video_path(clip), self.cfg.settings)
         try:
@@ -251,7 +265,7 @@ class Encoder:
         if clip.proc is not None:
             proc, clip.proc = clip.proc, None
             if proc.proc.poll() is None:
-                proc.finish(5.0)  # keep what it encoded so far, playable up to its last fragment
+                proc.finish(BROKEN_FINISH_GRACE_S)  # keep what it encoded so far
             self.feed.clear()  # it read all it will ever read
             clip.exit_status = signal_name(proc.proc.returncode)
             clip.stderr_tail = list(proc.tail)

@@ -1,4 +1,5 @@
-"""Main functions of the workers, one per role (``MAINS``), run by ``python -m envrec.workers``.
+"""Main functions of the workers, one per role (``MAINS``), run by ``python -m envrec.workers``, and the
+worker loop they run (``handle_records``), which hands each record to the role's ``Handler``.
 
 Shutdown protocol of a worker (the env side's is in ``envrec.supervision.supervisor``):
 
@@ -9,14 +10,19 @@ Shutdown protocol of a worker (the env side's is in ``envrec.supervision.supervi
    parent-death signal wakes the worker at once, ``os.getppid()`` checked
    every ``PARENT_CHECK_S`` covers systems without it): the worker drains
    every record already published, finalizes as in 1 but records that the
-   recording did not close cleanly, unlinks the ring its dead owner can no
-   longer unlink, and exits 0.
+   recording did not close cleanly (a serializer drops its checkpoint: no
+   successor can come), and exits 0. Nothing is left to free: the ring is a
+   memfd, which the kernel frees with the last process holding it
+   (``envrec.contract.shm``).
 3. The worker itself fails (an exception: disk full, permission denied...):
    it sends ``("error", traceback)``, raises the BROKEN status word, drops its
    temporary files, keeps what was committed, and goes on consuming and
    discarding records so the env process never blocks on it, until 1 or 2.
-   A worker that hands over (the serializer) instead publishes where the
-   record it failed on lies (``FAILED_AT``/``FAILED_END``) and exits; its
+   A worker whose handler hands over (a ``CheckpointingHandler``, the
+   serializer: ``ReleasePolicy.CHECKPOINTED``) instead publishes where the
+   record it failed on lies (``FAILED_AT``/``FAILED_END``) and exits 1,
+   leaving every record no checkpoint covers in the ring (all of them if it
+   failed to start); its
    successor resumes from the last checkpoint (see ``Suspect``): it takes a
    checkpoint before each record of that range and tries again, one record
    at a time. Failing again there pins the record down: the next successor
@@ -44,16 +50,15 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-from envrec.contract.faults import NO_FAULT
-from envrec.contract.protocol import DONE, ERROR, CheckpointingHandler, Handler, Kind, Status, Suspect
+from envrec.contract.protocol import DONE, ERROR, CheckpointingHandler, Handler, Kind, ReleasePolicy, Status, Suspect
 from envrec.contract.ring import RingSpec
 from envrec.contract.ring_reader import RingReader
 
 from .resources import resources
 
-__all__ = ["MAINS", "encoder_main", "latch_termination", "serializer_main", "vector_serializer_main"]
+__all__ = ["MAINS", "encoder_main", "handle_records", "latch_termination", "serializer_main", "vector_serializer_main"]
 
 logger = logging.getLogger("envrec.workers")
 
@@ -84,21 +89,21 @@ def serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
     """Run a trace serializer until its recorder closes or its env process dies."""
     from .serializer import Serializer
 
-    _run(cfg, lambda status: Serializer(cfg, status=status), ring_spec, conn, parent_pid, hands_over=True)
+    _run(cfg, Serializer, ring_spec, conn, parent_pid)
 
 
 def encoder_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
     """Run a video encoder until its recorder closes or its env process dies."""
     from .encoder import Encoder
 
-    _run(cfg, lambda status: Encoder(cfg, status=status), ring_spec, conn, parent_pid)
+    _run(cfg, Encoder, ring_spec, conn, parent_pid)
 
 
 def vector_serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
     """Run a vector trace serializer (one trace per sub-env) until its recorder closes or its env process dies."""
     from .vector_serializer import VectorSerializer
 
-    _run(cfg, lambda status: VectorSerializer(cfg, status=status), ring_spec, conn, parent_pid)
+    _run(cfg, VectorSerializer, ring_spec, conn, parent_pid)
 
 
 MAINS: dict[str, Callable[[Any, RingSpec, Any, int], None]] = {
@@ -108,22 +113,22 @@ MAINS: dict[str, Callable[[Any, RingSpec, Any, int], None]] = {
 }
 
 
-def _run(cfg, make: Callable[[Callable], Handler], ring_spec: RingSpec, conn, parent_pid: int, hands_over: bool = False) -> None:
+def _run(cfg, role: type[Handler], ring_spec: RingSpec, conn, parent_pid: int) -> None:
     faulthandler.enable()
     reader = RingReader(ring_spec)
     handler: Handler | None = None
     failed = False
     try:
         try:
-            getattr(cfg, "faults", NO_FAULT).injector().point("start")
-            handler = make(reader.set_status)
+            cfg.faults.injector().point("start")
+            handler = role(cfg, status=reader.set_status)
         except Exception:  # noqa: BLE001  (any failure of the handler is reported through the pipe)
             _fail(conn, reader, None)
-            failed = hands_over  # then leave every record in the ring to a successor
+            failed = role.release is ReleasePolicy.CHECKPOINTED  # then leave every record in the ring to a successor
         if not failed:
             reader.set_status(Status.READY, 1)
             try:
-                failed = _loop(reader, handler, conn, parent_pid)
+                failed = handle_records(reader, handler, conn, parent_pid)
             except Exception:  # noqa: BLE001  (a checkpoint between records failed: reported, then handed over)
                 _fail(conn, reader, handler, hand_over=True)
                 failed = True
@@ -167,28 +172,29 @@ def _parent_gone(parent_pid: int) -> bool:
     return os.getppid() != parent_pid
 
 
-def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) -> bool:
-    """Handle records until CLOSE or the env process is gone; True if the worker failed and hands over.
+def handle_records(reader: RingReader, handler: Handler | None, conn, parent_pid: int) -> bool:
+    """The worker loop (tests run it in their own process): hand ``handler`` each record of ``reader`` until
+    CLOSE or the env process is gone; True if the worker failed and hands over to a successor.
 
-    Without a handler (it failed to start) records are discarded and counted until CLOSE.
+    Args:
+        reader: the worker's end of the ring.
+        handler: the role's handler; None (it failed to start): records are discarded and counted until CLOSE.
+        conn: the report pipe (``DONE`` and ``ERROR`` go there).
+        parent_pid: the env process: once it is no longer this process's parent, it is gone.
     """
     broken = handler is None
-    hands_over = getattr(handler, "hands_over", False)  # releases only after its checkpoints
-    ckpt = cast(CheckpointingHandler, handler)  # used only when hands_over
-    if hands_over:
+    policy = handler.release if handler is not None else ReleasePolicy.HANDLED
+    ckpt = handler if isinstance(handler, CheckpointingHandler) else None  # the policy is CHECKPOINTED
+    if ckpt is not None:
         reader.skip_to(ckpt.resume_cursor)  # records its predecessor's checkpoint already covers
-    discarded = 0
-    beats = 0
+    discarded = beats = 0
     last_record_at = time.monotonic()
-    takes_runs = hasattr(handler, "run_template")  # records it may take in runs (see RingReader.poll_run)
-    # A handler whose records outlive their handling (frames ffmpeg has not read yet) says how far to release.
-    release_point: Callable[[int], int] | None = getattr(handler, "release_point", None)
     run_bytes = reader.capacity // 8
-    suspect = ckpt.suspect if hands_over else None
+    suspect = ckpt.suspect if ckpt is not None else None
 
     def poll():
-        if takes_runs and not broken and suspect is None:  # one record at a time across a suspect range
-            template = cast(Any, handler).run_template  # it may change (a clip's frame size)
+        if handler is not None and not broken and suspect is None:  # one record at a time across a suspect range
+            template = handler.run_template  # it may change (a clip's frame size)
             if template is not None and (run := reader.poll_run(template, RUN_RECORDS, run_bytes)) is not None:
                 return run
         return reader.poll()
@@ -199,40 +205,40 @@ def _loop(reader: RingReader, handler: Handler | None, conn, parent_pid: int) ->
         start = reader.cursor
         rec = poll()
         if rec is None:
-            start, rec = _wait_for_record(reader, poll, ckpt if hands_over and not broken else None, last_record_at)
+            start, rec = _wait_for_record(reader, poll, ckpt if not broken else None, last_record_at)
         if rec is None:
             if _parent_gone(parent_pid):
                 break
-            if release_point is not None and not broken:
-                reader.release(release_point(reader.cursor))
+            if policy is ReleasePolicy.RELEASE_POINT and not broken:
+                assert handler is not None  # not broken
+                reader.release(handler.release_point(reader.cursor))
             continue
         last_record_at = time.monotonic()
         done = rec.kind == Kind.CLOSE
         if broken:
             discarded += rec.count
             reader.set_status(Status.DISCARDED, discarded)
-        elif suspect is not None and suspect.covers(start) and _quarantined(ckpt, suspect, start, reader.cursor, rec):
+        elif ckpt is not None and suspect is not None and suspect.covers(start) and _quarantined(ckpt, suspect, start, reader.cursor, rec):
             suspect = None  # skipped: the records after it go on as usual
         else:
             assert handler is not None  # not broken
             try:
-                if hands_over or release_point is not None:
-                    cast(Any, handler).position = start  # where its record starts (both kinds keep it)
-                done = handler.handle(rec)
+                done = handler.handle(rec, start)
             except Exception as exc:  # noqa: BLE001  (reported through the pipe, then handed over)
-                _fail(conn, reader, handler, hand_over=hands_over, blame=(start, reader.cursor, exc) if hands_over else None)
-                if hands_over:
+                hand_over = ckpt is not None
+                _fail(conn, reader, handler, hand_over=hand_over, blame=(start, reader.cursor, exc) if hand_over else None)
+                if hand_over:
                     return True  # exit: the unreleased records wait in the ring for a successor
                 broken = True
             if suspect is not None and reader.cursor >= suspect.end:
                 suspect = None  # past the range without failing: it was not the records' fault
-        _release(reader, broken or done, release_point, ckpt if hands_over else None)
+        _release(reader, policy, None if broken or done else handler, ckpt)
         if done:
             _send_done(conn, handler)
             return False
     if handler is not None and not broken:
         _drain_and_finish(reader, handler, conn)  # the env process is gone
-    if hands_over:
+    if ckpt is not None:
         ckpt.discard_checkpoint()
     return False
 
@@ -254,20 +260,17 @@ def _quarantined(ckpt: CheckpointingHandler, suspect: Suspect, start: int, end: 
     return False
 
 
-def _release(reader: RingReader, everything: bool, release_point: Callable[[int], int] | None,
-             ckpt: CheckpointingHandler | None) -> None:
-    """Give back the room of what was handled: ``everything`` (the worker failed or is done); else up to
-    the handler's ``release_point``; else what a checkpoint covers (``ckpt``: a handler that hands over)."""
-    if everything:
+def _release(reader: RingReader, policy: ReleasePolicy, handler: Handler | None, ckpt: CheckpointingHandler | None) -> None:
+    """Give back the room of what was handled, as the handler's ``policy`` says (``handler`` None: all of
+    it, the worker failed or is done; ``ckpt``: the handler when it is a ``CheckpointingHandler``)."""
+    if handler is None or policy is ReleasePolicy.HANDLED:
         reader.release()
-    elif release_point is not None:
-        reader.release(release_point(reader.cursor))
-    elif ckpt is None:
-        reader.release()
-    elif ckpt.checkpoint_due(reader.held_bytes(), reader.capacity):
+    elif policy is ReleasePolicy.RELEASE_POINT:
+        reader.release(handler.release_point(reader.cursor))
+    elif ckpt is not None and ckpt.checkpoint_due(reader.held_bytes(), reader.capacity):  # CHECKPOINTED
         ckpt.checkpoint(reader.cursor)
         reader.release()
-    else:
+    elif ckpt is not None:
         reader.release(ckpt.checkpointed)  # a commit's checkpoint covers what came before it
 
 
@@ -295,9 +298,12 @@ def _drain_and_finish(reader: RingReader, handler: Handler, conn) -> None:
     """The env process is gone: handle what it published, then finalize (not cleanly) unless a CLOSE came."""
     if _terminated_by is not None:
         logger.info("the env process is gone after %s: committing what the ring holds", _terminated_by)
-    while (rec := reader.poll()) is not None:
+    while True:
+        start = reader.cursor
+        if (rec := reader.poll()) is None:
+            break
         try:
-            if handler.handle(rec):
+            if handler.handle(rec, start):
                 return
         except Exception:  # noqa: BLE001  (reported through the pipe)
             _fail(conn, reader, handler)

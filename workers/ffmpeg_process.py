@@ -35,6 +35,13 @@ __all__ = ["FfmpegError", "FfmpegProcess"]
 
 WATCH_INTERVAL_S = 0.25  # how often the watchdog looks at a write in progress
 FINISH_TIMEOUT_S = 30.0  # how long a clip's last frames may take to encode after stdin closes
+# ffmpeg is dead or dying (a write into its stdin failed, or it was just sent SIGKILL): how long to wait
+# for it to exit, so that its exit status can be named; bounded, a process stuck in the kernel cannot stall the worker.
+FFMPEG_EXIT_GRACE_S = 5.0
+# How long the stderr thread may go on reading ffmpeg's last lines (quoted in the error) once it exited:
+# after a failed write, while the worker is still handling the record; and when a clip's ffmpeg finished.
+STDERR_TAIL_GRACE_S = 1.0
+STDERR_FINISH_GRACE_S = 2.0
 STDERR_TAIL_LINES = 20
 PIPE_BYTES = 1 << 20  # Linux's default cap for an unprivileged pipe size (/proc/sys/fs/pipe-max-size)
 
@@ -126,8 +133,8 @@ class FfmpegProcess:
                         view = view[k:]
                         self._progress(k)
         except OSError as exc:
-            self.proc.wait(5)
-            self._drainer.join(1)
+            self.proc.wait(FFMPEG_EXIT_GRACE_S)
+            self._drainer.join(STDERR_TAIL_GRACE_S)
             reason = self.killed_reason or f"ffmpeg stopped taking frames ({exc.strerror or exc})"
             raise FfmpegError(self.describe(reason)) from None
         finally:
@@ -156,7 +163,7 @@ class FfmpegProcess:
         except subprocess.TimeoutExpired:
             self.kill(f"ffmpeg did not finish within {timeout_s:.0f} s of its input ending")
         self._done.set()
-        self._drainer.join(2)
+        self._drainer.join(STDERR_FINISH_GRACE_S)
         self._stderr.close()
         return self.proc.returncode
 
@@ -165,4 +172,4 @@ class FfmpegProcess:
         self._done.set()
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
-        self.proc.wait(5)
+        self.proc.wait(FFMPEG_EXIT_GRACE_S)

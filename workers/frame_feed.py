@@ -1,7 +1,7 @@
 """Frames from the ring into a clip's ffmpeg, and how much of the ring ffmpeg still needs.
 
 A FRAME record in the ring is its header, its ``FRAME_SHAPE`` part and its
-pixels, at fixed offsets (``SHAPE_AT``, ``PIXELS_AT``). With zero copy
+pixels (``envrec.contract.records.frame_layout``). With zero copy
 (``VideoSettings.zero_copy``) ffmpeg reads the pixels from the ring's own
 pages, so a frame's room may be given back only once ffmpeg has read past
 it: the feed keeps, for each frame handed over, its ring position and the
@@ -15,16 +15,9 @@ import collections
 
 import numpy as np
 
-from envrec.contract.records import FRAME_SHAPE
-from envrec.contract.ring import REC_HEAD, REC_HEAD_BYTES, align
-
 from .ffmpeg_process import FfmpegError, FfmpegProcess
 
-__all__ = ["PIXELS_AT", "SHAPE_AT", "STEP_AT", "FrameFeed"]
-
-SHAPE_AT = align(REC_HEAD_BYTES + 4 * 2)  # after the header and its two part sizes
-PIXELS_AT = SHAPE_AT + align(FRAME_SHAPE.size)
-STEP_AT = REC_HEAD.size - 8  # the step: the header's last field (u64)
+__all__ = ["FrameFeed"]
 
 
 class FrameFeed:

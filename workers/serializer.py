@@ -14,7 +14,9 @@ import logging
 import os
 import time
 
-from envrec.contract.protocol import Kind, SerializerConfig, Status
+import numpy as np
+
+from envrec.contract.protocol import CheckpointingHandler, Kind, SerializerConfig, Status, StatusSink
 from envrec.contract.records import TraceLayout
 from envrec.contract.ring_reader import RUN, RecordRun
 from envrec.formats.atomic import remove_stale_tmp
@@ -41,13 +43,15 @@ CHECKPOINT_RECORDS = 256  # records that may wait in the ring between checkpoint
 IDLE_CHECKPOINT_S = 0.05
 
 
-class Serializer:
-    """Consumes trace records (``handle``) and writes batches and the manifest."""
+class Serializer(CheckpointingHandler):
+    """Consumes trace records (``handle``) and writes batches and the manifest; on a failure a successor
+    takes over its ring from its last checkpoint (see ``envrec.workers.checkpoint``). Args: see ``Handler``."""
 
-    def __init__(self, cfg: SerializerConfig, status=None) -> None:
-        self.cfg = cfg
+    cfg: SerializerConfig
+
+    def __init__(self, cfg: SerializerConfig, status: StatusSink | None = None) -> None:
+        super().__init__(cfg, status)
         self.layout = TraceLayout.from_specs(cfg.observation_space, cfg.action_space)
-        self._status = status or (lambda i, v: None)
         self.manifest_path = os.path.join(cfg.folder, manifest_name(cfg.prefix))
         self.fields = EpisodeFields(cfg.folder, cfg.prefix, self.layout, cfg.observation_space, cfg.action_space, cfg.compression)
         self._wire_handlers()
@@ -64,24 +68,18 @@ class Serializer:
         self._since_checkpoint = 0
         self._checkpoint_at = 0.0
         self._cp_file = CheckpointFile(cfg.folder, cfg.prefix)
-        self.position = 0  # ring position where the record being handled starts (set by the worker loop)
-        self.checkpointed = 0  # ring position the last checkpoint covers
+        self.position = 0  # ring position where the record being handled starts
         self._cp_in_episode = False  # the last checkpoint needs the open episode's spill data
-        self.resume_cursor = 0  # ring position a successor's checkpoint covers
         self.suspect = cfg.suspect  # the record its predecessor failed on (see envrec.contract.protocol.Suspect)
         if cfg.resume:
             self._resume()
         self.write_manifest(complete=False)
 
     # -- checkpoints (see envrec.workers.checkpoint) -------------------------
-
-    hands_over = True  # on a failure, exit and leave the unreleased records to a successor
-
     def checkpoint_due(self, held_bytes: int, capacity: int) -> bool:
         return self._since_checkpoint >= CHECKPOINT_RECORDS or held_bytes > capacity // 4
 
     def idle_checkpoint_in(self) -> float:
-        """The ring ran dry: seconds until what was handled should be checkpointed (<= 0: now)."""
         return self._checkpoint_at + IDLE_CHECKPOINT_S - time.monotonic()
 
     def checkpoint(self, cursor: int, pending: BatchEntry | None = None) -> None:
@@ -167,9 +165,9 @@ class Serializer:
         self._reset_handlers = [handler(k) for k in self.layout.reset_parts()]
 
     @property
-    def run_template(self):
+    def run_template(self) -> np.ndarray | None:
         """The header of the steps the worker loop may hand over in runs (see ``StepRunWriter``), or None."""
-        return self._runs.template if self._runs is not None else None
+        return self._runs.template if self._runs is not None and self.takes_runs else None
 
     def _leaf_handler(self, sink):
         if isinstance(sink, ArrayField):
@@ -177,8 +175,9 @@ class Serializer:
         return lambda mv: sink.write(bytes(mv).decode("utf-8", "surrogatepass"))
 
     # -- records ---------------------------------------------------------
-    def handle(self, rec) -> bool:
+    def handle(self, rec, position: int) -> bool:
         """Consume one record; True once the recording is over (CLOSE)."""
+        self.position = position
         try:
             return self._handle(rec)
         except OSError as exc:
@@ -194,7 +193,6 @@ class Serializer:
         self.write_manifest(complete=False)  # said at once: a later failure must not hide it
 
     def discard_checkpoint(self) -> None:
-        """No successor can come (the env process is gone): the checkpoint has no reader left."""
         self._cp_file.discard()
 
     def _handle(self, rec) -> bool:

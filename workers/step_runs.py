@@ -14,10 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from envrec.contract.faults import FaultSpec
-from envrec.contract.protocol import Kind
-from envrec.contract.records import RST, TraceLayout
-from envrec.contract.ring import REC_HEAD_BYTES, align
-from envrec.contract.ring_reader import run_template
+from envrec.contract.records import RecordLayout, TraceLayout
 
 from .batch_writer import BatchWriter
 from .episode_fields import EpisodeFields
@@ -31,17 +28,17 @@ EMPTY_INFO_JSON = b"{}"
 class StepRunWriter:
     """Writes the columns of a run of STEP records into an episode's fields."""
 
-    def __init__(self, fields: EpisodeFields, arrays: list[ArrayField]) -> None:
+    def __init__(self, fields: EpisodeFields, arrays: list[ArrayField], record: RecordLayout) -> None:
+        """Args:
+            fields: the episode's fields, written column by column.
+            arrays: the fields of the record's fixed parts after its ``RST``, in record order.
+            record: the STEP records' layout (``TraceLayout.step_record``): only fixed parts and the info.
+        """
+        assert record.variable == 1 and record.fixed[1:] == tuple(f.row_bytes for f in arrays)
         self.fields = fields
-        sizes = [RST.size] + [f.row_bytes for f in arrays] + [0]  # the info is empty
-        self.template = run_template(Kind.STEP, sizes)
-        pos = align(REC_HEAD_BYTES + 4 * len(sizes))
-        self.rst = pos
-        pos += align(RST.size)
-        self.columns: list[tuple[ArrayField, int, int]] = []
-        for f in arrays:
-            self.columns.append((f, pos, f.row_bytes))
-            pos += align(f.row_bytes)
+        self.template = record.run_template()  # the info empty
+        self.rst = record.offsets[0]
+        self.columns = [(f, pos, f.row_bytes) for f, pos in zip(arrays, record.offsets[1:], strict=True)]
 
     @classmethod
     def for_layout(cls, layout: TraceLayout, fields: EpisodeFields, faults: FaultSpec) -> StepRunWriter | None:
@@ -52,7 +49,7 @@ class StepRunWriter:
         arrays = [f for f in leaves if isinstance(f, ArrayField)]
         if len(arrays) != len(leaves) or faults.sees_each_record("record"):
             return None
-        return cls(fields, arrays)
+        return cls(fields, arrays, layout.step_record())
 
     def write(self, rows: np.ndarray, batch: BatchWriter, ep: dict) -> None:
         """Write the run's ``rows`` (one per step) and update the episode's return and end flags."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from envrec.contract.protocol import Kind, SerializerConfig, Status, VectorSerializerConfig
+from envrec.contract.protocol import Handler, Kind, SerializerConfig, Status, StatusSink, VectorSerializerConfig
 from envrec.contract.records import RST, TraceLayout
 from envrec.formats.infos import unpack_info
 from envrec.formats.schema import leaf_values
@@ -51,14 +51,20 @@ def split_info(info: dict, i: int, skip: tuple = ()) -> dict:
     return out
 
 
-class VectorSerializer:
-    """Consumes vector records; one Serializer per sub-env writes the files."""
+class VectorSerializer(Handler):
+    """Consumes vector records; one Serializer per sub-env writes the files. No successor takes over from
+    it (its sub-serializers keep no checkpoints): a record's room goes back once it is handled.
+
+    Args:
+        cfg: what to record and where.
+        status: sets the ring's status words (``Status``) for the env process.
+    """
 
     _FINAL = ("final_obs", "final_info")
+    cfg: VectorSerializerConfig
 
-    def __init__(self, cfg: VectorSerializerConfig, status=None) -> None:
-        self.cfg = cfg
-        self._status = status or (lambda i, v: None)
+    def __init__(self, cfg: VectorSerializerConfig, status: StatusSink | None = None) -> None:
+        super().__init__(cfg, status)
         self.subs = [
             Serializer(
                 SerializerConfig(
@@ -77,6 +83,7 @@ class VectorSerializer:
         self.done = [False] * cfg.num_envs  # next-step mode: the next step of this sub-env is its reset
         self.records = 0
         self.steps = 0
+        self.position = 0  # ring position of the vector record being handled
 
     @staticmethod
     def _rows(parts: list, row_bytes: list[int], i: int) -> list:
@@ -85,17 +92,18 @@ class VectorSerializer:
     def _reset(self, i: int, obs_parts: list, meta: bytes, info: dict, step: int) -> None:
         self.episode[i] += 1
         parts = [*obs_parts, meta, pickle.dumps(info, protocol=5) if info else b""]
-        self.subs[i].handle(_View(Kind.RESET, self.episode[i], step, parts))
+        self.subs[i].handle(_View(Kind.RESET, self.episode[i], step, parts), self.position)
 
     def _step(self, i: int, act_parts, obs_parts, reward, term, trunc, info: dict, step: int) -> None:
         if self.episode[i] < 0:
             return
         rst = RST.pack(float(reward), bool(term), bool(trunc))
         parts = [rst, *act_parts, *obs_parts, pickle.dumps(info, protocol=5) if info else b""]
-        self.subs[i].handle(_View(Kind.STEP, self.episode[i], step, parts))
+        self.subs[i].handle(_View(Kind.STEP, self.episode[i], step, parts), self.position)
         self.steps += 1
 
-    def handle(self, rec) -> bool:
+    def handle(self, rec, position: int) -> bool:
+        self.position = position  # the vector record's, for its sub-records (their serializers keep no checkpoint)
         self.records += 1
         if rec.kind == Kind.CLOSE:
             self.finish(clean=True)

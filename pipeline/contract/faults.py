@@ -33,6 +33,7 @@ from dataclasses import dataclass
 __all__ = ["FAULTS_ENV_VAR", "FaultSpec", "from_env"]
 
 FAULTS_ENV_VAR = "ENVREC_FAULTS"
+HANG_NAP_S = 3600.0  # a hang sleeps until it is killed, in naps this long (the nap's length does not matter)
 
 
 class InjectedFault(RuntimeError):
@@ -82,7 +83,7 @@ class Injector:
         if spec.how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         while True:  # hang
-            time.sleep(3600)
+            time.sleep(HANG_NAP_S)
 
 
 NO_FAULT = FaultSpec()

@@ -6,15 +6,21 @@
   ``Status.BROKEN``, and ``(DONE, summary)`` when it finished cleanly.
 * Worker configs: what each role needs, built by the recorder and pickled
   into the worker's memory file at start (see ``envrec.supervision.launcher``).
-* ``Handler`` / ``CheckpointingHandler``: what the worker loop calls on the
-  object a role's main builds.
+* ``Handler`` / ``CheckpointingHandler``: the base class of the object a
+  role's main builds, what the worker loop calls on it, and when the ring
+  space of a handled record goes back to the env process (``ReleasePolicy``).
 * ``signal_name``: how both sides name an exit status.
 """
 
 from __future__ import annotations
 
+import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from enum import Enum
+from typing import Any, ClassVar
+
+import numpy as np
 
 from ..formats.compression import Compression
 from ..formats.ffmpeg import VideoSettings
@@ -30,8 +36,10 @@ __all__ = [
     "EncoderConfig",
     "Handler",
     "Kind",
+    "ReleasePolicy",
     "SerializerConfig",
     "Status",
+    "StatusSink",
     "Suspect",
     "VectorSerializerConfig",
     "signal_name",
@@ -41,48 +49,109 @@ DONE = "done"  # (DONE, summary dict): the worker finished cleanly
 ERROR = "error"  # (ERROR, traceback text): the worker failed; sent before Status.BROKEN is raised
 
 
-class Handler(Protocol):
-    """What a worker role's object offers the worker loop (``envrec.workers.entry``)."""
+StatusSink = Callable[[int, int], None]  # sets a status word (``Status``) of the ring: RingReader.set_status
 
-    def handle(self, rec: Any) -> bool:
-        """Consume one record; True once the recording is over (its CLOSE)."""
-        ...
 
+def _no_status(index: int, value: int) -> None:
+    """A handler driven outside a ring (the vector serializer's sub-serializers, tests) keeps no status."""
+
+
+class ReleasePolicy(Enum):
+    """When the worker loop gives a handled record's room in the ring back to the env process: one per
+    handler class (``Handler.release``), chosen there once."""
+
+    HANDLED = "handled"  # once ``handle`` returned (the vector serializer)
+    RELEASE_POINT = "release point"  # up to the handler's ``release_point`` (the encoder: frames ffmpeg has yet to read)
+    CHECKPOINTED = "checkpointed"  # once a checkpoint covers it; on a failure the rest waits for a successor (the serializer)
+
+
+class Handler(abc.ABC):
+    """What a worker role's object is to the worker loop (``envrec.workers.entry``): one per worker process.
+
+    The loop builds it as ``cls(cfg, status=...)``, then calls ``handle`` for
+    each record (or run of records) until one returns True (the recording's
+    CLOSE), then ``summary``. It calls ``finish(clean=False)`` when the env
+    process is gone without a CLOSE, and ``abort`` after ``handle`` raised.
+
+    Args:
+        cfg: the role's config (``SerializerConfig``, ``VectorSerializerConfig``, ``EncoderConfig``).
+        status: sets one of the ring's status words for the env process; None: none are kept.
+    """
+
+    release: ClassVar[ReleasePolicy] = ReleasePolicy.HANDLED
+
+    def __init__(self, cfg: Any, status: StatusSink | None = None) -> None:
+        self.cfg = cfg
+        self._status: StatusSink = status or _no_status
+        self.takes_runs = True  # False: records come one at a time, never as a run (``run_template``)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # (CheckpointingHandler itself, being defined here, is not named yet)
+        if cls.__module__ != __name__ and (cls.release is ReleasePolicy.CHECKPOINTED) != issubclass(cls, CheckpointingHandler):
+            raise TypeError(f"{cls.__name__}: records are released once checkpointed by a CheckpointingHandler, and only by one")
+
+    @abc.abstractmethod
+    def handle(self, rec: Any, position: int) -> bool:
+        """Consume one record (a ``RecordView``) or run of records (a ``RecordRun``); True once the
+        recording is over (its CLOSE). ``position``: the ring position where it starts."""
+
+    @abc.abstractmethod
     def finish(self, clean: bool, terminated_by: str | None = None) -> None:
         """Finalize what is open; ``clean`` is False when the env process died, ``terminated_by`` names
         the signal (``"SIGTERM"``) that ended the job when the worker got one before its env process went."""
-        ...
 
+    @abc.abstractmethod
     def abort(self, error: str) -> None:
         """Give up after a failure, keeping what was committed."""
-        ...
 
+    @abc.abstractmethod
     def summary(self) -> dict:
         """Figures for the env process, sent with DONE."""
-        ...
+
+    @property
+    def run_template(self) -> np.ndarray | None:
+        """The header of the records the loop may hand over as one run (``RecordLayout.run_template``), or
+        None: one record at a time. It may change between records (a clip's frame size)."""
+        return None
+
+    def release_point(self, cursor: int) -> int:
+        """How far the ring may be released (``ReleasePolicy.RELEASE_POINT``); ``cursor``: all the loop has read."""
+        return cursor
 
 
-class CheckpointingHandler(Handler, Protocol):
-    """A handler whose successor can take over its ring (``hands_over``): records are released only
-    once a checkpoint covers them."""
+class CheckpointingHandler(Handler):
+    """A handler whose successor can take over its ring: records are released only once a checkpoint
+    covers them, and on a failure the worker exits and leaves the rest to a successor that resumes from
+    its last checkpoint (``resume_cursor``)."""
 
-    hands_over: bool
-    position: int  # ring position of the record being handled (set by the loop)
-    checkpointed: int  # ring position the last checkpoint covers
-    resume_cursor: int  # where a successor starts reading
-    suspect: Suspect | None  # the record its predecessor failed on (from its config)
+    release = ReleasePolicy.CHECKPOINTED
 
-    def checkpoint_due(self, held_bytes: int, capacity: int) -> bool: ...
+    def __init__(self, cfg: Any, status: StatusSink | None = None) -> None:
+        super().__init__(cfg, status)
+        self.checkpointed = 0  # ring position the last checkpoint covers
+        self.resume_cursor = 0  # where this worker starts reading: what its predecessor's checkpoint covers
+        self.suspect: Suspect | None = None  # the record its predecessor failed on (from its config)
 
-    def idle_checkpoint_in(self) -> float: ...
+    @abc.abstractmethod
+    def checkpoint_due(self, held_bytes: int, capacity: int) -> bool:
+        """Whether to checkpoint now, with ``held_bytes`` of the ring's ``capacity`` read but not released."""
 
-    def checkpoint(self, cursor: int, pending: BatchEntry | None = None) -> None: ...
+    @abc.abstractmethod
+    def idle_checkpoint_in(self) -> float:
+        """The ring ran dry: seconds until what was handled should be checkpointed (<= 0: now)."""
 
-    def discard_checkpoint(self) -> None: ...
+    @abc.abstractmethod
+    def checkpoint(self, cursor: int, pending: BatchEntry | None = None) -> None:
+        """Make what was handled durable; the records before ring position ``cursor`` may then be released."""
 
+    @abc.abstractmethod
+    def discard_checkpoint(self) -> None:
+        """No successor can come (the env process is gone): the checkpoint has no reader left."""
+
+    @abc.abstractmethod
     def quarantine(self, rec: Any, reason: str) -> None:
         """Skip ``rec``, a record that made this handler's predecessors fail every time: count and name it."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -133,6 +202,7 @@ class VectorSerializerConfig:
     settings: dict = field(default_factory=dict)
     compression: Compression | None = None
     max_bytes: int | None = None
+    faults: FaultSpec = NO_FAULT  # injected on purpose, for tests: at "start" only (see envrec.contract.faults)
 
 
 @dataclass(frozen=True)

@@ -31,19 +31,29 @@ The video stream's kinds:
 * ``CLIP_END``: one part, JSON of what the env side knows (frames it dropped).
 
 Leaves are those of ``envrec.formats.schema.leaves`` for the observation and action
-spaces, in that order. Status words (``ring.STATUS_WORDS``) the serializer
-keeps up to date for the env process are listed in ``Status``.
+spaces, in that order. Where each part of a FRAME, STEP or RESET record lies
+is a ``RecordLayout`` (``frame_layout``, ``TraceLayout.step_record``,
+``TraceLayout.reset_record``): the env side's packer writes by it
+(``envrec.record.packer``), the worker reads runs of records by it
+(``envrec.workers.step_runs``, ``envrec.workers.encoder``).
+
+The status words (``ring.STATUS_WORDS``) a worker keeps up to date for the
+env process are listed in ``Status``.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
-from ..formats.schema import Leaf, leaves
+import numpy as np
 
-__all__ = ["FRAME_SHAPE", "RST", "Kind", "Status", "TraceLayout"]
+from ..formats.schema import Leaf, leaves
+from .ring import REC_HEAD_BYTES, align, record_size
+from .ring_reader import run_template
+
+__all__ = ["FRAME_SHAPE", "RST", "Kind", "RecordLayout", "Status", "TraceLayout", "frame_layout"]
 
 RST = struct.Struct("<d??")  # reward, terminated, truncated: one part, written by one call
 FRAME_SHAPE = struct.Struct("<III")  # height, width, channels of a video frame
@@ -98,6 +108,59 @@ class Status(IntEnum):
 
 
 @dataclass(frozen=True)
+class RecordLayout:
+    """Where the parts of one kind of record lie in the ring (see ``envrec.contract.ring`` for a record's header).
+
+    Its fixed-size parts come first, each at an offset from the record's start
+    known once for all records of the layout; then ``variable`` parts whose
+    sizes each record says. The first fixed part is a record's *lead* where it
+    has one (a STEP's ``RST``, a FRAME's ``FRAME_SHAPE``): the env side packs
+    it with the header in one call.
+
+    Args:
+        kind: the records' ``Kind``.
+        fixed: the sizes of the fixed parts, in record order.
+        variable: how many variable-size parts follow them.
+    """
+
+    kind: int
+    fixed: tuple[int, ...]
+    variable: int = 0
+    offsets: tuple[int, ...] = field(init=False)  # where each fixed part starts, from the record's start
+
+    def __post_init__(self) -> None:
+        pos, offsets = self.head_bytes, []
+        for size in self.fixed:
+            offsets.append(pos)
+            pos += align(size)
+        object.__setattr__(self, "offsets", tuple(offsets))
+
+    @property
+    def nparts(self) -> int:
+        return len(self.fixed) + self.variable
+
+    @property
+    def head_bytes(self) -> int:
+        """The header and its part sizes, padded to the ring's alignment: where the first part starts."""
+        return align(REC_HEAD_BYTES + 4 * self.nparts)
+
+    @property
+    def fixed_bytes(self) -> int:
+        """Where the variable parts start: the size of a record whose variable parts are all empty."""
+        return record_size([*self.fixed, *[0] * self.variable])
+
+    def run_template(self) -> np.ndarray:
+        """The header words of the records a worker may take as a run (``RingReader.poll_run``): those of
+        this layout whose variable parts are all empty."""
+        return run_template(self.kind, [*self.fixed, *[0] * self.variable])
+
+
+def frame_layout(shape: tuple[int, int, int]) -> RecordLayout:
+    """A FRAME record of a (height, width, channels) frame: its ``FRAME_SHAPE``, then its pixels."""
+    return RecordLayout(Kind.FRAME, (FRAME_SHAPE.size, shape[0] * shape[1] * shape[2]))
+
+
+@dataclass(frozen=True)
 class TraceLayout:
     """Where each field sits among a record's parts."""
 
@@ -107,6 +170,20 @@ class TraceLayout:
     @classmethod
     def from_specs(cls, obs_spec: dict, act_spec: dict) -> TraceLayout:
         return cls(tuple(leaves(obs_spec)), tuple(leaves(act_spec)))
+
+    def step_record(self) -> RecordLayout:
+        """Where the parts of a STEP record lie: ``RST``, the fixed action and observation leaves; then the
+        Text leaves and the info (in the order of ``step_parts``)."""
+        arrays = [leaf.nbytes for lvs in (self.act_leaves, self.obs_leaves) for leaf in lvs if leaf.kind == "array"]
+        texts = sum(leaf.kind == "text" for leaf in self.act_leaves + self.obs_leaves)
+        return RecordLayout(Kind.STEP, (RST.size, *arrays), texts + 1)
+
+    def reset_record(self) -> RecordLayout:
+        """Where the parts of a RESET record lie: the fixed observation leaves; then the Text leaves, the
+        reset's meta and the info (in the order of ``reset_parts``)."""
+        arrays = [leaf.nbytes for leaf in self.obs_leaves if leaf.kind == "array"]
+        texts = sum(leaf.kind == "text" for leaf in self.obs_leaves)
+        return RecordLayout(Kind.RESET, tuple(arrays), texts + 2)
 
     def _keyed(self, root: str, lvs: tuple[Leaf, ...], kind: str) -> list[tuple]:
         return [(root, *leaf.path) for leaf in lvs if leaf.kind == kind]

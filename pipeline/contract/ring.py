@@ -68,6 +68,8 @@ __all__ = [
     "KIND_PAD",
     "MAGIC",
     "REC_HEAD",
+    "REC_HEAD_BYTES",
+    "REC_STEP_AT",
     "STATUS_WORDS",
     "WAIT_SLICE_S",
     "ConsumerGone",
@@ -91,6 +93,7 @@ _W_STATUS = 24  # word index of the first status word (byte 192)
 KIND_PAD = 0
 REC_HEAD = struct.Struct("<IHHQQ")  # length, kind, nparts, episode, step
 REC_HEAD_BYTES = REC_HEAD.size  # 24
+REC_STEP_AT = REC_HEAD_BYTES - 8  # where a record's step lies in its header (the last field, u64)
 ALIGN = 8
 
 PREFAULT_CHUNK_BYTES = 1 << 20
@@ -119,9 +122,10 @@ class RingSpec:
     """Everything a worker process needs to use a ring: the segment's descriptor and the wake-up fds.
 
     The fds are valid in the worker because the launcher passes them down
-    (``pass_fds``) at the same numbers. The worker maps the segment through
-    its descriptor, not its name, so it can map it even when its owner died
-    (and the name was unlinked) before the worker started.
+    (``pass_fds``) at the same numbers. The segment is a memfd, mapped
+    through its descriptor (it has no file to open by ``name``, which only
+    names it in messages and in ``/proc/<pid>/fd``): a worker maps it even
+    when its owner died before the worker started.
     """
 
     name: str

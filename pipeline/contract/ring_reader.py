@@ -26,6 +26,7 @@ from .ring import (
     RingSpec,
     _Segment,
     align,
+    record_size,
 )
 from .shm import map_segment
 from .wakeup import Wakeup
@@ -75,16 +76,15 @@ def run_template(kind: int, sizes: list[int]) -> np.ndarray:
     """The header words every record of a run must have: length, kind, part count and sizes (the episode
     and step words are left 0: they are not compared)."""
     nparts = len(sizes)
-    head = align(REC_HEAD_BYTES + 4 * nparts)
-    length = head + sum(align(s) for s in sizes)
-    raw = bytearray(head)
-    REC_HEAD.pack_into(raw, 0, length, kind, nparts, 0, 0)
+    raw = bytearray(align(REC_HEAD_BYTES + 4 * nparts))
+    REC_HEAD.pack_into(raw, 0, record_size(sizes), kind, nparts, 0, 0)
     struct.pack_into(f"<{nparts}I", raw, REC_HEAD_BYTES, *sizes)
     return np.frombuffer(bytes(raw), "<u8")
 
 
 class RingReader:
-    """The consuming side of a ring; lives in a worker process and never unlinks."""
+    """The consuming side of a ring; lives in a worker process. ``close`` drops only its own mapping: the
+    ring is a memfd, which the kernel frees when the last process holding it is gone (``envrec.contract.shm``)."""
 
     def __init__(self, spec: RingSpec) -> None:
         self._map = map_segment(spec.segment_fd)

@@ -1,6 +1,6 @@
 """Finding ffmpeg and building its command lines (pure functions, unit-tested).
 
-Discovery order (DESIGN.md): an explicit path, the ``ENVREC_FFMPEG``
+Discovery order (``find_ffmpeg``): an explicit path, the ``ENVREC_FFMPEG``
 environment variable, ``ffmpeg`` on PATH, ``avconv`` on PATH, then the binary
 that ``imageio-ffmpeg`` ships, so a plain ``pip install`` records video.
 

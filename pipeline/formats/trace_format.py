@@ -1,4 +1,4 @@
-"""The trace format: file names, manifest and batch layout (see DESIGN.md).
+"""The trace format: file names, manifest and batch layout (``docs/format.md`` describes it for readers).
 
 A superset of openai/gym-recording's, so that its playback module reads
 envrec traces unchanged when the default prefix is kept:

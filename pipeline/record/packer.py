@@ -1,7 +1,8 @@
 """Env side: write trace records straight into the ring, one copy per array.
 
 A ``RecordPacker`` knows, once and for all, where each fixed-size part of its
-kind of record lies (see ``records``); per call it reserves the record,
+kind of record lies (its ``RecordLayout``, from ``envrec.contract.records``:
+the worker reads the records by the same one); per call it reserves the record,
 lets each leaf codec check and copy its value in place, appends the few
 variable-size parts (infos, Text), then writes the header, the part sizes
 and the record's scalar ``lead`` part (a STEP's reward and flags) with one
@@ -17,8 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..contract.records import FRAME_SHAPE, RST, Kind
-from ..contract.ring import REC_HEAD, REC_HEAD_BYTES, RingWriter, align
+from ..contract.records import FRAME_SHAPE, RST, RecordLayout, TraceLayout, frame_layout
+from ..contract.ring import REC_HEAD, REC_HEAD_BYTES, RingWriter
 from ..formats.schema import compile_flattener, leaf_codecs, reward_value
 
 __all__ = ["RecordPacker", "TracePacker", "frame_packer"]
@@ -28,23 +29,24 @@ class RecordPacker:
     """Writes one kind of record: an optional scalar lead part, fixed parts at precomputed offsets, then
     variable parts."""
 
-    def __init__(self, kind: int, fixed: list[tuple[int, Callable]], n_variable: int, lead: struct.Struct | None = None) -> None:
-        self.kind = kind
-        self.nparts = (lead is not None) + len(fixed) + n_variable
-        head_bytes = REC_HEAD_BYTES + 4 * self.nparts
-        pad = align(head_bytes) - head_bytes
+    def __init__(self, layout: RecordLayout, puts: list[Callable], lead: struct.Struct | None = None) -> None:
+        """Args:
+            layout: where the record's parts lie (``envrec.contract.records``), its lead part first if it has one.
+            puts: for each fixed part after the lead, ``put(value, buf, offset)`` that checks a value and copies it in place.
+            lead: the lead part's struct, packed with the header (its size is the layout's first fixed part).
+        """
+        n_lead = lead is not None
+        assert len(puts) + n_lead == len(layout.fixed) and (lead is None or lead.size == layout.fixed[0])
+        self.kind = layout.kind
+        self.nparts = layout.nparts
+        pad = layout.head_bytes - (REC_HEAD_BYTES + 4 * self.nparts)
         lead_format = lead.format.lstrip("<") if lead is not None else ""
         # The record header, the part sizes, padding to 8 bytes and the lead part: packed by one call.
         self._head = struct.Struct(f"{REC_HEAD.format}{self.nparts}I{pad}x{lead_format}")
-        pos = align(head_bytes) + (align(lead.size) if lead is not None else 0)
-        offsets = []
-        for size, _ in fixed:
-            offsets.append(pos)
-            pos += align(size)
-        self.fixed_bytes = pos
-        self._fns = tuple(put for _, put in fixed)
-        self._offs = tuple(offsets)
-        self._fixed_sizes: tuple[int, ...] = ((lead.size,) if lead is not None else ()) + tuple(size for size, _ in fixed)
+        self.fixed_bytes = layout.fixed_bytes
+        self._fns = tuple(puts)
+        self._offs = layout.offsets[n_lead:]
+        self._fixed_sizes = layout.fixed
 
     def write(self, ring: RingWriter, episode: int, step: int, values: list, variable: list, lead: tuple = ()) -> bool:
         """Write one record; False if the ring's policy dropped it. RecordError leaves nothing published."""
@@ -116,11 +118,13 @@ class TracePacker:
         self._has_text = any(self._obs_text) or any(self._act_text)
         self._obs_enc = [c.encode for c in obs if c.size is None]
         self._act_enc = [c.encode for c in act if c.size is None]
-        fixed_obs: list[tuple[int, Callable]] = [(c.size, c.put) for c in obs if c.size is not None and c.put is not None]
-        fixed_act: list[tuple[int, Callable]] = [(c.size, c.put) for c in act if c.size is not None and c.put is not None]
-        n_text = len(self._obs_enc) + len(self._act_enc)
-        self.step = RecordPacker(Kind.STEP, fixed_act + fixed_obs, n_text + 1, lead=RST)
-        self.reset = RecordPacker(Kind.RESET, fixed_obs, len(self._obs_enc) + 2)
+        put_obs: list[Callable] = [c.put for c in obs if c.put is not None]
+        put_act: list[Callable] = [c.put for c in act if c.put is not None]
+        layout = TraceLayout.from_specs(obs_spec, act_spec)
+        step = layout.step_record()
+        assert step.fixed[1:] == tuple(c.size for c in act + obs if c.put is not None)  # the codecs write what it says
+        self.step = RecordPacker(step, put_act + put_obs, lead=RST)
+        self.reset = RecordPacker(layout.reset_record(), put_obs)
         # One leaf each (no Dict, Tuple or Text): the values are the leaves, no flattening needed.
         self._single_leaves = act_spec["type"] not in ("Dict", "Tuple", "Text") and obs_spec["type"] not in ("Dict", "Tuple", "Text")
 
@@ -162,4 +166,4 @@ def frame_packer(shape: tuple[int, int, int]) -> RecordPacker:
         else:  # a view (flipped, strided, Fortran order): still one copy, laid out in C order in the ring
             np.copyto(np.frombuffer(buf, np.uint8, nbytes, off).reshape(frame.shape), frame)
 
-    return RecordPacker(Kind.FRAME, [(nbytes, put_pixels)], 0, lead=FRAME_SHAPE)
+    return RecordPacker(frame_layout(shape), [put_pixels], lead=FRAME_SHAPE)
