@@ -5,20 +5,22 @@ env process has seen of the worker (``WorkerFacts``: its pipe, its status
 words, its exit status), with one precedence. Those facts only accumulate,
 so the states that may follow each other are few; ``TRANSITIONS`` lists
 them, and a ``Worker`` logs any other step it observes (a bug in how the
-facts are gathered)::
+facts are gathered). The usual paths::
 
-    STARTING ──> RUNNING ──> FINISHED   (sent its summary: the output is complete)
-        │           ├──────> FAILED     (sent a traceback or raised BROKEN)
-        │           ├──────> HUNG       (its heartbeat stopped: killed)
-        │           ├──────> DIED       (exited without finishing: a signal, a crash)
-        │           └──────> UNFINISHED (stopped by ``close`` before it finished)
-        └──────────────────> DIED_EARLY (exited before it was ready)
+    STARTING ──> RUNNING ──> FINISHED    sent its summary: the output is complete
+        │           ├──────> FAILED      sent a traceback or raised BROKEN
+        │           ├──────> HUNG        its heartbeat stopped: killed
+        │           ├──────> DIED        exited without finishing: a signal, a crash
+        │           └──────> UNFINISHED  stopped by ``close`` before it finished
+        └──────────────────> DIED_EARLY  exited before it was ready
 
-A dead worker's last words (a traceback, a summary) may reach the pipe after
-its exit status is seen: DIED, DIED_EARLY and HUNG may then become FAILED or
-FINISHED. At ``close`` the state is judged one last time and then frozen:
-only the worker's own words count then (a traceback, a summary), HUNG and
-DIED become UNFINISHED.
+Between two looks a worker may have gone further (STARTING, then already
+FINISHED or DIED). A dead worker's last words (a traceback, a summary) may
+reach the pipe after its exit status is seen: DIED, DIED_EARLY and HUNG may
+then become FAILED or FINISHED. At ``close`` the state is judged one last
+time and then frozen: only the worker's own words count then (a traceback,
+a summary), and a worker that was HUNG, DIED or only raised BROKEN is
+UNFINISHED (DIED_EARLY if it never was ready).
 """
 
 from __future__ import annotations
