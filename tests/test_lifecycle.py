@@ -4,10 +4,17 @@ the restart policy is explicit and consistent."""
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 
+import gymnasium as gym
+import numpy as np
 import pytest
 
+import envrec
 from envrec.supervision.lifecycle import ENDED, TRANSITIONS, Restart, RestartPolicy, WorkerFacts, WorkerState, observe
+
+from .waiting import wait_for
 
 S = WorkerState
 FROZEN_AT_EXIT = ("ready", "hung", "broken")  # status words and the hang verdict: final once the process is gone
@@ -71,3 +78,18 @@ def test_restart_policies():
         RestartPolicy(Restart.HAND_OVER)
     with pytest.raises(TypeError, match="takes a config exactly when it restarts workers"):
         RestartPolicy(Restart.NEVER, "cfg")
+
+
+def test_a_killed_vector_serializer_is_never_replaced(tmp_path):
+    """RestartPolicy.never: the stream stays broken with the death named; the env goes on, records dropped."""
+    env = envrec.RecordVectorTrace(gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2), tmp_path)
+    env.reset(seed=0)
+    os.kill(env.stats()["worker_pid"], signal.SIGKILL)
+    actions = np.zeros(2, np.int64)
+    assert wait_for(lambda: env.step(actions) and env.stats()["broken"] is not None, 10)
+    dropped = env.stats()["records_dropped"]
+    env.step(actions)
+    stats = env.stats()
+    env.close()
+    assert stats["restarts"] == 0 and "the vector serializer process died (SIGKILL(-9))" in stats["broken"]
+    assert stats["records_dropped"] == dropped + 1
