@@ -41,9 +41,9 @@ __all__ = ["Worker", "WorkerState", "signal_name"]
 
 logger = logging.getLogger(__name__)
 
-KILL_WAIT_S = 5.0  # how long a worker killed for a hang gets to be reaped (SIGKILL: the kernel's time only)
-TERM_GRACE_S = 2.0  # how long a worker that outlived close_timeout_s gets after SIGTERM (its handler exits at once)
-REAP_GRACE_S = 2.0  # how long SIGKILL then gets to be reaped before the worker is given up as unkillable
+HUNG_REAP_S = 5.0  # a worker killed for a hang: how long its death may take to be seen (SIGKILL: the kernel's time only)
+TERM_GRACE_S = 2.0  # a worker that outlived close_timeout_s: its last time to finish after SIGTERM (which it latches, not obeys)
+KILL_REAP_S = 2.0  # then after SIGKILL: how long before it is left as unkillable (stuck in the kernel) and close goes on
 
 
 class Worker:
@@ -87,7 +87,7 @@ class Worker:
         self.hang_reason = f"the {self.role} made no progress for {timeout_s:g} s (hung) and was killed"
         logger.error("envrec: %s", self.hang_reason)
         self._proc.kill()
-        self._proc.wait(KILL_WAIT_S)
+        self._proc.wait(HUNG_REAP_S)
         return True
 
     def usable(self) -> bool:
@@ -199,7 +199,7 @@ class Worker:
             proc.wait(TERM_GRACE_S)
         if proc.returncode is None:
             proc.kill()
-            proc.wait(REAP_GRACE_S)
+            proc.wait(KILL_REAP_S)
         self.exitcode = proc.returncode
         if self.summary is None:
             self._reap_orphaned_child()
