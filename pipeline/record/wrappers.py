@@ -200,8 +200,8 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         settings: a ``VideoSettings`` (codec, preset, crf, ...). Default: its defaults.
         ffmpeg: the ffmpeg executable. Default None: ``$ENVREC_FFMPEG``, then
             ``ffmpeg`` (or ``avconv``) on PATH, then ``imageio-ffmpeg``'s.
-        max_bytes: a disk budget for this recorder's clips; beyond it the
-            oldest whole clips are deleted, never the newest (``clips_evicted``).
+        max_bytes: a disk budget for this recorder's clips; beyond it the oldest
+            whole clips are deleted, never the newest (``clips_evicted``). Default None.
         keep_last_clips: keep at most this many clips (the newest). Default None.
         on_clip_closed: ``callback(video_path, meta)``, called in this process
             from the next ``step()``/``reset()``/``close()`` after the encoder
@@ -222,6 +222,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             (not uint8 HxW, HxWx3 or HxWx4, or a shape that changed); without
             it the clip is marked broken, logged once, and the env goes on.
         ClosedError: a clip started after ``close()``.
+        WorkerError: only with ``strict=True``: the encoder failed.
     """
 
     def __init__(
