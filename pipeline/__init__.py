@@ -89,6 +89,7 @@ _EXPORTS = {
     "Unrepresentable": ".formats.infos",
     "close_on_signals": ".supervision.signals",
     "EnvrecError": ".errors",
+    "ClosedError": ".errors",
     "ConfigError": ".errors",
     "RecordError": ".errors",
     "RecordTooLargeError": ".errors",
@@ -99,7 +100,7 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604  (the exported names are the keys above, kept once)
 
 if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr__ imports lazily)
-    from .errors import ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
+    from .errors import ClosedError, ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
     from .export import to_arrow  # noqa: F401
     from .formats.compression import Compression  # noqa: F401
     from .formats.ffmpeg import VideoSettings  # noqa: F401

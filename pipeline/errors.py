@@ -1,20 +1,35 @@
-"""The errors envrec raises.
+"""The errors envrec raises, by whose fault it is.
 
-Two families, kept apart so callers can tell them apart:
+Catch the family you can act on; every error envrec raises on purpose is an
+``EnvrecError``:
 
-* ``RecordError`` (a ``ValueError``) and ``ConfigError``: *you* handed envrec
-  something it cannot record or configure. The message says what was
-  expected, what arrived, and what to do.
-* ``WorkerError``: the *other side* failed: a worker process died or reported
-  an exception. It carries the worker's traceback text as ``__cause__``.
-* ``TraceError`` (a ``ValueError``): what is on disk is missing, damaged or
-  not a trace. The message names the file and, where one is at fault, the
-  field.
+* ``ClosedError`` (a ``RecordError``): *your misuse* of a recorder's life: a
+  call after ``close()``, a step before the first reset, a recorder used in
+  a process forked from the one that made it. Nothing was recorded; fix the
+  order of the calls.
+* ``RecordError`` (a ``ValueError``): *a bad value* handed to a recorder: an
+  observation, action, reward or frame that does not match what it was told
+  to expect. ``RecordTooLargeError`` is one too big for its ring.
+* ``ConfigError`` (a ``ValueError``): *a bad setting*: an option, folder,
+  name prefix, budget or ring size envrec cannot honour, raised when the
+  recorder (or reader) is made, before anything is recorded.
+* ``WorkerError`` (a ``RuntimeError``): *the other side failed*: a worker
+  process died, hung or reported an exception (raised only with
+  ``strict=True``; otherwise it is logged and counted). ``__cause__`` holds
+  the worker's traceback as a ``RemoteTraceback`` when it sent one.
+  ``SharedMemoryError`` (an ``OSError``): the system refused the shared
+  memory (most often /dev/shm is too small).
+* ``TraceError`` (a ``ValueError``): *a damaged folder*: what is on disk is
+  missing, incomplete, damaged or not envrec's. The message names the file
+  and, where one is at fault, the field.
+
+Each message says what was expected, what arrived, and what to do.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ClosedError",
     "ConfigError",
     "EnvrecError",
     "RecordError",
@@ -31,11 +46,19 @@ class EnvrecError(Exception):
 
 
 class ConfigError(EnvrecError, ValueError):
-    """A recorder was configured with settings it cannot honour."""
+    """A recorder or reader was configured with settings it cannot honour (raised before anything is recorded)."""
 
 
 class RecordError(EnvrecError, ValueError):
     """A value handed to a recorder does not match what it was told to expect."""
+
+
+class ClosedError(RecordError):
+    """A recorder was used when it cannot be: after ``close()``, before the call that must come first
+    (a step before any reset), or in a process forked from the one that made it.
+
+    A ``RecordError`` too, so ``except RecordError`` clauses written before it existed still catch it.
+    """
 
 
 class RecordTooLargeError(RecordError):
@@ -51,11 +74,15 @@ class TraceError(EnvrecError, ValueError):
 
 
 class WorkerError(EnvrecError, RuntimeError):
-    """A worker process died or failed; ``__cause__`` holds its traceback when known."""
+    """A worker process died, hung or failed; ``__cause__`` holds its traceback when known."""
 
 
 class RemoteTraceback(Exception):
-    """The formatted traceback of an exception raised in a worker process."""
+    """The formatted traceback of an exception raised in a worker process.
+
+    Args:
+        tb: the traceback text, as the worker formatted it.
+    """
 
     def __init__(self, tb: str) -> None:
         super().__init__(tb)

@@ -23,9 +23,36 @@ BACKPRESSURE_POLICIES = ("block", "drop")
 class StreamOptions:
     """How a recorder hands records to its worker, and what it does when the worker fails.
 
-    Each field says what it accepts (``envrec.option_checks``); a bad value is
-    a ``ConfigError`` naming the field when the options are made, so when the
-    recorder is built.
+    Every recorder and wrapper takes ``options=StreamOptions(...)`` or these
+    fields as keyword arguments (keywords win).
+
+    Args:
+        ring_bytes: shared memory for records in flight, a positive integer
+            (at least 4096). Default None: the recorder's own (traces 64 MiB,
+            frames 128 MiB).
+        backpressure: when the ring is full, ``"block"`` (default) waits for
+            room, so nothing is lost; ``"drop"`` drops the record at once and
+            counts it (``records_dropped``).
+        block_timeout_s: with ``"block"``, give up on a record (drop and count
+            it) after this many seconds. Default None: wait as long as the
+            worker lives.
+        strict: False (default): a failed worker is logged once, the recording
+            marked broken and the env goes on. True: the next call raises
+            ``WorkerError``, the worker's traceback as its cause.
+        close_timeout_s: how long ``close()`` waits for the worker to finish
+            its output before it is terminated. Default 60.
+        max_restarts: failed workers replaced before the stream is marked
+            broken, an integer >= 0. Default 3.
+        hang_timeout_s: a worker whose heartbeat stops for this many seconds
+            is killed (and replaced, as a failed one). Default 60; None never
+            judges a worker hung.
+        timing: time every call (the ``call_*`` stats; 0.1-1 µs a call).
+            Default True.
+
+    Raises:
+        ConfigError: a field of the wrong type or out of range, naming the
+            field and what it accepts, when the options are made (so when
+            the recorder is built).
     """
 
     # shared memory for records in flight; None: the recorder's default (traces 64 MiB, frames 128 MiB)
@@ -50,7 +77,10 @@ class StreamOptions:
 
     @classmethod
     def merge(cls, options: StreamOptions | None, fields: dict[str, Any]) -> StreamOptions:
-        """``options`` (or the defaults) with ``fields`` (keyword arguments of the same names) applied."""
+        """``options`` (or the defaults) with ``fields`` (keyword arguments of the same names) applied.
+
+        ``ConfigError`` when ``options`` is not a StreamOptions, ``TypeError`` for a field of no such name.
+        """
         if options is not None and not isinstance(options, StreamOptions):
             raise ConfigError(f"options must be a StreamOptions or None, not {options!r}")
         known = {f.name for f in dataclasses.fields(cls)}

@@ -1,4 +1,4 @@
-"""A recorder used in a forked child says so (RecordError) instead of losing its records; the child
+"""A recorder used in a forked child says so (ClosedError, a RecordError) instead of losing its records; the child
 never closes, or writes into, its parent's recording."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _in_forked_child(rec: envrec.TraceRecorder, obs: np.ndarray) -> dict:
                 rec.add_reset(obs, {})
             report[call] = "recorded"
         except envrec.RecordError as exc:
-            report[call] = str(exc)
+            report[call] = f"{type(exc).__name__}: {exc}"
     rec.close()  # harmless: the recording is the parent's
     stream_module._close_forgotten()  # what interpreter exit runs
     report["closed_in_child"] = rec.closed
@@ -52,7 +52,8 @@ def test_a_forked_child_is_refused_and_leaves_the_parents_recording_alone(tmp_pa
         report = json.loads(f.read())
     assert os.waitpid(pid, 0)[1] == 0
     for call in ("add_step", "add_reset"):
-        assert "is a fork of it" in report[call] and str(os.getpid()) in report[call], report
+        assert report[call].startswith("ClosedError: ") and "is a fork of it" in report[call], report
+        assert str(os.getpid()) in report[call], report
     assert report["closed_in_child"] is False
     for _ in range(10):
         rec.add_step(1, obs, 1.0, False, False, {})

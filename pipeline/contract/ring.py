@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import RecordTooLargeError
+from ..errors import ConfigError, RecordTooLargeError
 from .shm import create_segment
 from .wakeup import Wakeup
 
@@ -160,7 +160,7 @@ class RingWriter:
     def __init__(self, capacity: int) -> None:
         capacity = align(int(capacity))
         if capacity < 4096:
-            raise ValueError(f"a ring needs at least 4096 bytes, not {capacity}")
+            raise ConfigError(f"a ring needs at least 4096 bytes, not {capacity}")
         self.capacity = capacity
         self._shm = create_segment(HEADER_BYTES + capacity)
         assert self._shm.buf is not None  # just created

@@ -48,30 +48,48 @@ _STRINGS = Accepts("a tuple of strings", lambda v: isinstance(v, tuple | list) a
 class VideoSettings:
     """How clips are encoded. Defaults measured on RL-sized frames (see README, "Video").
 
-    Each field says what it accepts; a bad value is a ``ConfigError`` naming it.
+    Args:
+        codec: ffmpeg's video codec. Default ``"libx264"``.
+        preset: the codec's preset; default ``"ultrafast"``, the lowest CPU
+            per frame (larger files). None: the codec's default.
+        crf: constant rate factor, 0-63 (lower: better and larger). Default 23;
+            None: the codec's default.
+        pix_fmt: the encoded pixel format. Default ``"yuv420p"``, what browsers play.
+        threads: ffmpeg's encoder threads; default 1, as fast as more on small
+            frames and kinder to the env's core. 0: ffmpeg's automatic threading.
+        filter_threads: threads of the RGB -> YUV conversion; default 1, less CPU
+            in all (measured). 0: ffmpeg's default.
+        scaler: swscale's conversion; default ``"fast_bilinear"``, the cheapest
+            (about 19 % less CPU a frame). ``""``: ffmpeg's default.
+        keyframe_interval_s: seconds between keyframes, so the length of a
+            fragment: what a kill can cost a clip at most. Default 1.0.
+        nice: ffmpeg's niceness, -20 to 19; default 10, so on a busy machine the
+            env's process gets the CPU first.
+        stall_timeout_s: ffmpeg taking no input this many seconds is hung: killed,
+            its clip broken. Default 10.0; ``hang_timeout_s`` must exceed it.
+        faststart: remux a clip closed cleanly into a standard MP4 with its index
+            first (about 40 ms of CPU per clip, mostly ffmpeg starting). Default
+            True; False keeps the fragmented MP4, which browsers and players play.
+        zero_copy: hand frames to ffmpeg as references to the ring's pages
+            (vmsplice), not copies. Default True; False writes them (one copy).
+        extra_args: more ffmpeg output arguments, a tuple of strings, placed
+            before the output file. Default none.
+
+    Raises:
+        ConfigError: a field of the wrong type or out of range, naming it.
     """
 
     codec: str = field(default="libx264", metadata=accepts(STR))
-    preset: str | None = field(default="ultrafast", metadata=accepts(optional(STR)))  # lowest CPU per frame; larger files
+    preset: str | None = field(default="ultrafast", metadata=accepts(optional(STR)))
     crf: float | None = field(default=23, metadata=accepts(optional(number_in(0, 63))))
-    pix_fmt: str = field(default="yuv420p", metadata=accepts(STR))  # what browsers play
-    # as fast as more threads on small frames, and kinder to the env's core (0: ffmpeg's automatic threading)
+    pix_fmt: str = field(default="yuv420p", metadata=accepts(STR))
     threads: int = field(default=1, metadata=accepts(NON_NEGATIVE_INT))
-    # the RGB -> YUV conversion: one thread costs less CPU in all (measured); 0: ffmpeg's default
     filter_threads: int = field(default=1, metadata=accepts(NON_NEGATIVE_INT))
-    # swscale's cheapest conversion; with fewer threads ~19 % less CPU a frame ("" : ffmpeg's default)
     scaler: str = field(default="fast_bilinear", metadata=accepts(STR))
-    keyframe_interval_s: float = field(default=1.0, metadata=accepts(POSITIVE_NUMBER))  # fragment length: what a kill can cost at most
-    # ffmpeg's niceness: on a busy machine the env's process gets the CPU first
+    keyframe_interval_s: float = field(default=1.0, metadata=accepts(POSITIVE_NUMBER))
     nice: int = field(default=10, metadata=accepts(int_in(-20, 19)))
-    # ffmpeg taking no input this long is hung: killed, its clip broken
     stall_timeout_s: float = field(default=10.0, metadata=accepts(POSITIVE_NUMBER))
-    # A clip closed cleanly is remuxed into a standard MP4 with its index first. That second ffmpeg run
-    # costs ~40 ms of CPU per clip whatever its length (most of it ffmpeg starting): 1-2 ms per frame
-    # for clips of a few dozen frames. False keeps the fragmented MP4, which browsers and players play.
     faststart: bool = field(default=True, metadata=accepts(BOOL))
-    # Frames reach ffmpeg as references to the ring's pages (vmsplice), not copies: the encoder worker's
-    # CPU per frame falls to what handing over the pages costs. False writes them (one copy, as before).
     zero_copy: bool = field(default=True, metadata=accepts(BOOL))
     extra_args: tuple[str, ...] = field(default_factory=tuple, metadata=accepts(_STRINGS))
 
@@ -123,7 +141,7 @@ def encode_command(
 ) -> list[str]:
     """The command that encodes raw frames from stdin into a fragmented MP4 at ``out_path``."""
     if channels not in PIX_FMT_IN:
-        raise ValueError(f"frames must have 1, 3 or 4 channels, not {channels}")
+        raise ConfigError(f"frames must have 1, 3 or 4 channels, not {channels}")
     cmd = [exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
     if settings.filter_threads:
         cmd += ["-filter_threads", str(settings.filter_threads)]

@@ -54,7 +54,18 @@ _SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxother = 3, 200, 200
 
 @dataclass(frozen=True)
 class Unrepresentable:
-    """Stands for an info value envrec could not store (its type and repr are kept)."""
+    """Stands for an info value envrec could not store: what ``TraceReader`` returns in its place.
+
+    An object the worker could not import (a user class, a function), one that
+    cannot be pickled (a generator, an open file, a lock), or a container
+    nested too deep or holding itself is recorded as its type and repr
+    instead; the rest of the info is recorded as usual.
+
+    Args:
+        type: the value's type, ``"module.QualifiedName"``.
+        repr: its repr (bounded in length for values the env side replaced; after
+            ``<why>`` when it says why it was replaced).
+    """
 
     type: str
     repr: str

@@ -38,7 +38,7 @@ import os
 import re
 from typing import Any, TypedDict
 
-from ..errors import TraceError
+from ..errors import ConfigError, TraceError
 from ..option_checks import Accepts
 from .atomic import write_atomic
 from .inside import open_inside
@@ -130,9 +130,9 @@ def default_prefix() -> str:
 
 
 def check_prefix(prefix: str) -> str:
-    """Refuse prefixes that could name a file outside the output folder."""
+    """``prefix`` itself; ``ConfigError`` for one that could name a file outside the output folder."""
     if not isinstance(prefix, str) or not _SAFE_PREFIX.match(prefix) or ".." in prefix or len(prefix) > 200:
-        raise ValueError(
+        raise ConfigError(
             f"name prefix {prefix!r} is not allowed: use letters, digits, '.', '_' and '-' "
             f"(no path separators, no '..', at most 200 characters)"
         )

@@ -51,7 +51,23 @@ _DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, O
 
 @dataclass
 class Episode:
-    """One recorded episode. ``observations`` has one row more than ``actions``."""
+    """One recorded episode, as ``TraceReader`` returns it. ``observations`` has one row more than ``actions``.
+
+    Attributes:
+        index: its position across the reader (0, 1, ...).
+        episode_id: its number in its recording (the recorder's count of resets).
+        observations: N+1 rows, the reset observation first (a dict or tuple of arrays for Dict/Tuple spaces).
+        actions: N rows (a dict or tuple of arrays for Dict/Tuple spaces).
+        rewards, terminations, truncations: N rows each.
+        infos: N+1 dicts, the reset info first.
+        seed, options: what ``reset`` was given (None when nothing).
+        length: N, the number of steps.
+        total_reward: the sum of ``rewards``; None when it is not finite.
+        ended_by: "terminated", "truncated", or why the recording stopped inside it: "reset" (reset
+            before it ended), "close", "crash" (the env process died).
+        complete: True when the episode ended by itself (terminated or truncated).
+        extra: fields of the episode record this envrec does not know (written by a newer one).
+    """
 
     index: int
     episode_id: int

@@ -63,12 +63,20 @@ class _BatchRef:
 class TraceReader:
     """Episodes of every recording in ``directory`` (or only of ``prefix``), in order.
 
+    ``len(reader)``, ``reader[i]`` (negative indices count from the end) and
+    iteration give ``Episode`` objects; ``refresh()`` sees batches a live
+    recording committed since.
+
     Args:
         directory: the folder holding the recordings' files.
-        prefix: read only the recording with this file prefix.
-        verify: check each batch's CRC-32 when it is first loaded (reads its files once).
+        prefix: read only the recording with this file prefix. Default None: every recording in the folder.
+        verify: check each batch's CRC-32 when it is first loaded (reads its files once). Default True.
         on_damaged: ``"raise"`` (the default): a damaged manifest or batch raises ``TraceError`` naming
             it; ``"skip"``: read the intact ones and list the others in ``damaged``.
+
+    Raises:
+        ConfigError: ``on_damaged`` is neither ``"raise"`` nor ``"skip"``.
+        TraceError: a manifest or batch is missing, damaged or not envrec's (with ``on_damaged="raise"``).
     """
 
     def __init__(

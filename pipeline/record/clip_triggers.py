@@ -33,12 +33,16 @@ def capped_cubic_video_schedule(episode_id: int) -> bool:
 
 @dataclass(frozen=True)
 class EpisodeOutcome:
-    """The episode a clip ends in, as far as it went.
+    """The episode a clip ends in, as far as it went: what ``RecordVideo``'s ``keep_if`` is given.
 
-    ``length`` counts steps; ``terminated``/``truncated`` are the last step's
-    (both False for a clip ended mid-episode, by ``video_length``, a step
-    trigger or ``close()``); ``info`` is the last step's info (the reset's
-    before any step).
+    Args:
+        episode_id: the episode's number (``RecordVideo.episode_id``).
+        episode_return: the sum of its rewards so far.
+        length: the steps it took so far.
+        terminated: the last step's ``terminated``.
+        truncated: the last step's ``truncated`` (both False for a clip ended
+            mid-episode, by ``video_length``, a step trigger or ``close()``).
+        info: the last step's info (the reset's before any step). Default ``{}``.
     """
 
     episode_id: int

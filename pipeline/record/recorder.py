@@ -16,7 +16,7 @@ from typing import Any, Self
 
 from ..contract.faults import NO_FAULT, FaultSpec, from_env
 from ..contract.protocol import SerializerConfig, Status
-from ..errors import ConfigError, RecordError
+from ..errors import ClosedError, ConfigError
 from ..formats.atomic import remove_stale_tmp
 from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
@@ -32,6 +32,7 @@ from ..formats.trace_format import (
 )
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, STR, check_options, optional
 from ..options import StreamOptions
+from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stats import CallTimes, summary_line
 from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
 from .commit_watch import BatchCallback, CommitWatcher
@@ -105,12 +106,35 @@ class TraceRecorder:
     """Records one environment's resets and steps into ``directory`` as trace batches.
 
     ``add_reset`` / ``add_step`` copy each array once into a shared-memory
-    ring; a serializer worker process writes the batches. ``backpressure``
-    says what happens when the ring is full: ``"block"`` waits for room
-    (nothing is lost; ``block_timeout_s`` bounds the wait, after which the
-    record is dropped and counted), ``"drop"`` drops the record at once and
-    counts it (see ``StreamOptions``: ``options=`` or its fields as keyword
-    arguments). ``compression`` and ``max_bytes``: see ``RecordTrace``.
+    ring; a serializer worker process writes the batches. The recorder under
+    ``RecordTrace``, for loops that do not step a ``gymnasium.Env``; use it
+    as a context manager or call ``close()``.
+
+    Args:
+        directory: the output folder, created if needed.
+        observation_space: the space every observation must fit.
+        action_space: the space every action must fit.
+        name_prefix: the recording's file prefix; default None:
+            gym-recording's ``openaigym.trace.<n>.<pid>``.
+        env_id: the env's id, written into the manifest. Default None.
+        batch_bytes: about how many bytes of records make one batch. Default 5,000,000.
+        compression, max_bytes, on_batch_committed: as for ``RecordTrace``.
+        options: a ``StreamOptions``; its fields may also come as keyword
+            arguments (``**stream_options``), which win. ``backpressure``
+            says what happens when the ring is full: ``"block"`` waits for
+            room (nothing is lost; ``block_timeout_s`` bounds the wait),
+            ``"drop"`` drops the record at once and counts it.
+        faults: a fault to inject into the serializer (tests). Default None:
+            ``$ENVREC_FAULTS``, or none.
+        start_method: deprecated and ignored (a ``DeprecationWarning``).
+
+    Raises:
+        ConfigError: a bad option, a folder that cannot be written, a name
+            prefix already used there, a ring too small for one step, a
+            budget smaller than two batches.
+        RecordError: ``add_reset``/``add_step`` given a value that does not fit the spaces.
+        ClosedError: ``add_step`` before any ``add_reset``, or any call after ``close()``.
+        WorkerError: only with ``strict=True``: the serializer failed.
     """
 
     def __init__(
@@ -165,7 +189,7 @@ class TraceRecorder:
             cfg,
             opts,
             ring_bytes=ring_bytes,
-            successor_config=dataclasses.replace(cfg, resume=True, faults=NO_FAULT),  # a fault fires once
+            restart=RestartPolicy.hand_over(dataclasses.replace(cfg, resume=True, faults=NO_FAULT)),  # a fault fires once
             where=self.directory,
             on_broken=self._on_broken,
         )
@@ -235,7 +259,7 @@ class TraceRecorder:
         if self._commits is not None:
             self.poll()
         if self._episode < 0:
-            raise RecordError("add_step() before any add_reset(): a trace episode starts with its reset observation")
+            raise ClosedError("add_step() before any add_reset(): a trace episode starts with its reset observation")
         self._step += 1
         self._stream.send(
             self._packer.write_step,

@@ -35,6 +35,7 @@ from ..formats.schema import describe_space, leaf_values, leaves
 from ..formats.trace_format import PREFIX, check_prefix, default_prefix, manifest_name
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Accepts, check_options, int_in, optional
 from ..options import StreamOptions
+from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
 from .clip_triggers import capped_cubic_video_schedule
 from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
@@ -72,9 +73,30 @@ def _as_part(x, dtype: str, shape: tuple, where: str) -> memoryview:
 class RecordVectorTrace(VectorWrapper):
     """Records every sub-env of a vector env as its own trace (``PREFIX.envI.manifest.json`` ...).
 
-    ``compression`` and ``max_bytes`` as for ``RecordTrace``; the budget holds for each sub-env's trace.
-    Stream options (``options=StreamOptions(...)`` or its fields as keywords) as for every recorder;
-    a failed vector serializer is not replaced (it keeps no checkpoints), so ``max_restarts`` has no effect.
+    Each batched array of a step is copied into the ring once; the vector
+    serializer splits it per sub-env, following the env's autoreset mode.
+    Read sub-env I with ``TraceReader(directory, prefix=wrapper.prefix_of(I))``.
+
+    Args:
+        env: the vector env (its sub-envs' spaces must hold no Text space).
+        directory: the output folder, created if needed.
+        name_prefix: the file prefix before ``.envI``. Default None: a fresh
+            ``openaigym.trace.<n>.<pid>``.
+        batch_bytes: about how many bytes of records make one batch. Default 5,000,000.
+        compression: as for ``RecordTrace``. Default None.
+        max_bytes: as for ``RecordTrace``; the budget holds for each sub-env's trace.
+        options: a ``StreamOptions``; its fields may also come as keyword
+            arguments (``**stream_options``), which win. A failed vector
+            serializer is not replaced (it keeps no checkpoints), so
+            ``max_restarts`` has no effect.
+        start_method: deprecated and ignored (a ``DeprecationWarning``).
+
+    Raises:
+        ConfigError: a bad option, a folder that cannot be written, a name
+            prefix already used there, a Text space.
+        RecordError: from ``step()``/``reset()``, a batched value of the wrong dtype or shape.
+        ClosedError: a call after ``close()``.
+        WorkerError: only with ``strict=True``: the serializer failed.
     """
 
     def __init__(
@@ -120,6 +142,7 @@ class RecordVectorTrace(VectorWrapper):
         )
         self._stream = Stream(
             "vector serializer", "vector-serializer", cfg, opts, ring_bytes=ring_bytes, where=self.directory,
+            restart=RestartPolicy.never(),  # it keeps no checkpoints a successor could resume from
             on_broken=self._record_failure,
         )
         self._steps = 0
@@ -215,16 +238,31 @@ RECORD_VECTOR_VIDEO_OPTIONS = {
 class RecordVectorVideo(VectorWrapper):
     """Clips of chosen sub-envs of a vector env, one per triggered sub-env episode; optionally a tiled clip.
 
-    ``sub_envs`` picks which sub-envs get clips (default: the first), named
-    ``NAME_PREFIX-envJ-episode-N.mp4``; ``episode_trigger`` is called with the
-    sub-env's own episode count (default: Gymnasium's capped cubic schedule);
-    ``video_length`` > 0 caps a clip's frames. ``tiled_step_trigger`` records
-    ``tiled_length`` vector steps of all sub-envs side by side
-    (``NAME_PREFIX-tiled-step-N.mp4``). Frames are rendered only while a clip
-    records. Each clip is encoded by its own encoder worker process.
-    ``recorder_options`` go to each ``VideoRecorder`` (one per recorded
-    sub-env, one for the tiled clips): ``max_bytes`` and ``keep_last_clips``
-    hold for each of them.
+    Frames are rendered only while a clip records. Each recorded sub-env (and
+    the tiled clip) has its own ``VideoRecorder``, so its own encoder worker
+    process; ``close()`` closes them all, then the env.
+
+    Args:
+        env: the vector env, its sub-envs made with ``render_mode="rgb_array"``.
+        video_folder: where the clips go, created if needed.
+        sub_envs: which sub-envs get clips, named
+            ``NAME_PREFIX-envJ-episode-N.mp4``. Default ``(0,)``.
+        episode_trigger: ``trigger(n) -> bool`` with the sub-env's own episode
+            count. Default: Gymnasium's capped cubic schedule.
+        video_length: frames per clip; default 0: the whole episode.
+        name_prefix: the clips' file prefix. Default ``"rl-video"``.
+        fps: frames per second. Default None: the env's ``render_fps`` (30 without one).
+        tiled_step_trigger: ``trigger(step) -> bool``: start a clip of all
+            sub-envs side by side (``NAME_PREFIX-tiled-step-N.mp4``). Default
+            None: no tiled clips.
+        tiled_length: vector steps per tiled clip. Default 200.
+        recorder_options: ``VideoRecorder``'s keyword arguments (settings,
+            ffmpeg, stream options...), for each recorder; ``max_bytes`` and
+            ``keep_last_clips`` hold for each of them.
+
+    Raises:
+        ConfigError: sub-envs without frames, ``sub_envs`` out of range, or
+            a bad option (naming it).
     """
 
     def __init__(
@@ -246,7 +284,7 @@ class RecordVectorVideo(VectorWrapper):
         from .video import VideoRecorder
 
         if env.render_mode != "rgb_array":
-            raise ValueError(f"render_mode is {env.render_mode!r}: RecordVectorVideo needs sub-envs made with render_mode='rgb_array'")
+            raise ConfigError(f"render_mode is {env.render_mode!r}: RecordVectorVideo needs sub-envs made with render_mode='rgb_array'")
         bad = [j for j in sub_envs if not 0 <= j < self.num_envs]
         if bad:
             raise ConfigError(f"sub_envs {bad} out of range for {self.num_envs} sub-envs")

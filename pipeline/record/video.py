@@ -22,7 +22,6 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any, Self
 
@@ -32,15 +31,17 @@ from ..contract.faults import NO_FAULT, FaultSpec, from_env
 from ..contract.protocol import EncoderConfig, Kind, Status
 from ..errors import ConfigError, RecordError, RecordTooLargeError
 from ..formats.atomic import remove_stale_tmp
-from ..formats.clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_meta
+from ..formats.clip_meta import ClipMeta, meta_path, read_clip_meta
 from ..formats.ffmpeg import VideoSettings, find_ffmpeg
 from ..formats.trace_format import check_prefix
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, Accepts, check_options, optional
 from ..options import StreamOptions
+from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
+from .clip_state import ClipState, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
-from .packer import RecordPacker, frame_packer
+from .packer import frame_packer
 from .recorder import check_folder
 
 __all__ = ["DEFAULT_FRAME_RING_BYTES", "VIDEO_RECORDER_OPTIONS", "ClipCallback", "VideoRecorder", "check_text_frame"]
@@ -51,23 +52,6 @@ logger = logging.getLogger(__name__)
 
 _UINT8 = np.dtype(np.uint8)
 DEFAULT_FRAME_RING_BYTES = 128 << 20  # ~170 frames of 720p: slack while ffmpeg catches up
-
-
-@dataclass
-class _ClipState:
-    name: str
-    kind: str
-    episode_id: int | None
-    fps: float
-    shape: tuple | None = None
-    frames: int = 0
-    dropped: int = 0
-    broken: str | None = None
-    keep: bool = True
-    blocked_at_start: float = 0.0
-    calls_at_start: tuple[int, int] = (0, 0)
-    packer: RecordPacker | None = None  # once a frame went through: the fast path for frames like it
-    raw_shape: tuple = ()  # that frame's shape as given (2-D or 3-D)
 
 
 # What VideoRecorder's own options accept (the stream's are StreamOptions', the encoder's VideoSettings').
@@ -88,9 +72,38 @@ class VideoRecorder:
 
     ``start_clip(name)`` / ``add_frame(frame, step)`` / ``end_clip()``; a clip
     named NAME becomes ``NAME.mp4`` (``NAME.cast`` for text) and
-    ``NAME.meta.json`` in ``folder``. ``max_bytes`` and ``keep_last_clips``
-    bound the clips this recorder keeps: the worker deletes the oldest whole
-    clips beyond them (never the newest), counted in ``clips_evicted``.
+    ``NAME.meta.json`` in ``folder``. The recorder under ``RecordVideo``;
+    use it as a context manager or call ``close()``. A failed encoder is
+    replaced by a fresh one before the next clip, at most ``max_restarts``
+    times; the clips it did not finish get a ``.meta.json`` saying why.
+
+    Args:
+        folder: where the clips go, created if needed.
+        fps: frames per second of the clips, a positive number. Default 30.
+        settings: a ``VideoSettings``. Default: its defaults.
+        ffmpeg: the ffmpeg executable. Default None: found as ``RecordVideo`` says.
+        env_id: the env's id, written into each clip's metadata. Default None.
+        max_bytes: a disk budget for this recorder's clips: the worker deletes
+            the oldest whole clips beyond it, never the newest
+            (``clips_evicted``). Default None: no budget.
+        keep_last_clips: keep at most this many clips (the newest). Default None.
+        on_clip_closed: ``callback(video_path, meta)`` per finished clip, as
+            for ``RecordVideo``. Default None.
+        options: a ``StreamOptions``; its fields may also come as keyword
+            arguments (``**stream_options``), which win. ``hang_timeout_s``
+            must exceed ``settings.stall_timeout_s``.
+        faults: a fault to inject into the encoder (tests). Default None:
+            ``$ENVREC_FAULTS``, or none.
+        start_method: deprecated and ignored (a ``DeprecationWarning``).
+
+    Raises:
+        ConfigError: a bad option (naming it), no ffmpeg found, a folder that
+            cannot be written, ``hang_timeout_s`` not above the stall timeout,
+            a clip name that could leave the folder (``start_clip``).
+        RecordError: only with ``strict=True``, a frame the clip cannot take;
+            without it the clip is marked broken and later frames dropped.
+        ClosedError: ``start_clip`` after ``close()``.
+        WorkerError: only with ``strict=True``: the encoder failed.
     """
 
     def __init__(
@@ -137,16 +150,16 @@ class VideoRecorder:
             cfg,
             opts,
             ring_bytes=opts.ring_or(DEFAULT_FRAME_RING_BYTES),
-            restart_config=dataclasses.replace(cfg, faults=NO_FAULT),  # a fault fires once
+            restart=RestartPolicy.fresh_per_clip(dataclasses.replace(cfg, faults=NO_FAULT)),  # a fault fires once
         )
         self.times = CallTimes() if opts.timing else None
         self._first_frame_at: float | None = None
-        self.clip: _ClipState | None = None
+        self.clip: ClipState | None = None
         self.clips_started = 0
         self.frames_sent = 0
         self.frames_dropped = 0
         self._warned_broken = False
-        self._unreported: deque[_ClipState] = deque()  # clips sent, not yet known finished
+        self._unreported: deque[ClipState] = deque()  # clips sent, not yet known finished
         self._clips_seen = 0
         register_closer(self)
 
@@ -172,7 +185,7 @@ class VideoRecorder:
             self.end_clip()
         self._recover()
         self.poll()
-        self.clip = _ClipState(name, "ansi" if text else "video", episode_id, self.fps)
+        self.clip = ClipState(name, "ansi" if text else "video", episode_id, self.fps)
         self.clip.blocked_at_start = self._stream.blocked_s
         if self.times is not None:
             self.clip.calls_at_start = (self.times.count, self.times.total_ns)
@@ -261,7 +274,7 @@ class VideoRecorder:
         if self._stream.broken is not None:
             self._write_unfinished_meta(self._stream.broken)
 
-    def _clip_end_part(self, clip: _ClipState) -> bytes:
+    def _clip_end_part(self, clip: ClipState) -> bytes:
         """What the env side knows of a clip, for its ``.meta.json``."""
         env = {"frames_dropped_env_side": clip.dropped, "blocked_s": self._stream.blocked_s - clip.blocked_at_start}
         if self.times is not None:
@@ -321,9 +334,8 @@ class VideoRecorder:
         self._stream.check()
         if self._stream.broken is None:
             return
-        if self._stream.restarts < self.max_restarts:
-            reason = self._stream.broken
-            self._stream.restart()  # the failed worker is gone after this: what it did not finish stays unfinished
+        reason = self._stream.broken
+        if self._stream.restart():  # the failed worker is gone after this: what it did not finish stays unfinished
             self._write_unfinished_meta(reason)
             self._unreported.clear()
             self._clips_seen = self._stream.status(Status.CLIPS)
@@ -336,34 +348,7 @@ class VideoRecorder:
         and those queued behind it): a clip whose ``.meta.json`` the worker never wrote gets one saying why."""
         for clip in self._unreported:
             if not os.path.exists(meta_path(self.folder, clip.name)):
-                self._write_broken_meta(clip, reason)
-
-    def _write_broken_meta(self, clip: _ClipState, reason: str | None) -> None:
-        """The metadata of a clip whose worker failed before writing it."""
-        path = meta_path(self.folder, clip.name)
-        ext = ".cast" if clip.kind == "ansi" else ".mp4"
-        video = os.path.join(self.folder, clip.name + ext)
-        meta: ClipMeta = {
-            "content_type": "application/x-asciicast" if clip.kind == "ansi" else "video/mp4",
-            "name": clip.name,
-            "path": os.path.basename(video) if os.path.exists(video) and os.path.getsize(video) else None,
-            "episode_id": clip.episode_id,
-            "frames_sent": clip.frames,
-            "frames_written": None,  # unknown: the encoder died before saying
-            "frames_dropped": clip.dropped,
-            "fps": clip.fps,
-            "empty": clip.frames == 0,
-            "broken": True,
-            "reason": reason,
-            "error": reason,
-            "written_by": "env process",  # the encoder died before finishing this clip
-        }
-        try:
-            if meta["path"] is None and os.path.exists(video):
-                os.unlink(video)
-            write_clip_meta(path, meta)
-        except OSError as exc:  # never into the env's step; the stream is already reported broken
-            logger.error("envrec: could not write the metadata of broken clip %s: %s", clip.name, exc)
+                write_broken_meta(self.folder, clip, reason)
 
     # -- counters and ending -----------------------------------------------------
     def stats(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
+from ..errors import ConfigError
 from ..formats.compression import Compression
 from ..formats.ffmpeg import VideoSettings
 from ..formats.trace_format import PREFIX, check_prefix
@@ -32,29 +33,50 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
     The successor of gym-recording's ``TraceRecordingWrapper`` (which ignored
     its directory). For an episode of N steps the trace holds N+1 observations
     (the reset's first), N actions, rewards, terminations and truncations, and
-    N+1 infos. Files are named ``openaigym.trace.<n>.<pid>.*`` unless
-    ``name_prefix`` is given, so gym-recording's playback reads them as is.
-
-    ``compression="zstd"`` (or ``"zstd:LEVEL"``, ``"lz4"``, a ``Compression``)
-    stores arrays compressed in chunks, in the serializer worker; the default
-    ``None`` keeps the files readable by gym-recording's playback.
-    ``max_bytes`` is a disk budget for this recording's batches: beyond it
-    the oldest whole batches are evicted (``batches_evicted`` in ``stats()``).
-    ``on_batch_committed(json_path, entry)`` is called in this process, from
-    the next ``step()``/``reset()``/``close()`` after the serializer commits a
-    batch (never blocking on it), once per batch, oldest first.
-
-    Stream options (ring size, backpressure, strict, restarts, timeouts,
-    timing) come as ``options=StreamOptions(...)`` or as its fields by name.
+    N+1 infos; ``TraceReader(directory)`` reads them back. Each array is copied
+    once into shared memory; a serializer worker process writes the files.
 
     ``close()`` flushes everything, waits for the serializer and frees the
     shared memory; it then closes ``env`` as every Gymnasium wrapper does.
-    A ``recorder`` passed in by the caller is the caller's: it is not closed.
 
-    Bad values (an observation of another shape, a non-numeric reward) raise
-    ``RecordError`` from ``step()``/``reset()`` after the env has stepped;
-    nothing recorded before is lost. A failing worker never raises unless
-    ``strict=True``: it is logged, and the recording is marked broken.
+    Args:
+        env: the environment to record.
+        directory: the output folder, created if needed. Exactly one of
+            ``directory`` and ``recorder`` is given.
+        name_prefix: the recording's file prefix (letters, digits, ``.``,
+            ``_``, ``-``). Default None: ``openaigym.trace.<n>.<pid>``, so
+            gym-recording's playback reads the files as they are.
+        batch_bytes: about how many bytes of records make one batch (one
+            commit). Default 5,000,000.
+        compression: ``"zstd"``, ``"zstd:LEVEL"``, ``"lz4"`` or a
+            ``Compression``: arrays stored compressed in chunks, in the
+            worker. Default None: uncompressed, readable by gym-recording.
+        max_bytes: a disk budget for this recording's batches: beyond it the
+            oldest whole batches are evicted (``batches_evicted`` in
+            ``stats()``); at least two batches. Default None: no budget.
+        on_batch_committed: ``callback(json_path, entry)``, called in this
+            process from the next ``step()``/``reset()``/``close()`` after
+            the serializer commits a batch (never blocking on it), once per
+            batch, oldest first. Default None.
+        recorder: a ``TraceRecorder`` of the caller's, instead of
+            ``directory``; it is the caller's to close.
+        options: a ``StreamOptions`` (ring size, backpressure, strict,
+            restarts, timeouts, timing); its fields may also come as keyword
+            arguments (``**stream_options``), which win.
+        start_method: deprecated and ignored (a ``DeprecationWarning``).
+
+    Raises:
+        ConfigError: a bad option (naming it and what it accepts), a folder
+            that cannot be written, a name prefix already used there.
+        TypeError: both or neither of ``directory`` and ``recorder``, or an
+            unknown keyword argument.
+        RecordError: from ``step()``/``reset()``, after the env has stepped: a
+            value that does not match the spaces (an observation of another
+            shape, a non-numeric reward); nothing recorded before is lost.
+        ClosedError: ``step()`` before any ``reset()``, or any call after
+            ``close()``.
+        WorkerError: only with ``strict=True``: the serializer failed. Without
+            it a failure is logged once and the recording marked broken.
     """
 
     def __init__(
@@ -150,28 +172,57 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Records clips of ``env``'s rendered frames, as ``gymnasium.wrappers.RecordVideo`` does.
 
     The same constructor, defaults, triggers and file names as Gymnasium 1.x
-    (``video_folder/NAME_PREFIX-episode-N.mp4``, ``...-step-N.mp4``; the
-    capped-cubic episode schedule by default; ``video_length`` frames per clip
-    when positive), so switching is a one-line import change. The differences:
-    frames are encoded by a worker process instead of being held in memory and
-    encoded inside ``reset()``; each clip gets a ``.meta.json``; ``ansi``
-    environments are recorded as asciicast (``.cast``); ``gc_trigger``
-    defaults to ``None`` because no frames are held (a full collection per
-    clip would only stall the step). Options after ``gc_trigger`` are envrec's;
-    ``max_bytes`` and ``keep_last_clips`` bound the clips kept on disk (the
-    oldest are deleted, never the newest; ``clips_evicted`` in ``stats()``).
+    (``video_folder/NAME_PREFIX-episode-N.mp4``, ``...-step-N.mp4``), so
+    switching is a one-line import change. The differences: frames are
+    encoded by a worker process instead of being held in memory and encoded
+    inside ``reset()``; each clip gets a ``.meta.json``; ``ansi``
+    environments are recorded as asciicast (``.cast``). ``close()`` ends the
+    current clip, waits for the encoder, then closes ``env``.
 
-    ``on_clip_closed(video_path, meta)`` is called in this process, from the
-    next ``step()``/``reset()``/``close()`` after the encoder has finished a
-    clip (its file complete on disk, its ``.meta.json`` written): for
-    W&B, TensorBoard, an upload. ``video_path`` is None for a clip with no
-    playable file (``meta["broken"]`` says why). ``keep_if(outcome)`` decides,
-    when a clip ends, whether it is kept: it gets an ``EpisodeOutcome``
-    (return, length, terminated/truncated, last info of the episode the clip
-    ends in); a clip it refuses is deleted by the encoder and counted in
-    ``clips_discarded``. ``fps`` defaults to the env's ``render_fps``; one frame
-    is recorded per step, so for an env whose step spans several frames
-    (frame skip) pass ``fps=render_fps / frameskip`` to play in real time.
+    Args:
+        env: the environment, made with ``render_mode="rgb_array"`` (or
+            ``"ansi"``, ``"rgb_array_list"``).
+        video_folder: where the clips go, created if needed.
+        episode_trigger: ``trigger(episode_id) -> bool``: record this episode.
+            Default (when neither trigger is given): Gymnasium's capped cubic
+            schedule (episodes 0, 1, 8, 27, ..., then every 1000th).
+        step_trigger: ``trigger(step_id) -> bool``: start a clip at this step.
+        video_length: frames per clip; default 0: the whole episode.
+        name_prefix: the clips' file prefix. Default ``"rl-video"``.
+        fps: frames per second of the clips. Default None: the env's
+            ``render_fps`` (30 without one). One frame is recorded per step:
+            for an env whose step spans several frames (frame skip) pass
+            ``fps=render_fps / frameskip`` to play in real time.
+        disable_logger: accepted for Gymnasium's signature (no moviepy here).
+        gc_trigger: ``trigger(episode_id) -> bool``: ``gc.collect()`` after a
+            clip. Default None, unlike Gymnasium: no frames are held, so a
+            full collection per clip would only stall the step.
+        settings: a ``VideoSettings`` (codec, preset, crf, ...). Default: its defaults.
+        ffmpeg: the ffmpeg executable. Default None: ``$ENVREC_FFMPEG``, then
+            ``ffmpeg`` (or ``avconv``) on PATH, then ``imageio-ffmpeg``'s.
+        max_bytes: a disk budget for this recorder's clips; beyond it the oldest
+            whole clips are deleted, never the newest (``clips_evicted``). Default None.
+        keep_last_clips: keep at most this many clips (the newest). Default None.
+        on_clip_closed: ``callback(video_path, meta)``, called in this process
+            from the next ``step()``/``reset()``/``close()`` after the encoder
+            finished a clip (its file complete, its ``.meta.json`` written):
+            for W&B, TensorBoard, an upload. ``video_path`` is None for a clip
+            with no playable file (``meta["broken"]`` says why).
+        keep_if: ``keep_if(outcome) -> bool``, asked when a clip ends with the
+            ``EpisodeOutcome`` of the episode it ends in; a clip it refuses
+            is deleted by the encoder (``clips_discarded``). Default: keep all.
+        options: a ``StreamOptions``; its fields may also come as keyword
+            arguments (``**stream_options``), which win.
+        start_method: deprecated and ignored (a ``DeprecationWarning``).
+
+    Raises:
+        ConfigError: a render mode without frames (None, ``"human"``), a bad
+            option (naming it), no ffmpeg found, a folder that cannot be written.
+        RecordError: only with ``strict=True``, a frame the clip cannot take
+            (not uint8 HxW, HxWx3 or HxWx4, or a shape that changed); without
+            it the clip is marked broken, logged once, and the env goes on.
+        ClosedError: a clip started after ``close()``.
+        WorkerError: only with ``strict=True``: the encoder failed.
     """
 
     def __init__(
@@ -338,7 +389,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
 def _check_render_mode(render_mode: str | None) -> None:
     """Gymnasium's RecordVideo refuses these modes with these words; so does ours (ansi is recorded as text)."""
     if render_mode in {None, "human"}:
-        raise ValueError(
+        raise ConfigError(
             f"Render mode is {render_mode}, which is incompatible with RecordVideo. "
             "Initialize your environment with a render_mode that returns an image, such as rgb_array "
             "(or text: ansi)."

@@ -61,6 +61,7 @@ __all__ = ["PYTHON_ENV_VAR", "STDERR_TAIL_LINES", "WorkerProcess"]
 PYTHON_ENV_VAR = "ENVREC_PYTHON"
 STDERR_TAIL_LINES = 20  # lines of a worker's output kept to explain its death
 CHILD_GRACE_S = 2.0  # how long a killed worker's children (ffmpeg) get to finish on their own
+OUTPUT_DRAIN_S = 1.0  # how long a dead worker's last output may take to arrive (its pipe closes with its last child)
 LATCHED_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})  # a worker starts with these blocked, until it can take them
 
 
@@ -207,7 +208,7 @@ class WorkerProcess:
         if self.start_error is not None:
             return self.start_error
         if self._drain is not None and self.returncode is not None:
-            self._drain.join(1.0)  # the pipe closes with the worker (or its last child)
+            self._drain.join(OUTPUT_DRAIN_S)
         return "\n".join(self.tail)
 
     def close(self) -> None:

@@ -6,8 +6,12 @@ under the backpressure policy and counts what is dropped; every
 the stream checks its worker. A failed worker is logged once with its cause
 and the stream is marked broken: later records are dropped and counted, the
 env goes on. With ``strict=True`` the next call raises ``WorkerError``
-instead, the worker's traceback as its cause. ``restart()`` replaces a broken
-worker (and its ring) with a fresh one, a bounded number of times.
+instead, the worker's traceback as its cause.
+
+Whether a failed worker is replaced is the ``RestartPolicy`` its recorder
+chose (``envrec.supervision.lifecycle``): at once by a successor on the same
+ring (trace serializer), by a fresh worker and ring when the owner calls
+``restart()`` (video encoder, before its next clip), or never (vector serializer).
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ from ..contract.protocol import Suspect
 from ..contract.records import Kind, Status
 from ..contract.ring import ConsumerGone, RingWriter
 from ..contract.shm import sweep_orphans
-from ..errors import RecordError, WorkerError
+from ..errors import ClosedError, WorkerError
 from ..options import BACKPRESSURE_POLICIES, StreamOptions
+from .lifecycle import Restart, RestartPolicy, WorkerState
 from .stats import process_facts
 from .supervisor import Worker
 
@@ -65,7 +70,7 @@ class Stream:
 
     A stream belongs to the process that made it: in a process forked from
     that one (``os.fork``, multiprocessing's ``fork``) every call that
-    records raises ``RecordError`` saying so (the records would interleave
+    records raises ``ClosedError`` saying so (the records would interleave
     with the parent's in its ring, or be lost), and ``close`` does nothing
     there: the recording is the parent's, which goes on and closes it.
     """
@@ -78,22 +83,19 @@ class Stream:
         options: StreamOptions,
         *,
         ring_bytes: int,
-        successor_config: Any = None,
+        restart: RestartPolicy,
         where: str | None = None,
         on_broken: Callable[[str], None] | None = None,
-        restart_config: Any = None,
     ) -> None:
-        """``ring_bytes``: ``options.ring_bytes`` resolved against the recorder's default."""
+        """``ring_bytes``: ``options.ring_bytes`` resolved against the recorder's default; ``restart``:
+        what is done when the worker fails."""
         self.role = role  # what messages call the worker
         self._main, self._config = main, config  # which worker main runs (envrec.workers.entry.MAINS), with what
-        # A worker that hands over (the serializer): a failed one is replaced at once, on the same ring,
-        # by one started with ``successor_config``, at most ``max_restarts`` times.
-        self._successor_config = successor_config
+        self.restart_policy = restart
         self.max_restarts = options.max_restarts
         self.hang_timeout_s = options.hang_timeout_s  # a worker whose heartbeat stops this long is killed
         self.where = where  # the output folder, named in a broken stream's reason
         self._on_broken = on_broken  # told the reason once the stream is broken (e.g. to write it into the folder)
-        self._restart_config = restart_config  # what restart() starts the fresh worker with (an injected fault fires once)
         self.ring_bytes = ring_bytes
         self.backpressure = options.backpressure
         self.block_timeout_s = options.block_timeout_s
@@ -141,7 +143,7 @@ class Stream:
         return self._forks != _forks
 
     def _refuse_in_fork(self) -> None:
-        raise RecordError(
+        raise ClosedError(
             f"this {self.role} stream belongs to process {self._owner_pid}; process {os.getpid()} is a fork of it "
             "and cannot record through it (its records would interleave with the parent's, or be lost). "
             "Create the recorder after the fork, in the process that steps the env (e.g. inside the env's make "
@@ -149,10 +151,11 @@ class Stream:
         )
 
     def check_open(self) -> None:
+        """Raise ``ClosedError`` if closed (or in a fork), ``WorkerError`` if broken and strict."""
         if self._forks != _forks:
             self._refuse_in_fork()
         if self.closed:
-            raise RecordError(f"this {self.role} stream is closed")
+            raise ClosedError(f"this {self.role} stream is closed")
         if self.strict and self.broken is not None:
             raise WorkerError(f"the {self.role} stream is broken: {self.broken}") from self.broken_cause
 
@@ -218,7 +221,7 @@ class Stream:
         """A failed worker may be replaced on its ring: ``max_restarts`` failures in a row are allowed, a
         row ending when a worker skipped a poison record (a batch it says it committed is no sign: with
         a disk that stays full, each successor re-commits its predecessor's pending batch, then fails)."""
-        if self._successor_config is None or self.ring.closed:
+        if self.restart_policy.how is not Restart.HAND_OVER or self.ring.closed:
             return False
         poisoned = self.ring.status(Status.POISONED)
         if poisoned > self._poisoned_seen:
@@ -229,12 +232,12 @@ class Stream:
         """The successor's config, told which record its predecessor failed on, if one is to blame."""
         failed_at = self.ring.status(Status.FAILED_AT)
         if not failed_at:
-            return self._successor_config  # killed, hung, or a disk error: no record to blame
+            return self.restart_policy.config  # killed, hung, or a disk error: no record to blame
         first, end = failed_at - 1, self.ring.status(Status.FAILED_END)
         before = self._suspect
         confirmed = before is not None and not before.confirmed and before.covers(first)
         self._suspect = Suspect(first, max(end, failed_at), self._last_line(cause)[2:] or "the worker failed", confirmed)
-        return dataclasses.replace(self._successor_config, suspect=self._suspect)
+        return dataclasses.replace(self.restart_policy.config, suspect=self._suspect)
 
     def _hand_over(self, why: str, cause: BaseException | None, timeout_s: float | None = None) -> None:
         """Start a successor on the same ring: it resumes from the failed worker's last checkpoint."""
@@ -251,11 +254,10 @@ class Stream:
         self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
 
     def restart(self) -> bool:
-        """Replace a broken worker and its ring with fresh ones; False when closed.
-
-        The new worker's status words count from zero; ``status`` sums them over workers.
-        """
-        if self.closed:
+        """Replace a broken worker and its ring with fresh ones (``RestartPolicy.fresh_per_clip``); False when
+        closed, under another policy, or after ``max_restarts``. ``status`` sums the words over workers."""
+        policy = self.restart_policy
+        if self.closed or policy.how is not Restart.FRESH_PER_CLIP or self.restarts >= self.max_restarts:
             return False
         for i in range(len(Status)):
             self._totals[i] = self._totals.get(i, 0) + self.ring.status(i)
@@ -266,8 +268,7 @@ class Stream:
             max(self._old_rings[2], self.ring.high_water),
         )
         self._shutdown()
-        if self._restart_config is not None:
-            self._config = self._restart_config
+        self._config = policy.config
         self._start()
         self.restarts += 1
         self.broken = self.broken_cause = None
@@ -353,9 +354,10 @@ class Stream:
         try:
             while True:
                 self.worker.close(left(), lambda: self._close_record(final_stats))
-                failure = self.worker.failure_after_close()
-                if failure is None or self.broken is not None:
+                if self.worker.state is WorkerState.FINISHED or self.broken is not None:
                     break
+                failure = self.worker.failure()  # FAILED, DIED_EARLY or UNFINISHED, as judged when it was stopped
+                assert failure is not None  # only a finished worker has none
                 if not self._may_hand_over() or time.monotonic() >= deadline:
                     self._mark_broken(*failure)
                     break

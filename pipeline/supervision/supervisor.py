@@ -1,17 +1,24 @@
 """Env side: start, watch and stop one worker process fed by one ring.
 
-Shutdown protocol (``Worker.close``), step by step:
+Shutdown protocol (``Worker.close``, then ``Stream``), step by step:
 
 1. The owner posts a CLOSE record into the ring (waiting for room only while
    the worker is alive: a dead worker never blocks it).
 2. Wait up to ``close_timeout_s`` for the worker to finish its output, send
    ``("done", summary)`` on its pipe and exit.
-3. Still running: SIGTERM, 2 s, then SIGKILL, and a warning saying so.
-4. The owner detaches and unlinks the ring (only the env process unlinks).
+3. Still running: SIGTERM, ``TERM_GRACE_S``, then SIGKILL, and a warning
+   saying so. Its ffmpeg, in a process group of its own, is killed
+   ``CHILD_GRACE_S`` later if it has not finished by then.
+4. The owner closes its side of the ring (``RingWriter.close``): it unmaps the
+   memfd segment and closes its descriptors. Nothing is unlinked: the
+   segment has no name in ``/dev/shm``, and the kernel frees it once the
+   worker's descriptors are gone too (the worker has exited by step 3).
 
-A worker failure reaches the owner as a fact with its cause: ``failure()``
-returns the reason (exit status named as a signal, or "failed" with the
-worker's traceback as a ``RemoteTraceback``), once.
+A worker's state (``WorkerState``, see ``envrec.supervision.lifecycle``) is
+derived from what the owner has seen of it, in one place (``Worker.state``);
+a failure reaches the owner as a fact with its cause: ``failure()`` returns
+the reason (exit status named as a signal, or "failed" with the worker's
+traceback as a ``RemoteTraceback``).
 """
 
 from __future__ import annotations
@@ -28,14 +35,26 @@ from ..contract.protocol import DONE, ERROR, Status
 from ..contract.ring import RingWriter
 from ..errors import RemoteTraceback
 from .launcher import WorkerProcess, reap_later
+from .lifecycle import ENDED, TRANSITIONS, WorkerFacts, WorkerState, observe
 
-__all__ = ["Worker", "signal_name"]
+__all__ = ["Worker", "WorkerState", "signal_name"]
 
 logger = logging.getLogger(__name__)
 
+HUNG_REAP_S = 5.0  # a worker killed for a hang: how long its death may take to be seen (SIGKILL: the kernel's time only)
+TERM_GRACE_S = 2.0  # a worker that outlived close_timeout_s: its last time to finish after SIGTERM (which it latches, not obeys)
+KILL_REAP_S = 2.0  # then after SIGKILL: how long before it is left as unkillable (stuck in the kernel) and close goes on
+
 
 class Worker:
-    """One worker process, its ring and its report pipe."""
+    """One worker process, its ring and its report pipe.
+
+    Args:
+        role: what messages call the worker ("serializer", "encoder", ...).
+        main: which worker main runs (a key of ``envrec.workers.entry.MAINS``).
+        config: what that main is started with (pickled into the child).
+        ring: the ring it drains; the caller closes it after ``close``.
+    """
 
     def __init__(self, role: str, main: str, config: Any, ring: RingWriter) -> None:
         self.role = role
@@ -47,6 +66,7 @@ class Worker:
         self._traceback: str | None = None
         self.hang_reason: str | None = None
         self._early: str | None = None  # why it ended before it was ready, judged when it was stopped
+        self._state = WorkerState.STARTING
         self._beat, self._beat_at = -1, time.monotonic()
         self._started_wall = time.time()
         self._reaped = 0  # the orphaned child already handed to reap_later
@@ -67,7 +87,7 @@ class Worker:
         self.hang_reason = f"the {self.role} made no progress for {timeout_s:g} s (hung) and was killed"
         logger.error("envrec: %s", self.hang_reason)
         self._proc.kill()
-        self._proc.wait(5.0)
+        self._proc.wait(HUNG_REAP_S)
         return True
 
     def usable(self) -> bool:
@@ -88,24 +108,50 @@ class Worker:
         except (EOFError, OSError):
             pass
 
-    def failure(self) -> tuple[str, BaseException | None] | None:
-        """Why this worker can no longer be used (reason, cause), or None while it is fine."""
-        if self._proc is None:
-            return None
+    @property
+    def state(self) -> WorkerState:
+        """Where the worker is in its life: observed now while it runs, as judged at ``close`` after."""
+        proc = self._proc
+        if proc is None:
+            return self._state  # frozen when it was stopped
         self._read_messages()
         if self._traceback is None and self.ring.status(Status.BROKEN):
             self._read_messages()  # a worker sends its traceback before it raises BROKEN
-        if self._traceback is not None or self.ring.status(Status.BROKEN):
+        facts = WorkerFacts(
+            traceback=self._traceback is not None,
+            broken=bool(self.ring.status(Status.BROKEN)),
+            exited=proc.returncode is not None,
+            ready=bool(self.ring.status(Status.READY)),
+            hung=self.hang_reason is not None,
+            finished=self.summary is not None,
+            stopped=False,
+        )
+        return self._enter(observe(facts))
+
+    def _enter(self, state: WorkerState) -> WorkerState:
+        if state is not self._state and state not in TRANSITIONS[self._state]:
+            logger.error("envrec: internal: the %s went from %s to %s, which no worker can", self.role, self._state, state)
+        self._state = state
+        return state
+
+    def failure(self) -> tuple[str, BaseException | None] | None:
+        """Why this worker can no longer be used (reason, cause), or None while it is fine (or finished).
+
+        Before ``close``: as observed now; after it: as judged when it was stopped.
+        """
+        state, proc = self.state, self._proc
+        if state is WorkerState.FAILED:
             return f"the {self.role} failed", RemoteTraceback(self._traceback) if self._traceback else None
-        code = self._proc.returncode
-        if code is not None and self.summary is None:
+        if proc is not None and state in ENDED and self.summary is None:
             self._reap_orphaned_child()  # as soon as the death is seen, not when the stream is next used
-        if code is not None and self.hang_reason is not None:
-            return self.hang_reason, None
-        if code is not None and self.summary is None:
-            if not self.ring.status(Status.READY):
-                return self._early_death(self._proc), None
-            return f"the {self.role} process died ({signal_name(code)})", None
+        if state is WorkerState.HUNG:
+            return str(self.hang_reason), None
+        if state is WorkerState.DIED_EARLY:
+            return (self._early or "") if proc is None else self._early_death(proc), None
+        if state is WorkerState.DIED:
+            return f"the {self.role} process died ({signal_name(proc.returncode if proc else None)})", None
+        if state is WorkerState.UNFINISHED:
+            return f"the {self.role} ended without finishing ({signal_name(self.exitcode)})", None
         return None
 
     def _reap_orphaned_child(self) -> None:
@@ -132,18 +178,8 @@ class Worker:
         output = f"; its last output:\n{tail}" if tail.strip() else "; it wrote nothing"
         return f"the {self.role} process died ({signal_name(proc.returncode)}) before it started{output}"
 
-    def failure_after_close(self) -> tuple[str, BaseException | None] | None:
-        """Why the worker did not finish cleanly, judged after ``close``."""
-        if self._traceback is not None:
-            return f"the {self.role} failed", RemoteTraceback(self._traceback)
-        if self._early is not None:
-            return self._early, None
-        if self.summary is None:
-            return f"the {self.role} ended without finishing ({signal_name(self.exitcode)})", None
-        return None
-
     def close(self, timeout_s: float, close_record: Callable[[], None]) -> None:
-        """Steps 1-3 of the shutdown protocol; the caller then closes the ring."""
+        """Steps 1-3 of the shutdown protocol; the caller then closes the ring. The state is then frozen."""
         if self._proc is None:
             return
         try:
@@ -160,14 +196,23 @@ class Worker:
         if proc.returncode is None:
             logger.warning("envrec: the %s did not finish within %.0f s; terminating it", self.role, timeout_s)
             proc.terminate()
-            proc.wait(2.0)
+            proc.wait(TERM_GRACE_S)
         if proc.returncode is None:
             proc.kill()
-            proc.wait(2.0)
+            proc.wait(KILL_REAP_S)
         self.exitcode = proc.returncode
         if self.summary is None:
             self._reap_orphaned_child()
-        if self.summary is None and self._traceback is None and not self.ring.status(Status.READY):
+        facts = WorkerFacts(
+            traceback=self._traceback is not None,
+            broken=False,  # at close only the worker's own words count
+            exited=True,
+            ready=bool(self.ring.status(Status.READY)),
+            hung=False,  # a hung worker killed is judged as any other that did not finish
+            finished=self.summary is not None,
+            stopped=True,
+        )
+        if self._enter(observe(facts)) is WorkerState.DIED_EARLY:
             self._early = self._early_death(proc)
         proc.close()
         self._proc = None
