@@ -30,6 +30,8 @@ import signal
 import time
 from dataclasses import dataclass
 
+from ..errors import ConfigError
+
 __all__ = ["FAULTS_ENV_VAR", "FaultSpec", "from_env"]
 
 FAULTS_ENV_VAR = "ENVREC_FAULTS"
@@ -49,7 +51,7 @@ class FaultSpec:
 
     def __post_init__(self) -> None:
         if self.how not in ("raise", "exit", "kill", "hang"):
-            raise ValueError(f"FaultSpec.how must be raise, exit, kill or hang, not {self.how!r}")
+            raise ConfigError(f"FaultSpec.how must be raise, exit, kill or hang, not {self.how!r}")
 
     def injector(self) -> Injector:
         return Injector(self)
