@@ -24,7 +24,7 @@ def _modules() -> list[str]:
 
 def test_every_module_has_its_paragraph_in_architecture_md():
     text = open(os.path.join(ROOT, "docs", "architecture.md")).read()
-    listed = set(re.findall(r"^\* `(\w+)`|; `(\w+)`", text, re.M))
+    listed = set(re.findall(r"^\* `(\w+)`|; `(\w+)`", text, re.MULTILINE))
     names = {n for pair in listed for n in pair if n}
     missing = [m for m in _modules() if os.path.basename(m)[:-3] not in names]
     assert len(_modules()) > 80 and not missing, missing
