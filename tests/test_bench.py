@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from envrec.bench import format_table, parse_frames, run_bench
-from envrec.bench.variants import FrameEnv, InProcessTrace, SyncPipe
+from envrec.bench.variants import FrameEnv, InProcessTrace, SyncPipe, game_frame
+from envrec.errors import ConfigError
 
 from .video_helpers import decode
 
@@ -81,6 +83,24 @@ def test_alternatives_write_what_they_claim(tmp_path):
     env.close()
     batch = json.load(open(tmp_path / "inproc" / "inproc.ep000000000.json"))
     assert batch["episodes"][0]["observations"]["shape"] == [6, 24, 32, 3]
+
+
+def test_game_frames_depend_on_seed_and_step_alone_and_compress():
+    """What the soak and the compression bench check their read-back against."""
+    import zlib
+
+    env = FrameEnv(length=None, frames="game")
+    first, _ = env.reset(seed=4)
+    assert np.array_equal(first, game_frame(4, 0)) and np.array_equal(env.render(), first)
+    for _ in range(1, 1500):  # past the default length: None never ends
+        obs, _, terminated, _, _ = env.step(0)
+        assert not terminated
+    assert np.array_equal(obs, game_frame(4, 1499)) and not np.array_equal(obs, game_frame(5, 1499))
+    assert len(zlib.compress(obs.tobytes())) * 50 < obs.nbytes  # a game's frames, not noise
+    noise, _ = FrameEnv(frames="noise").reset(seed=4)
+    assert len(zlib.compress(noise.tobytes())) > 0.9 * noise.nbytes
+    with pytest.raises(ConfigError, match="frames"):
+        FrameEnv(frames="atari")
 
 
 def test_parse_frames():

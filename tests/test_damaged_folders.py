@@ -149,7 +149,7 @@ def test_on_damaged_skip_leaves_out_a_recording_whose_segment_is_gone(tmp_path):
     import envrec.workers.manifest_writer as mw
 
     spec = importlib.util.spec_from_file_location("bench_commit", os.path.join(os.path.dirname(__file__), os.pardir,
-                                                                               "scripts", "bench_commit.py"))
+                                                                               "scripts", "bench", "bench_commit.py"))
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     saved, mw.SEGMENT_BATCHES = mw.SEGMENT_BATCHES, 2

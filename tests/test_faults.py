@@ -100,10 +100,10 @@ def test_serializer_fault_battery(tmp_path, point, how, caplog):
 
 
 def test_soak_short_serializer_killed_at_random_times(tmp_path):
-    """The short version of scripts/soak_serializer.py: every step produced is read back once, in order."""
+    """The short version of scripts/soak/soak_serializer.py: every step produced is read back once, in order."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "soak_serializer.py")
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "soak", "soak_serializer.py")
     spec = importlib.util.spec_from_file_location("soak_serializer", path)
     soak = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(soak)

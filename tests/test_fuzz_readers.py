@@ -97,7 +97,7 @@ def _segmented(folder: str) -> None:
 
     import envrec.workers.manifest_writer as mw
 
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "bench_commit.py")
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "bench", "bench_commit.py")
     spec = importlib.util.spec_from_file_location("bench_commit", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

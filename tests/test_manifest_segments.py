@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def _bench_commit():
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "bench_commit.py")
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "bench", "bench_commit.py")
     spec = importlib.util.spec_from_file_location("bench_commit", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -24,7 +24,7 @@ from .waiting import wait_for
 
 CHILD = os.path.join(os.path.dirname(__file__), "child_preempted.py")
 STEPS = 50
-DRAIN_BOUND_S = 10.0  # generous on a busy 2-core machine; scripts/bench_preemption.py measures the real figure
+DRAIN_BOUND_S = 10.0  # generous on a busy 2-core machine; scripts/bench/bench_preemption.py measures the real figure
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -1,4 +1,4 @@
-"""The 60-second version of scripts/soak_long_run.py: nothing grows, the budgets hold, every kept frame reads back."""
+"""The 60-second version of scripts/soak/soak_long_run.py: nothing grows, the budgets hold, every kept frame reads back."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def test_60_seconds_of_compressed_traces_and_video_under_disk_budgets(tmp_path):
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "soak_long_run.py")
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "soak", "soak_long_run.py")
     spec = importlib.util.spec_from_file_location("soak_long_run", path)
     soak = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(soak)
