@@ -14,7 +14,7 @@ from envrec.bench import format_table, parse_frames, run_bench
 from envrec.bench.variants import FrameEnv, InProcessTrace, SyncPipe, game_frame
 from envrec.errors import ConfigError
 
-from .video_helpers import decode
+from .support.video import decode
 
 
 def test_run_bench_interleaves_variants_and_reports_each(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 import envrec
 
-from .video_helpers import decode
+from .support.video import decode
 
 TIMEOUT_S = 90
 

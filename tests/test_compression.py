@@ -17,9 +17,9 @@ from envrec.errors import ConfigError
 from envrec.formats.compression import Compression, parse_compression
 from envrec.read.summary import summarize
 
-from .envs import SPACES, SpaceEnv
+from .support.envs import SPACES, SpaceEnv
+from .support.waiting import wait_for
 from .test_trace_roundtrip import assert_bit_exact, record
-from .waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,7 +17,7 @@ from envrec.errors import ConfigError, TraceError
 from envrec.formats.inside import open_inside
 from envrec.read import batch_files, reader
 
-from .video_helpers import run_episodes
+from .support.episodes import run_episodes
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,7 +23,7 @@ from envrec.export.arrow_table import plain_json
 from envrec.export.batches import iter_record_batches
 from envrec.read.reader import TraceError
 
-from .envs import SPACES, SpaceEnv
+from .support.envs import SPACES, SpaceEnv
 
 pytestmark = pytest.mark.timeout(120)
 

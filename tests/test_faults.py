@@ -18,7 +18,7 @@ import envrec
 from envrec.contract.faults import FaultSpec
 from envrec.contract.records import Status
 
-from .waiting import wait_for
+from .support.waiting import wait_for
 
 OBS = spaces.Box(0, 255, (16, 16, 3), np.uint8)
 ACT = spaces.Discrete(2)

@@ -46,8 +46,8 @@ from envrec.cli import main as cli_main
 from envrec.read.batch_files import TraceError
 from envrec.viewer.catalog import Catalog, NotFound
 
-from .fuzz_mutants import _get, copy_linked, field_paths, fix_checksums, mutants, set_field, wrong_values
-from .video_helpers import run_episodes
+from .support.episodes import run_episodes
+from .support.fuzz_mutants import _get, copy_linked, field_paths, fix_checksums, mutants, set_field, wrong_values
 
 pytestmark = pytest.mark.timeout(300)
 

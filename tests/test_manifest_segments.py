@@ -16,7 +16,7 @@ from envrec.contract.faults import FaultSpec
 from envrec.errors import ConfigError
 from envrec.formats.trace_format import SEGMENT_BATCHES
 
-from .waiting import wait_for
+from .support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -20,7 +20,7 @@ import pytest
 
 import envrec
 
-from .waiting import wait_for
+from .support.waiting import wait_for
 
 CHILD = os.path.join(os.path.dirname(__file__), "child_preempted.py")
 STEPS = 50
@@ -142,7 +142,7 @@ def test_sigterm_to_the_group_mid_clip_keeps_a_playable_clip(tmp_path, how):
     """CartPole renders with pygame, whose SDL takes SIGTERM over when nothing else handles it (the
     process then ignores it: see README, "When something fails"): either turn that off, or let
     ``close_on_signals`` handle it first."""
-    from .video_helpers import decode, probe_size
+    from .support.video import decode, probe_size
 
     if how == "close_on_signals":
         proc, workers = _start(tmp_path, "--video", "--close-on-signals")

@@ -16,8 +16,8 @@ from envrec.contract.shm import list_segments
 from envrec.export import to_arrow, to_parquet
 from envrec.ray import read_traces, recording_env_creator
 
-from .video_helpers import run_episodes
-from .waiting import committed_episodes, wait_for
+from .support.episodes import run_episodes
+from .support.waiting import committed_episodes, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -19,8 +19,8 @@ from gymnasium import spaces as S
 import envrec
 from envrec.contract.shm import list_segments, sweep_orphans
 
-from .envs import SPACES, SpaceEnv
-from .waiting import committed_episodes, wait_for
+from .support.envs import SPACES, SpaceEnv
+from .support.waiting import committed_episodes, wait_for
 
 CHILD = os.path.join(os.path.dirname(__file__), "child_recorder.py")
 

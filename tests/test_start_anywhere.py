@@ -20,7 +20,7 @@ import pytest
 import envrec
 from envrec.contract.shm import list_segments
 
-from .start_anywhere_helpers import (
+from .support.start_anywhere import (
     UNGUARDED_SCRIPT,
     RecordingThunk,
     actions_for,
@@ -28,8 +28,8 @@ from .start_anywhere_helpers import (
     record_in_pool_worker,
     reference_episodes,
 )
-from .video_helpers import decode, meta
-from .waiting import wait_for
+from .support.video import decode, meta
+from .support.waiting import wait_for
 
 CHILD_TIMEOUT_S = 120
 

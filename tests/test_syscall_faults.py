@@ -24,9 +24,9 @@ import envrec
 from envrec.formats.trace_format import manifest_name, read_manifest
 from envrec.supervision.launcher import PYTHON_ENV_VAR
 
-from .syscall_faults import Fault, injected, need_strace, trace_paths, tracers, video_paths, wrapper
-from .video_helpers import decode, meta
-from .waiting import wait_for
+from .support.syscall_faults import Fault, injected, need_strace, trace_paths, tracers, video_paths, wrapper
+from .support.video import decode, meta
+from .support.waiting import wait_for
 
 OBS = spaces.Box(0, 255, (16, 16, 3), np.uint8)
 ACT = spaces.Discrete(2)

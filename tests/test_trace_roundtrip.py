@@ -16,7 +16,7 @@ from gymnasium import spaces as S
 import envrec
 from envrec.formats.infos import Unrepresentable
 
-from .envs import SPACES, Capture, SpaceEnv
+from .support.envs import SPACES, Capture, SpaceEnv
 
 
 def record(env, folder, episodes=3, seed=0, **kwargs):

@@ -15,8 +15,8 @@ import pytest
 import envrec
 from envrec.contract.records import Status
 
-from .video_helpers import decode, meta
-from .waiting import wait_for
+from .support.video import decode, meta
+from .support.waiting import wait_for
 
 CHILD = os.path.join(os.path.dirname(__file__), "child_video.py")
 

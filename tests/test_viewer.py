@@ -18,7 +18,7 @@ from gymnasium import spaces as S
 import envrec
 from envrec.viewer import ViewerServer
 
-from .video_helpers import run_episodes
+from .support.episodes import run_episodes
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,7 +23,7 @@ import pytest
 import envrec
 from envrec.viewer import ViewerServer
 
-from .video_helpers import run_episodes
+from .support.episodes import run_episodes
 
 pytestmark = pytest.mark.timeout(180)
 

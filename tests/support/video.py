@@ -1,4 +1,4 @@
-"""Decoding videos with ffmpeg itself, and small envs that render known pictures."""
+"""Decoding videos with ffmpeg itself, and the metadata beside a clip."""
 
 from __future__ import annotations
 
@@ -6,10 +6,8 @@ import json
 import os
 import subprocess
 
-import gymnasium as gym
 import imageio_ffmpeg
 import numpy as np
-from gymnasium import spaces as S
 
 FFMPEG = imageio_ffmpeg.get_ffmpeg_exe()
 
@@ -36,51 +34,3 @@ def probe_size(path) -> tuple[int, int]:
 def meta(folder, name) -> dict:
     with open(os.path.join(folder, name + ".meta.json")) as f:
         return json.load(f)
-
-
-class ColourEnv(gym.Env):
-    """Renders solid frames of one colour per episode; ``channels`` 3 or 4; any size."""
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 25}  # noqa: RUF012  (Gymnasium declares metadata as a class-level dict)
-
-    def __init__(self, colours=((255, 0, 0), (0, 0, 255)), size=(48, 64), channels=3, episode_len=10, render_mode="rgb_array"):
-        self.colours = colours
-        self.size = size
-        self.channels = channels
-        self.episode_len = episode_len
-        self.render_mode = render_mode
-        self.observation_space = S.Discrete(2)
-        self.action_space = S.Discrete(2)
-        self.episode = -1
-        self.t = 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.episode += 1
-        self.t = 0
-        return 0, {}
-
-    def step(self, action):
-        self.t += 1
-        return 0, 0.0, self.t >= self.episode_len, False, {}
-
-    def render(self):
-        h, w = self.size
-        frame = np.zeros((h, w, self.channels), np.uint8)
-        frame[..., :3] = self.colours[self.episode % len(self.colours)]
-        if self.channels == 4:
-            frame[..., 3] = 255
-        return frame
-
-
-def run_episodes(env, episodes: int, seed: int = 0) -> int:
-    """Step ``episodes`` episodes; return the number of steps taken."""
-    steps = 0
-    for ep in range(episodes):
-        env.reset(seed=seed + ep)
-        done = False
-        while not done:
-            _, _, term, trunc, _ = env.step(env.action_space.sample())
-            done = term or trunc
-            steps += 1
-    return steps
