@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ from envrec.bench import format_table, parse_frames, run_bench
 from envrec.bench.variants import FrameEnv, InProcessTrace, SyncPipe, game_frame
 from envrec.errors import ConfigError
 
+from .support.processes import child_env
 from .support.video import decode
 
 
@@ -115,7 +115,7 @@ def test_envrec_bench_command_json_and_plot(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "envrec", "bench", "--frames", "24x32", "--variants", "envrec-trace,envrec-trace-untimed",
          "--rounds", "1", "--seconds", "0.2", "--json", "--plot", str(plot)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True, text=True, timeout=120, env=child_env(),
     )
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
@@ -125,7 +125,7 @@ def test_envrec_bench_command_json_and_plot(tmp_path):
 
 
 def test_envrec_bench_refuses_bad_arguments(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = child_env()
     for args, message in ((["--variants", "nope"], "unknown variant"), (["--env", "NoSuch-v0"], "NoSuch-v0"), (["--frames", "9"], "HEIGHTxWIDTH")):
         out = subprocess.run([sys.executable, "-m", "envrec", "bench", *args], capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode == 2 and message in out.stderr

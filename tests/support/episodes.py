@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import gymnasium as gym
 import numpy as np
+
+import envrec
 
 
 def episode_lengths(env, episodes: int, seed: int = 0, *, reseed: bool = True, action_seed: int | None = None,
@@ -50,3 +53,19 @@ def feed(rec, episodes: int, steps: int = 10, start: int = 0, *, shape: tuple[in
             rec.add_step(t % 2, obs, 1.0, t == steps - 1, False)
             if during is not None:
                 during(k, t)
+
+
+def record_cartpole(folder, episodes: int = 3, *, video: bool | Callable[[int], bool] = False, action_seed: int = 0,
+                    **options) -> int:
+    """Record ``episodes`` CartPole-v1 episodes (``run_episodes``) with ``RecordTrace(..., **options)``; the steps taken.
+
+    ``video``: also ``RecordVideo`` into the same folder, of every episode (``True``) or of those its
+    episode trigger picks, as ``envrec record`` writes them side by side.
+    """
+    env = gym.make("CartPole-v1", render_mode="rgb_array" if video else None)
+    if video:
+        env = envrec.RecordVideo(env, str(folder), episode_trigger=(lambda e: True) if video is True else video)
+    env = envrec.RecordTrace(env, folder, **options)
+    steps = run_episodes(env, episodes, action_seed=action_seed)
+    env.close()
+    return steps
