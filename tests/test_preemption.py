@@ -20,7 +20,7 @@ import pytest
 
 import envrec
 
-from .support.processes import child_command, child_env, start_child
+from .support.processes import child_command, start_child
 from .support.waiting import wait_for
 
 STEPS = 50
@@ -30,7 +30,8 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def _start(folder, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, list[int]]:
-    proc = start_child("child_preempted.py", str(folder), str(STEPS), *flags, env=env, start_new_session=True)
+    proc = start_child("child_preempted.py", str(folder), str(STEPS), *flags, env={**os.environ, **(env or {})},
+                       start_new_session=True)
     assert proc.stdout is not None
     pids = json.loads(proc.stdout.readline())
     assert proc.stdout.readline().strip() == "ready"
@@ -91,7 +92,7 @@ def test_sigterm_to_the_process_group_keeps_every_step(tmp_path, when):
 def test_timeout_ends_the_job_and_keeps_every_step(tmp_path):
     """GNU ``timeout`` signals the process group it runs the command in."""
     proc = subprocess.Popen(["timeout", "-s", "TERM", "8", *child_command("child_preempted.py", str(tmp_path), str(STEPS))],
-                            stdout=subprocess.PIPE, text=True, start_new_session=True, env=child_env())
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout is not None
     workers = json.loads(proc.stdout.readline())
     _end(proc, workers)

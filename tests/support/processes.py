@@ -12,12 +12,12 @@ from collections.abc import Mapping
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def child_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
-    """``base`` (this process's environment) with this interpreter's ``sys.path`` as ``PYTHONPATH``, and ``extra``.
+def child_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (this process's environment) with this interpreter's ``sys.path`` as ``PYTHONPATH``.
 
     A child imports the same envrec (a checkout's, an install's) as the tests do.
     """
-    return {**(os.environ if base is None else base), "PYTHONPATH": os.pathsep.join(sys.path), **extra}
+    return {**(os.environ if base is None else base), "PYTHONPATH": os.pathsep.join(sys.path)}
 
 
 def child_command(name: str, *args: str) -> list[str]:
@@ -26,9 +26,9 @@ def child_command(name: str, *args: str) -> list[str]:
 
 
 def start_child(name: str, *args: str, env: Mapping[str, str] | None = None, **popen) -> subprocess.Popen[str]:
-    """Start ``tests/<name>`` with ``args``, in ``child_env()`` plus ``env``, its stdout a text pipe."""
-    return subprocess.Popen(child_command(name, *args), stdout=subprocess.PIPE, text=True, env=child_env(**(env or {})),
-                            **popen)
+    """Start ``tests/<name>`` with ``args`` in the environment ``env`` (``child_env()`` if not given), its stdout a text pipe."""
+    return subprocess.Popen(child_command(name, *args), stdout=subprocess.PIPE, text=True,
+                            env=child_env() if env is None else env, **popen)
 
 
 def end_as_told(mode: str) -> None:
