@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 from gymnasium import spaces
+from support.episodes import feed
 
 import envrec
 
@@ -21,11 +22,7 @@ def trace(folder: str) -> dict:
     obs = np.zeros((32, 32, 3), np.uint8)
     raised = None
     try:
-        for _ in range(200):  # ~3 KB a step: far more than the folder holds
-            rec.add_reset(obs)
-            for t in range(10):
-                obs[0, 0, 0] = t
-                rec.add_step(t % 2, obs, 1.0, t == 9, False)
+        feed(rec, 200, shape=obs.shape)  # ~3 KB a step: far more than the folder holds
         deadline = time.monotonic() + 20
         while rec.broken is None and time.monotonic() < deadline:  # the env goes on until the stream breaks
             rec.add_reset(obs)

@@ -7,9 +7,9 @@ the workers hold when the signal comes is all the recording there is.
 
 import argparse
 import json
-import time
 
 import gymnasium as gym
+from support.processes import end_as_told
 
 import envrec
 
@@ -34,8 +34,7 @@ def main() -> None:
         if terminated or truncated:
             env.reset()
     print(json.dumps(pids), flush=True)
-    print("ready", flush=True)
-    time.sleep(600)
+    end_as_told("wait")
 
 
 if __name__ == "__main__":

@@ -6,13 +6,11 @@ MODE "wait": print "ready" after the last step and sleep until killed.
 MODE "interrupt": raise KeyboardInterrupt after the last step inside a with-block.
 """
 
-import os
-import signal
 import sys
-import time
 
 import numpy as np
 from gymnasium import spaces
+from support.processes import end_as_told
 
 import envrec
 
@@ -29,12 +27,7 @@ def main() -> None:
                     rec.add_reset(obs + (t // 50) % 256, {})
                 obs[0, 0, 0] = t % 256
                 rec.add_step(t % 2, obs, 1.0, (t % 50) == 49, False, {})
-            if mode == "kill-self":
-                os.kill(os.getpid(), signal.SIGKILL)
-            if mode == "interrupt":
-                raise KeyboardInterrupt
-            print("ready", flush=True)
-            time.sleep(600)
+            end_as_told(mode)
     except KeyboardInterrupt:
         print("interrupted", flush=True)
 

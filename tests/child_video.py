@@ -3,12 +3,10 @@
 Usage: python child_video.py FOLDER FRAMES MODE   (MODE: "kill-self" or "wait")
 """
 
-import os
-import signal
 import sys
-import time
 
 import numpy as np
+from support.processes import end_as_told
 
 import envrec
 
@@ -22,10 +20,7 @@ def main() -> None:
         f = np.zeros((48, 64, 3), np.uint8)
         f[..., 1] = 200
         rec.add_frame(f, i)
-    if mode == "kill-self":
-        os.kill(os.getpid(), signal.SIGKILL)
-    print("ready", flush=True)
-    time.sleep(600)
+    end_as_told(mode)
 
 
 if __name__ == "__main__":

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from envrec.bench import format_table, parse_frames, run_bench
-from envrec.bench.variants import FrameEnv, InProcessTrace, SyncPipe
+from envrec.bench.variants import FrameEnv, InProcessTrace, SyncPipe, game_frame
+from envrec.errors import ConfigError
 
-from .video_helpers import decode
+from .support.processes import child_env
+from .support.video import decode
 
 
 def test_run_bench_interleaves_variants_and_reports_each(tmp_path):
@@ -83,6 +85,24 @@ def test_alternatives_write_what_they_claim(tmp_path):
     assert batch["episodes"][0]["observations"]["shape"] == [6, 24, 32, 3]
 
 
+def test_game_frames_depend_on_seed_and_step_alone_and_compress():
+    """What the soak and the compression bench check their read-back against."""
+    import zlib
+
+    env = FrameEnv(length=None, frames="game")
+    first, _ = env.reset(seed=4)
+    assert np.array_equal(first, game_frame(4, 0)) and np.array_equal(env.render(), first)
+    for _ in range(1, 1500):  # past the default length: None never ends
+        obs, _, terminated, _, _ = env.step(0)
+        assert not terminated
+    assert np.array_equal(obs, game_frame(4, 1499)) and not np.array_equal(obs, game_frame(5, 1499))
+    assert len(zlib.compress(obs.tobytes())) * 50 < obs.nbytes  # a game's frames, not noise
+    noise, _ = FrameEnv(frames="noise").reset(seed=4)
+    assert len(zlib.compress(noise.tobytes())) > 0.9 * noise.nbytes
+    with pytest.raises(ConfigError, match="frames"):
+        FrameEnv(frames="atari")
+
+
 def test_parse_frames():
     assert parse_frames("210x160") == (210, 160)
     for bad in ("210", "ax3", "0x5"):
@@ -95,7 +115,7 @@ def test_envrec_bench_command_json_and_plot(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "envrec", "bench", "--frames", "24x32", "--variants", "envrec-trace,envrec-trace-untimed",
          "--rounds", "1", "--seconds", "0.2", "--json", "--plot", str(plot)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True, text=True, timeout=120, env=child_env(),
     )
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
@@ -105,7 +125,7 @@ def test_envrec_bench_command_json_and_plot(tmp_path):
 
 
 def test_envrec_bench_refuses_bad_arguments(tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = child_env()
     for args, message in ((["--variants", "nope"], "unknown variant"), (["--env", "NoSuch-v0"], "NoSuch-v0"), (["--frames", "9"], "HEIGHTxWIDTH")):
         out = subprocess.run([sys.executable, "-m", "envrec", "bench", *args], capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode == 2 and message in out.stderr

@@ -10,7 +10,8 @@ import pytest
 
 import envrec
 
-from .video_helpers import decode
+from .support.processes import child_env
+from .support.video import decode
 
 TIMEOUT_S = 90
 
@@ -22,7 +23,7 @@ def run(*args, cwd=None):
         text=True,
         timeout=TIMEOUT_S,
         cwd=cwd,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        env=child_env(),
     )
 
 
@@ -83,7 +84,7 @@ def test_record_off_a_terminal_without_a_display_prints_no_bar_and_no_sdl_noise(
     env.pop("XDG_RUNTIME_DIR", None)  # what makes SDL complain when it looks for a display
     out = subprocess.run(
         [sys.executable, "-m", "envrec", "record", "--episodes", "2", "--out", str(tmp_path / "rec")],
-        capture_output=True, text=True, timeout=TIMEOUT_S, env={**env, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True, text=True, timeout=TIMEOUT_S, env=child_env(env),
     )
     assert out.returncode == 0, out.stderr
     assert out.stderr == "", out.stderr  # no progress bar, no "XDG_RUNTIME_DIR is invalid", no pygame banner

@@ -12,8 +12,10 @@ import pytest
 import envrec
 from envrec.errors import ConfigError
 
-from .video_helpers import FFMPEG, ColourEnv, decode, run_episodes
-from .waiting import wait_for
+from .support.envs import ColourEnv
+from .support.episodes import run_episodes
+from .support.video import FFMPEG, decode
+from .support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 

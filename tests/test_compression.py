@@ -12,14 +12,15 @@ import pytest
 from gymnasium import spaces as S
 
 import envrec
+from envrec.bench.variants import FrameEnv
 from envrec.contract.faults import FaultSpec
 from envrec.errors import ConfigError
 from envrec.formats.compression import Compression, parse_compression
 from envrec.read.summary import summarize
 
-from .envs import SPACES, SpaceEnv
+from .support.envs import SPACES, SpaceEnv
+from .support.waiting import wait_for
 from .test_trace_roundtrip import assert_bit_exact, record
-from .waiting import wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -55,45 +56,10 @@ def test_codecs_and_levels_read_back_bit_exact(tmp_path, codec):
     assert sum(rows for rows, _ in d["chunks"]) == d["shape"][0] and sum(n for _, n in d["chunks"]) == d["size"]
 
 
-def atari_like_frames(n: int, seed: int = 0) -> np.ndarray:
-    """Static background with a few moving sprites: compressible the way a real game's frames are."""
-    rng = np.random.default_rng(seed)
-    background = np.zeros((210, 160, 3), np.uint8)
-    background[:, :, 0] = 144
-    background[30:190:20, :, 1] = 72
-    frames = np.repeat(background[None], n, axis=0)
-    pos = rng.integers(0, 150, size=(4, 2))
-    for i in range(n):
-        pos = (pos + rng.integers(-3, 4, size=pos.shape)) % 150
-        for k, (y, x) in enumerate(pos):
-            frames[i, y : y + 8, x : x + 4] = (50 * k, 255, 200 - 40 * k)
-    return frames
-
-
-class FramesEnv(SpaceEnv):
-    def __init__(self, frames: np.ndarray, length: int) -> None:
-        super().__init__(S.Box(0, 255, frames.shape[1:], np.uint8), action_space=S.Discrete(4))
-        self.frames, self.length, self.i = frames, length, 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self._frame(), {}
-
-    def step(self, action):
-        self.t += 1
-        return self._frame(), 0.0, self.t >= self.length, False, {}
-
-    def _frame(self):
-        self.i += 1
-        return self.frames[self.i % len(self.frames)]
-
-
 def test_atari_like_frames_are_at_least_50x_smaller_and_inspect_shows_the_ratio(tmp_path):
-    frames = atari_like_frames(64)
-    env = FramesEnv(frames, length=100)
+    env = FrameEnv(length=100, frames="game")
     reference, _rec = record(env, tmp_path / "z", episodes=4, compression="zstd")
-    _, _raw = record(FramesEnv(frames, length=100), tmp_path / "raw", episodes=4)
+    _, _raw = record(FrameEnv(length=100, frames="game"), tmp_path / "raw", episodes=4)
     s = summarize(str(tmp_path / "z"))
     assert s.ok and s.compression_ratio >= 50, s.compression_ratio
     raw_bytes = summarize(str(tmp_path / "raw")).bytes
@@ -152,8 +118,7 @@ def test_bad_compression_settings_are_refused_before_anything_starts(tmp_path, v
 @pytest.mark.parametrize("point, how", [("record", "kill"), ("commit:bin", "kill"), ("record", "raise")])
 def test_a_killed_compressing_serializer_hands_over_without_loss(tmp_path, point, how):
     """Checkpoints cut chunks short; a successor goes on from the last one, bit for bit."""
-    frames = atari_like_frames(32)
-    env = FramesEnv(frames, length=40)
+    env = FrameEnv(length=40, frames="game")
     cap_reference = []
     rec = envrec.TraceRecorder(
         tmp_path, env.observation_space, env.action_space, batch_bytes=1,

@@ -7,7 +7,6 @@ import io
 import json
 import os
 
-import gymnasium as gym
 import pytest
 
 import envrec
@@ -17,7 +16,8 @@ from envrec.errors import ConfigError, TraceError
 from envrec.formats.inside import open_inside
 from envrec.read import batch_files, reader
 
-from .video_helpers import run_episodes
+from .support.episodes import record_cartpole
+from .support.scripts import write_segmented
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -26,10 +26,7 @@ pytestmark = pytest.mark.timeout(120)
 def three_batches(tmp_path):
     """A CartPole trace of several batches; the second batch's .bin then has a byte changed."""
     folder = tmp_path / "rec"
-    env = envrec.RecordTrace(gym.make("CartPole-v1"), folder, name_prefix="cp", batch_bytes=1500)
-    env.action_space.seed(0)
-    run_episodes(env, 4)
-    env.close()
+    record_cartpole(folder, 4, name_prefix="cp", batch_bytes=1500)
     batches = json.load(open(folder / "cp.manifest.json"))["batches"]
     assert len(batches) >= 3
     damaged = batches[1]
@@ -144,22 +141,7 @@ def test_open_inside_refuses_every_way_out(tmp_path):
 
 
 def test_on_damaged_skip_leaves_out_a_recording_whose_segment_is_gone(tmp_path):
-    import importlib.util
-
-    import envrec.workers.manifest_writer as mw
-
-    spec = importlib.util.spec_from_file_location("bench_commit", os.path.join(os.path.dirname(__file__), os.pardir,
-                                                                               "scripts", "bench_commit.py"))
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    saved, mw.SEGMENT_BATCHES = mw.SEGMENT_BATCHES, 2
-    try:
-        d = bench.Driver(str(tmp_path / "seg"))
-        for _ in range(5):
-            d.episode_of(1)
-        d.close()
-    finally:
-        mw.SEGMENT_BATCHES = saved
+    write_segmented(str(tmp_path / "seg"), 2, [1] * 5)
     _cp_record(tmp_path / "seg")
     os.remove(tmp_path / "seg" / "bench.m000000.manifest.json")
     with pytest.raises(TraceError, match="keeps vanishing"):
@@ -170,7 +152,4 @@ def test_on_damaged_skip_leaves_out_a_recording_whose_segment_is_gone(tmp_path):
 
 
 def _cp_record(folder) -> None:
-    env = envrec.RecordTrace(gym.make("CartPole-v1"), folder, name_prefix="cp")
-    env.action_space.seed(0)
-    run_episodes(env, 2)
-    env.close()
+    record_cartpole(folder, 2, name_prefix="cp")

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
-import sys
 
 import pytest
 
-CHILD = os.path.join(os.path.dirname(__file__), "child_diskfull.py")
+from .support.processes import child_command, child_env
 
 
 def run_on_tiny_fs(tmp_path, kind: str, size: str) -> dict:
@@ -25,11 +25,10 @@ def run_on_tiny_fs(tmp_path, kind: str, size: str) -> dict:
     folder = tmp_path / "tiny"
     folder.mkdir()
     as_root = os.geteuid() == 0
-    script = f'mount -t tmpfs -o size={size} tmpfs "{folder}" && exec "{sys.executable}" "{CHILD}" "{folder}" {kind}'
+    child = shlex.join(child_command("child_diskfull.py", str(folder), kind))
+    script = f'mount -t tmpfs -o size={size} tmpfs "{folder}" && exec {child}'
     cmd = [unshare, "--mount", "--propagation", "private"] + ([] if as_root else ["--map-root-user"]) + ["sh", "-c", script]
-    out = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    )
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=child_env())
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 

@@ -23,20 +23,15 @@ from envrec.export.arrow_table import plain_json
 from envrec.export.batches import iter_record_batches
 from envrec.read.reader import TraceError
 
-from .envs import SPACES, SpaceEnv
+from .support.envs import SPACES, SpaceEnv
+from .support.episodes import run_episodes
 
 pytestmark = pytest.mark.timeout(120)
 
 
 def _record(folder, env, episodes=4, seed0=0, options=None, **kwargs) -> None:
     env = envrec.RecordTrace(env, folder, **kwargs)
-    env.action_space.seed(seed0)
-    for e in range(episodes):
-        env.reset(seed=seed0 + e, options=options)
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            done = terminated or truncated
+    run_episodes(env, episodes, seed0, action_seed=seed0, options=options)
     env.close()
 
 

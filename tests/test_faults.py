@@ -18,19 +18,12 @@ import envrec
 from envrec.contract.faults import FaultSpec
 from envrec.contract.records import Status
 
-from .waiting import wait_for
+from .support.episodes import feed as run
+from .support.scripts import load_script
+from .support.waiting import wait_for
 
 OBS = spaces.Box(0, 255, (16, 16, 3), np.uint8)
 ACT = spaces.Discrete(2)
-
-
-def run(rec, episodes, steps=10, start=0):
-    obs = np.zeros((16, 16, 3), np.uint8)
-    for ep in range(start, start + episodes):
-        rec.add_reset(obs, seed=ep)
-        for t in range(steps):
-            obs[0, 0, 0] = t
-            rec.add_step(t % 2, obs, 1.0, t == steps - 1, False)
 
 
 @pytest.mark.parametrize(
@@ -100,14 +93,8 @@ def test_serializer_fault_battery(tmp_path, point, how, caplog):
 
 
 def test_soak_short_serializer_killed_at_random_times(tmp_path):
-    """The short version of scripts/soak_serializer.py: every step produced is read back once, in order."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "soak_serializer.py")
-    spec = importlib.util.spec_from_file_location("soak_serializer", path)
-    soak = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(soak)
-    r = soak.soak(str(tmp_path / "soak"), kills=6, seed=1, max_gap_s=0.3)
+    """The short version of scripts/soak/soak_serializer.py: every step produced is read back once, in order."""
+    r = load_script("soak/soak_serializer.py").soak(str(tmp_path / "soak"), kills=6, seed=1, max_gap_s=0.3)
     assert r["kills"] == 6 and r["restarts"] >= 6
     assert r["steps_read"] == r["steps_produced"] > 0
     assert r["missing"] == 0 and r["duplicated"] == 0 and r["in_order"]

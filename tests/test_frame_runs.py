@@ -27,8 +27,8 @@ from envrec.record.packer import frame_packer
 from envrec.workers import entry
 from envrec.workers.encoder import Encoder
 
-from .video_helpers import FFMPEG, decode, meta
-from .worker_loop import Conn, count_runs
+from .support.video import FFMPEG, decode, meta
+from .support.worker_loop import Conn, count_runs
 
 COLOURS = np.array([[255, 0, 0], [0, 255, 0], [0, 0, 255], [255, 255, 0], [0, 255, 255], [255, 0, 255], [255, 255, 255]], np.uint8)
 

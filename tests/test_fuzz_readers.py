@@ -46,8 +46,9 @@ from envrec.cli import main as cli_main
 from envrec.read.batch_files import TraceError
 from envrec.viewer.catalog import Catalog, NotFound
 
-from .fuzz_mutants import _get, copy_linked, field_paths, fix_checksums, mutants, set_field, wrong_values
-from .video_helpers import run_episodes
+from .support.episodes import record_cartpole, run_episodes
+from .support.fuzz_mutants import _get, copy_linked, field_paths, fix_checksums, mutants, set_field, wrong_values
+from .support.scripts import write_segmented
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -84,31 +85,11 @@ def _spaces(folder: str) -> None:
 
 
 def _clips(folder: str) -> None:
-    env = gym.make("CartPole-v1", render_mode="rgb_array")
-    env = envrec.RecordVideo(env, folder, episode_trigger=lambda e: True)
-    env = envrec.RecordTrace(env, folder, name_prefix="cv")
-    env.action_space.seed(2)
-    run_episodes(env, 2)
-    env.close()
+    record_cartpole(folder, 2, video=True, action_seed=2, name_prefix="cv")
 
 
 def _segmented(folder: str) -> None:
-    import importlib.util
-
-    import envrec.workers.manifest_writer as mw
-
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "bench_commit.py")
-    spec = importlib.util.spec_from_file_location("bench_commit", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    saved, mw.SEGMENT_BATCHES = mw.SEGMENT_BATCHES, 3  # the real writer, closing a segment every 3 batches
-    try:
-        d = bench.Driver(folder)
-        for k in range(8):
-            d.episode_of(1 + k % 3)
-        d.close()
-    finally:
-        mw.SEGMENT_BATCHES = saved
+    write_segmented(folder, 3, [1 + k % 3 for k in range(8)])
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import glob
-import importlib.util
 import json
 import os
 
@@ -16,17 +15,11 @@ from envrec.contract.faults import FaultSpec
 from envrec.errors import ConfigError
 from envrec.formats.trace_format import SEGMENT_BATCHES
 
-from .waiting import wait_for
+from .support.episodes import feed
+from .support.scripts import load_script
+from .support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _bench_commit():
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "bench_commit.py")
-    spec = importlib.util.spec_from_file_location("bench_commit", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def gym_recording_read(folder) -> list[float]:
@@ -43,7 +36,7 @@ def gym_recording_read(folder) -> list[float]:
 
 def test_closed_segments_keep_the_head_small_and_every_reader_sees_every_batch_once(tmp_path):
     n = 2 * SEGMENT_BATCHES + 40
-    d = _bench_commit().Driver(str(tmp_path))
+    d = load_script("bench/bench_commit.py").Driver(str(tmp_path))
     for _ in range(n):
         d.episode_of(1)
     d.close()
@@ -60,14 +53,14 @@ def test_closed_segments_keep_the_head_small_and_every_reader_sees_every_batch_o
 
 
 def test_max_bytes_evicts_the_oldest_batches_and_whole_segments(tmp_path):
-    d = _bench_commit().Driver(str(tmp_path))
+    d = load_script("bench/bench_commit.py").Driver(str(tmp_path))
     d.episode_of(1)
     d.episode_of(1)
     one = d.s.manifest.named.bytes  # a committed 1-step batch
     d.close()
     keep = SEGMENT_BATCHES + 44  # more than a segment: whole segments are evicted, and part of one
     budget = keep * one + one // 2
-    d2 = _bench_commit().Driver(str(tmp_path / "budget"), max_bytes=budget)
+    d2 = load_script("bench/bench_commit.py").Driver(str(tmp_path / "budget"), max_bytes=budget)
     n = 3 * SEGMENT_BATCHES + 50
     for _ in range(n):
         d2.episode_of(1)
@@ -101,14 +94,6 @@ def test_a_budget_smaller_than_two_batches_is_refused(tmp_path):
 OBS = S.Box(0, 255, (4, 4, 3), np.uint8)
 
 
-def run(rec, episodes, start=0, length=10):
-    for ep in range(start, start + episodes):
-        obs = np.full((4, 4, 3), ep % 256, np.uint8)
-        rec.add_reset(obs, seed=ep)
-        for t in range(length):
-            rec.add_step(0, obs, 1.0, t == length - 1, False)
-
-
 @pytest.mark.parametrize(
     "point, after, how",
     [("commit:segment", 1, "kill"), ("commit:segment", 1, "raise"), ("evict:manifest", 3, "kill"), ("evict:files", 5, "kill")],
@@ -122,9 +107,9 @@ def test_a_serializer_killed_closing_a_segment_or_evicting_is_finished_by_its_su
         faults=FaultSpec(at=point, after=after, how=how),
     )
     total = SEGMENT_BATCHES + 30
-    run(rec, SEGMENT_BATCHES + 10)
+    feed(rec, SEGMENT_BATCHES + 10, shape=(4, 4, 3), fill=lambda k: k % 256)
     assert wait_for(lambda: rec._stream.check() or rec.stats()["restarts"] == 1, 30)
-    run(rec, 20, start=SEGMENT_BATCHES + 10)
+    feed(rec, 20, start=SEGMENT_BATCHES + 10, shape=(4, 4, 3), fill=lambda k: k % 256)
     rec.close()
     s = rec.stats()
     assert s["restarts"] == 1 and s["broken"] is None and s["records_lost"] == 0

@@ -12,7 +12,7 @@ import envrec
 from envrec.errors import ConfigError
 from envrec.options import StreamOptions
 
-from .video_helpers import ColourEnv
+from .support.envs import ColourEnv
 
 
 def test_every_recorder_takes_options_as_an_object_or_by_name(tmp_path):

@@ -20,20 +20,18 @@ import pytest
 
 import envrec
 
-from .waiting import wait_for
+from .support.processes import child_command, start_child
+from .support.waiting import wait_for
 
-CHILD = os.path.join(os.path.dirname(__file__), "child_preempted.py")
 STEPS = 50
-DRAIN_BOUND_S = 10.0  # generous on a busy 2-core machine; scripts/bench_preemption.py measures the real figure
+DRAIN_BOUND_S = 10.0  # generous on a busy 2-core machine; scripts/bench/bench_preemption.py measures the real figure
 
 pytestmark = pytest.mark.timeout(90)
 
 
 def _start(folder, *flags: str, env: dict | None = None) -> tuple[subprocess.Popen, list[int]]:
-    proc = subprocess.Popen(
-        [sys.executable, CHILD, str(folder), str(STEPS), *flags],
-        stdout=subprocess.PIPE, text=True, start_new_session=True, env={**os.environ, **(env or {})},
-    )
+    proc = start_child("child_preempted.py", str(folder), str(STEPS), *flags, env={**os.environ, **(env or {})},
+                       start_new_session=True)
     assert proc.stdout is not None
     pids = json.loads(proc.stdout.readline())
     assert proc.stdout.readline().strip() == "ready"
@@ -93,7 +91,7 @@ def test_sigterm_to_the_process_group_keeps_every_step(tmp_path, when):
 
 def test_timeout_ends_the_job_and_keeps_every_step(tmp_path):
     """GNU ``timeout`` signals the process group it runs the command in."""
-    proc = subprocess.Popen(["timeout", "-s", "TERM", "8", sys.executable, CHILD, str(tmp_path), str(STEPS)],
+    proc = subprocess.Popen(["timeout", "-s", "TERM", "8", *child_command("child_preempted.py", str(tmp_path), str(STEPS))],
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout is not None
     workers = json.loads(proc.stdout.readline())
@@ -142,7 +140,7 @@ def test_sigterm_to_the_group_mid_clip_keeps_a_playable_clip(tmp_path, how):
     """CartPole renders with pygame, whose SDL takes SIGTERM over when nothing else handles it (the
     process then ignores it: see README, "When something fails"): either turn that off, or let
     ``close_on_signals`` handle it first."""
-    from .video_helpers import decode, probe_size
+    from .support.video import decode, probe_size
 
     if how == "close_on_signals":
         proc, workers = _start(tmp_path, "--video", "--close-on-signals")

@@ -16,8 +16,8 @@ from envrec.contract.shm import list_segments
 from envrec.export import to_arrow, to_parquet
 from envrec.ray import read_traces, recording_env_creator
 
-from .video_helpers import run_episodes
-from .waiting import committed_episodes, wait_for
+from .support.episodes import record_cartpole
+from .support.waiting import committed_episodes, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -165,10 +165,7 @@ def test_killed_actor_keeps_what_it_committed_and_leaks_nothing(cluster, tmp_pat
 def test_read_traces_names_a_damaged_batch_and_an_unreadable_manifest(cluster, tmp_path):
     import json
 
-    env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, name_prefix="cp", batch_bytes=1500)
-    env.action_space.seed(0)
-    run_episodes(env, 3)
-    env.close()
+    record_cartpole(tmp_path, 3, name_prefix="cp", batch_bytes=1500)
     bad = json.load(open(tmp_path / "cp.manifest.json"))["batches"][1]
     (tmp_path / bad["bin"]).write_bytes(b"\0" * bad["bin_bytes"])  # the right size, not the right bytes
     with pytest.raises(envrec.TraceError, match=f"batch {bad['fn']} .* its CRC-32 differs"):

@@ -1,4 +1,4 @@
-"""README.md's Python examples run (scripts/readme_examples.py, also run by .ci/run with the base install alone)."""
+"""README.md's Python examples run (scripts/ci/readme_examples.py, also run by .ci/run with the base install alone)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
-SCRIPT = os.path.join(ROOT, "scripts", "readme_examples.py")
+SCRIPT = os.path.join(ROOT, "scripts", "ci", "readme_examples.py")
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,8 +6,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import gymnasium as gym
@@ -17,13 +15,12 @@ import pytest
 from gymnasium import spaces as S
 
 import envrec
+from envrec.bench.variants import FrameEnv
 from envrec.contract.shm import list_segments, sweep_orphans
 
-from .envs import SPACES, SpaceEnv
-from .waiting import committed_episodes, wait_for
-
-CHILD = os.path.join(os.path.dirname(__file__), "child_recorder.py")
-
+from .support.envs import SPACES, SpaceEnv
+from .support.processes import start_child
+from .support.waiting import committed_episodes, wait_for
 
 
 def test_close_twice_context_manager_and_stats(tmp_path):
@@ -226,12 +223,7 @@ def test_strict_mode_raises_with_the_cause(tmp_path):
 
 
 def _run_child(tmp_path, steps, mode):
-    return subprocess.Popen(
-        [sys.executable, CHILD, str(tmp_path), str(steps), mode],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    return start_child("child_recorder.py", str(tmp_path), str(steps), mode)
 
 
 def _assert_gone(worker_pid, child_pid, timeout_s=5.0):
@@ -304,28 +296,9 @@ def test_keyboard_interrupt_in_the_users_loop_finalizes_everything(tmp_path):
     assert [e.length for e in envrec.TraceReader(tmp_path)] == [50, 25]
 
 
-class _FastFrames(gym.Env):
-    """210x160x3 observations that cost nothing to produce, and one endless episode."""
-
-    observation_space = S.Box(0, 255, (210, 160, 3), np.uint8)
-    action_space = S.Discrete(4)
-
-    def __init__(self):
-        self.obs = np.zeros((210, 160, 3), np.uint8)
-        self.t = 0
-
-    def reset(self, *, seed=None, options=None):
-        return self.obs, {}
-
-    def step(self, action):
-        self.t += 1
-        self.obs[0, 0, 0] = self.t % 256
-        return self.obs, 0.0, False, False, {}
-
-
 def test_memory_is_flat_in_episode_length(tmp_path):
     """A long episode of Atari-sized frames must not grow any process (buffering it would: 100 KB a step)."""
-    env = envrec.RecordTrace(_FastFrames(), tmp_path)
+    env = envrec.RecordTrace(FrameEnv(210, 160, length=None), tmp_path)
     env.reset()
     procs = [psutil.Process(), psutil.Process(env.stats()["worker_pid"])]
     rss = []

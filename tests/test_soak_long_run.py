@@ -1,22 +1,20 @@
-"""The 60-second version of scripts/soak_long_run.py: nothing grows, the budgets hold, every kept frame reads back."""
+"""The 60-second version of scripts/soak/soak_long_run.py: nothing grows, the budgets hold, every kept frame reads back."""
 
 from __future__ import annotations
 
 import csv
 import faulthandler
-import importlib.util
 import os
 
 import pytest
+
+from .support.scripts import load_script
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def test_60_seconds_of_compressed_traces_and_video_under_disk_budgets(tmp_path):
-    path = os.path.join(os.path.dirname(__file__), os.pardir, "scripts", "soak_long_run.py")
-    spec = importlib.util.spec_from_file_location("soak_long_run", path)
-    soak = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(soak)
+    soak = load_script("soak/soak_long_run.py")
     faulthandler.dump_traceback_later(290)  # the suite's 110 s stack dump is for hangs; this test runs 60 s
     budget = 24 << 20
     r = soak.soak(str(tmp_path), minutes=1.0, every_s=2.5, batch_bytes=1_000_000, max_bytes=budget, keep_last_clips=3)

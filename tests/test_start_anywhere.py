@@ -20,7 +20,8 @@ import pytest
 import envrec
 from envrec.contract.shm import list_segments
 
-from .start_anywhere_helpers import (
+from .support.episodes import run_episodes
+from .support.start_anywhere import (
     UNGUARDED_SCRIPT,
     RecordingThunk,
     actions_for,
@@ -28,8 +29,8 @@ from .start_anywhere_helpers import (
     record_in_pool_worker,
     reference_episodes,
 )
-from .video_helpers import decode, meta
-from .waiting import wait_for
+from .support.video import decode, meta
+from .support.waiting import wait_for
 
 CHILD_TIMEOUT_S = 120
 
@@ -181,24 +182,10 @@ def broken_python(tmp_path, monkeypatch):
     return path
 
 
-def _step_episodes(env, episodes: int, seed: int = 0) -> int:
-    env.reset(seed=seed)
-    env.action_space.seed(seed)
-    steps = 0
-    for episode in range(episodes):
-        done = False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            steps, done = steps + 1, terminated or truncated
-        if episode < episodes - 1:
-            env.reset()
-    return steps
-
-
 def test_serializer_that_cannot_start_leaves_its_reason_in_the_folder(tmp_path, broken_python):
     out = tmp_path / "out"
     env = envrec.RecordTrace(gym.make("CartPole-v1"), out)
-    _step_episodes(env, 2)  # the env never sees an exception
+    run_episodes(env, 2, reseed=False, action_seed=0)  # the env never sees an exception
     env.close()
     stats = env.stats()
     assert "exit code 7" in stats["broken"] and "simulated: this interpreter cannot import envrec" in stats["broken"]
@@ -218,7 +205,7 @@ def test_serializer_that_cannot_start_leaves_its_reason_in_the_folder(tmp_path, 
 def test_interpreter_that_cannot_be_executed_is_named(tmp_path, monkeypatch):
     monkeypatch.setenv("ENVREC_PYTHON", str(tmp_path / "no-such-python"))
     env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, max_restarts=0)
-    _step_episodes(env, 1)
+    run_episodes(env, 1, reseed=False, action_seed=0)
     env.close()
     with pytest.raises(envrec.TraceError, match=r"cannot start the serializer with .*no-such-python.*No such file"):
         envrec.TraceReader(tmp_path)
@@ -240,7 +227,7 @@ def test_strict_mode_raises_the_start_failure(tmp_path, broken_python):
 def test_encoder_that_cannot_start_marks_its_clips(tmp_path, broken_python):
     out = tmp_path / "out"
     env = envrec.RecordVideo(gym.make("CartPole-v1", render_mode="rgb_array"), str(out), episode_trigger=lambda e: True)
-    _step_episodes(env, 2)
+    run_episodes(env, 2, reseed=False, action_seed=0)
     env.close()
     m = meta(out, "rl-video-episode-0")
     assert m["broken"] and "exit code 7" in m["error"] and "simulated: this interpreter cannot import envrec" in m["error"]
@@ -343,7 +330,7 @@ def test_start_method_is_deprecated_and_ignored(tmp_path):
         video = envrec.RecordVideo(
             gym.make("CartPole-v1", render_mode="rgb_array"), str(tmp_path / "v"), start_method="forkserver"
         )
-    _step_episodes(env, 1)
+    run_episodes(env, 1, reseed=False, action_seed=0)
     env.close()
     rec.close()
     video.close()

@@ -11,8 +11,10 @@ import pytest
 import envrec
 from envrec.supervision.stats import CallTimes
 
-from .video_helpers import ColourEnv, meta, run_episodes
-from .waiting import wait_for
+from .support.envs import ColourEnv
+from .support.episodes import run_episodes
+from .support.video import meta
+from .support.waiting import wait_for
 
 
 def test_call_time_percentiles_are_close_to_exact():

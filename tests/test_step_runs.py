@@ -28,7 +28,7 @@ from envrec.workers import entry
 from envrec.workers.serializer import Serializer
 from envrec.workers.spill import MEMORY_BYTES, Spill
 
-from .worker_loop import Conn, count_runs
+from .support.worker_loop import Conn, count_runs
 
 OBS_SPACES = {
     "cartpole": spaces.Box(-np.inf, np.inf, (4,), np.float32),

@@ -24,9 +24,10 @@ import envrec
 from envrec.formats.trace_format import manifest_name, read_manifest
 from envrec.supervision.launcher import PYTHON_ENV_VAR
 
-from .syscall_faults import Fault, injected, need_strace, trace_paths, tracers, video_paths, wrapper
-from .video_helpers import decode, meta
-from .waiting import wait_for
+from .support.episodes import feed
+from .support.syscall_faults import Fault, injected, need_strace, trace_paths, tracers, video_paths, wrapper
+from .support.video import decode, meta
+from .support.waiting import wait_for
 
 OBS = spaces.Box(0, 255, (16, 16, 3), np.uint8)
 ACT = spaces.Discrete(2)
@@ -91,15 +92,13 @@ def _under_strace(monkeypatch, where, fault, paths):
 
 def _record_trace(rec) -> None:
     """EPISODES episodes of STEPS steps; a pause inside the fourth makes an idle checkpoint fall in it."""
-    obs = np.zeros((16, 16, 3), np.uint8)
-    for ep in range(EPISODES):
-        rec.add_reset(obs, seed=ep)
-        for t in range(STEPS):
-            obs[0, 0, 0] = t
-            rec.add_step(t % 2, obs, 1.0, t == STEPS - 1, False)
-            if ep == 3 and t == 4:  # the serializer has taken all so far, then idles for a while
-                wait_for(lambda: rec._stream.check() or rec.backlog_bytes == 0 or rec.broken is not None, 10)
-                time.sleep(0.15)
+
+    def pause(ep: int, t: int) -> None:
+        if ep == 3 and t == 4:  # the serializer has taken all so far, then idles for a while
+            wait_for(lambda: rec._stream.check() or rec.backlog_bytes == 0 or rec.broken is not None, 10)
+            time.sleep(0.15)
+
+    feed(rec, EPISODES, STEPS, during=pause)
 
 
 def _no_leftovers(folder, where, named: set[str]) -> None:
@@ -192,7 +191,7 @@ def test_encoder_syscall_fault(case_dir, monkeypatch, fault):
 
 
 def test_without_strace_the_battery_fails_under_ci_and_skips_elsewhere(monkeypatch):
-    from . import syscall_faults
+    from .support import syscall_faults
 
     monkeypatch.setattr(syscall_faults, "STRACE", None)
     monkeypatch.setenv("CI", "true")

@@ -16,19 +16,14 @@ from gymnasium import spaces as S
 import envrec
 from envrec.formats.infos import Unrepresentable
 
-from .envs import SPACES, Capture, SpaceEnv
+from .support.envs import SPACES, Capture, SpaceEnv
+from .support.episodes import run_episodes
 
 
 def record(env, folder, episodes=3, seed=0, **kwargs):
     cap = Capture(env)
     rec = envrec.RecordTrace(cap, folder, **kwargs)
-    rec.action_space.seed(seed)
-    for ep in range(episodes):
-        rec.reset(seed=seed + ep)
-        done = False
-        while not done:
-            _, _, term, trunc, _ = rec.step(rec.action_space.sample())
-            done = term or trunc
+    run_episodes(rec, episodes, seed, action_seed=seed)
     rec.close()
     return cap.episodes, rec
 

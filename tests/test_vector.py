@@ -11,7 +11,7 @@ from gymnasium.vector import AutoresetMode
 
 import envrec
 
-from .video_helpers import decode, meta
+from .support.video import decode, meta
 
 STEPS = 120
 MODES = [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]

@@ -12,7 +12,9 @@ import pytest
 import envrec
 from envrec.formats.ffmpeg import VideoSettings, encode_command, encoded_size, find_ffmpeg
 
-from .video_helpers import ColourEnv, decode, meta, probe_size, run_episodes
+from .support.envs import ColourEnv
+from .support.episodes import run_episodes
+from .support.video import decode, meta, probe_size
 
 
 def test_every_frame_captured_is_decoded_with_size_and_metadata(tmp_path):

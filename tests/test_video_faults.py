@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -15,11 +13,9 @@ import pytest
 import envrec
 from envrec.contract.records import Status
 
-from .video_helpers import decode, meta
-from .waiting import wait_for
-
-CHILD = os.path.join(os.path.dirname(__file__), "child_video.py")
-
+from .support.processes import start_child
+from .support.video import decode, meta
+from .support.waiting import wait_for
 
 
 def frame(i: int) -> np.ndarray:
@@ -118,12 +114,7 @@ def test_strict_mode_raises_when_the_encoder_dies(tmp_path):
 
 @pytest.mark.parametrize("mode", ["kill-self", "wait"])
 def test_env_process_killed_mid_clip_leaves_a_playable_clip_and_no_ffmpeg(tmp_path, mode):
-    child = subprocess.Popen(
-        [sys.executable, CHILD, str(tmp_path), "75", mode],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
+    child = start_child("child_video.py", str(tmp_path), "75", mode)
     worker_pid = int(child.stdout.readline())
     if mode == "wait":
         assert child.stdout.readline().strip() == "ready"

@@ -18,25 +18,15 @@ from gymnasium import spaces as S
 import envrec
 from envrec.viewer import ViewerServer
 
-from .video_helpers import run_episodes
+from .support.episodes import record_cartpole, run_episodes
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def record_cartpole(folder, episodes=3) -> None:
-    """What ``envrec record`` writes: a trace and a clip of every episode, side by side."""
-    env = gym.make("CartPole-v1", render_mode="rgb_array")
-    env = envrec.RecordVideo(env, str(folder), episode_trigger=lambda e: True)
-    env = envrec.RecordTrace(env, folder)
-    env.action_space.seed(0)
-    run_episodes(env, episodes)
-    env.close()
 
 
 @pytest.fixture
 def served(tmp_path):
     root = tmp_path / "rec"
-    record_cartpole(root)
+    record_cartpole(root, video=True)
     server = ViewerServer(root).start()
     yield server, root
     server.close()
@@ -169,7 +159,7 @@ def test_requests_for_another_host_are_refused(served):
 
 
 def test_cli_serves_until_interrupted(tmp_path):
-    record_cartpole(tmp_path, episodes=1)
+    record_cartpole(tmp_path, 1, video=True)
     proc = subprocess.Popen([sys.executable, "-m", "envrec", "view", str(tmp_path), "--port", "0", "--no-browser",
                              "--allow-host", "viewer.example"], stdout=subprocess.PIPE, text=True)
     try:
@@ -223,10 +213,7 @@ def test_files_serves_only_the_recorders_clip_types(served):
 
 
 def test_a_damaged_batch_is_an_error_row_and_the_rest_of_the_index_works(tmp_path):
-    env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, name_prefix="cp", batch_bytes=1500)
-    env.action_space.seed(0)
-    run_episodes(env, 4)
-    env.close()
+    record_cartpole(tmp_path, 4, name_prefix="cp", batch_bytes=1500)
     batches = json.load(open(tmp_path / "cp.manifest.json"))["batches"]
     bad = batches[1]["fn"]
     (tmp_path / bad).write_bytes((tmp_path / bad).read_bytes()[:-20])  # truncated: its size is wrong
@@ -270,7 +257,7 @@ def test_a_zero_step_episode_opens(tmp_path):
 
 
 def test_the_host_check_holds_for_any_bind_address(tmp_path):
-    record_cartpole(tmp_path, episodes=1)
+    record_cartpole(tmp_path, 1, video=True)
     server = ViewerServer(tmp_path, host="0.0.0.0", allow_hosts=["Viewer.Example"]).start()
     try:
         port = server.server_address[1]
@@ -298,7 +285,7 @@ def test_idle_connections_time_out_and_connections_are_bounded(tmp_path, monkeyp
 
     monkeypatch.setattr(server_module._Handler, "timeout", 1.5)
     monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 2)
-    record_cartpole(tmp_path, episodes=1)
+    record_cartpole(tmp_path, 1, video=True)
     server = ViewerServer(tmp_path).start()
     try:
         idle = [socket.create_connection(server.server_address[:2], timeout=10) for _ in range(2)]

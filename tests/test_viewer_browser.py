@@ -23,7 +23,7 @@ import pytest
 import envrec
 from envrec.viewer import ViewerServer
 
-from .video_helpers import run_episodes
+from .support.episodes import record_cartpole, run_episodes
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -57,13 +57,7 @@ def recording(tmp_path):
     env = gym.make("CartPole-v1", render_mode="rgb_array")
     env = envrec.RecordVideo(env, str(tmp_path), episode_trigger=lambda e: True, fps=FPS)
     env = envrec.RecordTrace(env, tmp_path, name_prefix="cartpole")
-    env.action_space.seed(3)
-    for seed in range(4):
-        env.reset(seed=seed)
-        done = False
-        while not done:
-            _, _, term, trunc, _ = env.step(env.action_space.sample())
-            done = term or trunc
+    run_episodes(env, 4, action_seed=3)
     env.close()
     episodes = list(envrec.TraceReader(tmp_path))
     server = ViewerServer(tmp_path).start()
@@ -169,11 +163,7 @@ def _crafted_folder(folder) -> list[str]:
     """A real recording plus what a stranger's folder may hold: pages posing as clips, a scripted SVG, markup in names."""
     import json
 
-    env = envrec.RecordVideo(gym.make("CartPole-v1", render_mode="rgb_array"), str(folder), episode_trigger=lambda e: e == 2)
-    env = envrec.RecordTrace(env, folder, name_prefix="cp")
-    env.action_space.seed(0)
-    run_episodes(env, 3)
-    env.close()
+    record_cartpole(folder, 3, video=lambda e: e == 2, name_prefix="cp")
     page = lambda tag: f"<!doctype html><html><body><script>{_script(tag)}</script></body></html>"
     files = {
         "evil.html": page("html"),

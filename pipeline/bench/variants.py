@@ -1,7 +1,9 @@
 """What ``envrec bench`` and the scripts compare envrec with: a synthetic env and the alternatives.
 
 * ``FrameEnv``: frames of any size whose step costs almost nothing (or a set
-  amount of busy CPU, like an emulator), returning a fresh frame each step.
+  amount of busy CPU, like an emulator), returning a fresh frame each step:
+  noise, or game-like frames (``game_frame``) that compress as a game's do.
+  The one synthetic frame env of ``envrec bench``, the tests and ``scripts/``.
 * ``RenderEveryStep``: produces each frame and throws it away (the cost of
   frames without recording them).
 * ``SyncPipe``: old gym's VideoRecorder way, an ffmpeg child per episode fed
@@ -23,28 +25,51 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from ..errors import ConfigError
 from ..formats.ffmpeg import VideoSettings, encode_command, find_ffmpeg
 
-__all__ = ["FrameEnv", "InProcessTrace", "RenderEveryStep", "SyncPipe"]
+__all__ = ["FrameEnv", "InProcessTrace", "RenderEveryStep", "SyncPipe", "game_frame"]
 
 
 class FrameEnv(gym.Env):
-    """HxWx3 uint8 observations (and renders); each step busy-works ``step_us`` and returns a fresh frame."""
+    """HxWx3 uint8 observations (and renders), a fresh frame each step, after ``step_us`` of busy work.
+
+    Args:
+        height: Frame height in pixels.
+        width: Frame width in pixels.
+        length: Steps per episode (``None``: episodes never end).
+        step_us: Busy CPU time per step, in microseconds (an emulator's cost).
+        render_mode: Only ``"rgb_array"``.
+        frames: ``"noise"``, random pixels that do not compress (one of them changes each step), or
+            ``"game"``, a static background with moving sprites that compress as a game's frames do;
+            each ``"game"`` frame depends only on the episode's reset seed and the step
+            (:func:`game_frame`), so a reader can check every frame it reads back.
+    """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 30}  # noqa: RUF012  (Gymnasium declares metadata as a class-level dict)
 
-    def __init__(self, height: int = 210, width: int = 160, length: int = 1000, step_us: float = 0.0, render_mode="rgb_array"):
+    def __init__(self, height: int = 210, width: int = 160, length: int | None = 1000, step_us: float = 0.0,
+                 render_mode="rgb_array", frames: str = "noise"):
+        if frames not in ("noise", "game"):
+            raise ConfigError(f"frames must be 'noise' or 'game', not {frames!r}")
         self.observation_space = spaces.Box(0, 255, (height, width, 3), np.uint8)
         self.action_space = spaces.Discrete(6)
         self.length = length
         self.step_s = step_us / 1e6
         self.render_mode = render_mode
-        self.frame = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
-        self.t = 0
+        self.game = frames == "game"
+        if self.game:
+            self.frame = game_frame(0, 0, height, width)
+        else:
+            self.frame = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
+        self.seed_, self.t = 0, 0
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
+        self.seed_ = int(seed) if seed is not None else 0
         self.t = 0
+        if self.game:
+            return self._draw(), {}
         return self.frame.copy(), {}
 
     def step(self, action):
@@ -53,11 +78,40 @@ class FrameEnv(gym.Env):
             end = time.perf_counter() + self.step_s
             while time.perf_counter() < end:
                 pass
-        self.frame[0, 0, 0] = self.t % 256
-        return self.frame.copy(), 1.0, self.t >= self.length, False, {}
+        if self.game:
+            obs = self._draw()
+        else:
+            self.frame[0, 0, 0] = self.t % 256
+            obs = self.frame.copy()
+        return obs, 1.0, self.length is not None and self.t >= self.length, False, {}
 
     def render(self):
         return self.frame
+
+    def _draw(self) -> np.ndarray:
+        """A new game frame (never changed afterwards: observation and render share it)."""
+        self.frame = game_frame(self.seed_, self.t, *self.frame.shape[:2])
+        return self.frame
+
+
+def game_frame(seed: int, t: int, height: int = 210, width: int = 160) -> np.ndarray:
+    """What ``FrameEnv(frames="game")`` shows at step ``t`` of an episode reset with ``seed``.
+
+    Args:
+        seed: The episode's reset seed (0 when it was reset without one).
+        t: The step (0: the reset's observation).
+        height: Frame height in pixels.
+        width: Frame width in pixels.
+    """
+    frame = np.zeros((height, width, 3), np.uint8)
+    frame[:, :, 0] = 144
+    frame[30:190:20, :, 1] = 72  # stripes and a floor, as Atari's playfields have
+    frame[195:, :, :] = 200
+    for k in range(4):
+        y = (seed * 13 + k * 47 + t * (k + 1)) % max(1, height - 10)
+        x = (seed * 7 + k * 31 + t * (2 * k + 1)) % max(1, width - 6)
+        frame[y : y + 10, x : x + 6] = (60 * k, 255, 220 - 50 * k)
+    return frame
 
 
 class RenderEveryStep(gym.Wrapper):

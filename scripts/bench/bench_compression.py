@@ -13,7 +13,7 @@ Two measurements per codec (raw, zstd-1, zstd-3, lz4), interleaved over
   worker).
 
 Targets: zstd >= 50x smaller than raw, its throughput >= raw's, env-side
-cost within +-5 %. Usage: ``python scripts/bench_compression.py [--rounds 3] [--seconds 5]``.
+cost within +-5 %. Usage: ``python scripts/bench/bench_compression.py [--rounds 3] [--seconds 5]``.
 """
 
 from __future__ import annotations
@@ -27,16 +27,14 @@ import tempfile
 import time
 
 import envrec
-
-sys.path.insert(0, os.path.dirname(__file__))
-from soak_long_run import AtariLikeEnv
+from envrec.bench.variants import FrameEnv
 
 CODECS = {"raw": None, "zstd-1": "zstd:1", "zstd-3": "zstd", "lz4": "lz4"}
 
 
 def throughput(folder: str, compression, seconds: float) -> tuple[float, float]:
     """(steps per second until committed, bytes on disk per step)."""
-    env = envrec.RecordTrace(AtariLikeEnv(1000), folder, compression=compression)
+    env = envrec.RecordTrace(FrameEnv(frames="game"), folder, compression=compression)
     steps, t0, seed = 0, time.perf_counter(), 0
     while time.perf_counter() - t0 < seconds:
         env.reset(seed=seed)
@@ -55,7 +53,7 @@ def throughput(folder: str, compression, seconds: float) -> tuple[float, float]:
 
 def env_side_us(folder: str, compression, seconds: float, rate: float) -> float:
     """Mean µs of the recorder's own work per step, the env paced so the ring never fills."""
-    env = envrec.RecordTrace(AtariLikeEnv(1000), folder, compression=compression)
+    env = envrec.RecordTrace(FrameEnv(frames="game"), folder, compression=compression)
     env.reset(seed=0)
     t0 = time.perf_counter()
     n = 0

@@ -14,7 +14,7 @@ outside), serves it, and sends one table of hostile requests per check:
 
 It prints, per check, the requests sent, how many the check refused (the
 server's own ``refused`` counter) and how many returned the outside file's
-or the page's bytes (must be 0). Usage: ``python scripts/probe_viewer.py``.
+or the page's bytes (must be 0). Usage: ``python scripts/ci/probe_viewer.py``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A long recording under realistic load: does anything grow that should stay flat?
 
-An Atari-like env (210x160x3 frames: static background, moving sprites, so
-they compress the way a real game's do) is stepped as fast as it goes and
+An Atari-like env (``FrameEnv(frames="game")``, 210x160x3 frames: static background, moving
+sprites, so they compress the way a real game's do) is stepped as fast as it goes and
 recorded with ``RecordTrace(compression="zstd", max_bytes=...)`` and
 ``RecordVideo`` (every ``--video-every``-th episode, ``keep_last_clips``), so
 the disk budget keeps bytes on disk bounded too. Every ``--every`` seconds it
@@ -16,7 +16,7 @@ does not grow; then it reads the kept episodes back and compares every frame
 with the one the env produced. Writes ``soak.csv`` and ``soak.png`` into
 ``--out`` and exits non-zero when a check fails.
 
-Usage: ``python scripts/soak_long_run.py [--minutes 60] [--every 10] [--out soak-out]``.
+Usage: ``python scripts/soak/soak_long_run.py [--minutes 60] [--every 10] [--out soak-out]``.
 """
 
 from __future__ import annotations
@@ -28,67 +28,16 @@ import shutil
 import statistics
 import time
 
-import gymnasium as gym
 import numpy as np
 import psutil
-from gymnasium import spaces
 
 import envrec
+from envrec.bench.variants import FrameEnv, game_frame
 from envrec.contract.records import Status
 
-H, W = 210, 160
 ROLES = ("env", "serializer", "encoder", "ffmpeg")
 FIELDS = ["t_s", "steps", "steps_per_s", "env_us_per_step", "commit_ms", "ring_high_water_mb", "blocked_s", "disk_mb",
           "batches_evicted", "clips_evicted"] + [f"{r}_{k}" for r in ROLES for k in ("rss_mb", "fds")]
-
-
-class AtariLikeEnv(gym.Env):
-    """Frames that depend only on (episode seed, step): a reader can check every one of them."""
-
-    metadata = {"render_modes": ["rgb_array"], "render_fps": 60}  # noqa: RUF012  (Gymnasium declares metadata as a class-level dict)
-
-    def __init__(self, episode_len: int = 1000) -> None:
-        self.observation_space = spaces.Box(0, 255, (H, W, 3), np.uint8)
-        self.action_space = spaces.Discrete(4)
-        self.render_mode = "rgb_array"
-        self.episode_len = episode_len
-        self.background = background()
-        self.frame = self.background.copy()
-        self.seed_, self.t = 0, 0
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.seed_ = int(seed if seed is not None else 0)
-        self.t = 0
-        return self._draw(), {}
-
-    def step(self, action):
-        self.t += 1
-        return self._draw(), float(self.t % 7 == 0), self.t >= self.episode_len, False, {}
-
-    def render(self):
-        return self.frame
-
-    def _draw(self) -> np.ndarray:
-        self.frame = draw(self.background, self.seed_, self.t)
-        return self.frame
-
-
-def background() -> np.ndarray:
-    bg = np.zeros((H, W, 3), np.uint8)
-    bg[:, :, 0] = 144
-    bg[30:190:20, :, 1] = 72
-    bg[195:, :, :] = 200
-    return bg
-
-
-def draw(bg: np.ndarray, seed: int, t: int) -> np.ndarray:
-    frame = bg.copy()
-    for k in range(4):
-        y = (seed * 13 + k * 47 + t * (k + 1)) % (H - 10)
-        x = (seed * 7 + k * 31 + t * (2 * k + 1)) % (W - 6)
-        frame[y : y + 10, x : x + 6] = (60 * k, 255, 220 - 50 * k)
-    return frame
 
 
 def process_facts(pids: dict[str, int]) -> dict[str, float]:
@@ -119,7 +68,7 @@ def soak(out: str, minutes: float, every_s: float, episode_len: int = 1000, vide
          max_bytes: int = 512 << 20, keep_last_clips: int = 20, batch_bytes: int = 5_000_000) -> dict:
     data = os.path.join(out, "recording")
     shutil.rmtree(data, ignore_errors=True)  # RecordVideo warns about a folder that exists
-    env = AtariLikeEnv(episode_len)
+    env = FrameEnv(length=episode_len, frames="game")
     video = env = envrec.RecordVideo(env, data, episode_trigger=lambda e: e % video_every == 0, keep_last_clips=keep_last_clips)
     trace = env = envrec.RecordTrace(env, data, compression="zstd", max_bytes=max_bytes, batch_bytes=batch_bytes)
     rows: list[dict] = []
@@ -198,14 +147,13 @@ def check(rows: list[dict]) -> dict[str, tuple[bool, str]]:
 
 def read_back(folder: str, episode_len: int) -> dict:
     """Every kept episode, frame by frame, against what the env drew."""
-    bg = background()
     reader = envrec.TraceReader(folder)
     episodes = mismatches = frames = 0
     for ep in reader:
         episodes += 1
         for t in range(0, ep.length + 1, 50):  # every 50th frame: the whole hour would take as long again to compare
             frames += 1
-            if not np.array_equal(ep.observations[t], draw(bg, ep.seed if ep.seed is not None else 0, t)):
+            if not np.array_equal(ep.observations[t], game_frame(ep.seed if ep.seed is not None else 0, t)):
                 mismatches += 1
         if ep.complete and ep.length != episode_len:
             mismatches += 1

@@ -1,6 +1,6 @@
 """Smoke test of one extra, in a virtual environment where only ``pip install '.[EXTRA]'`` was run.
 
-``python scripts/smoke_extra.py EXTRA`` does, with nothing but envrec and that
+``python scripts/ci/smoke_extra.py EXTRA`` does, with nothing but envrec and that
 extra installed, what the extra is for, and exits non-zero (with the
 traceback) when something it imports is missing or fails:
 
@@ -13,7 +13,7 @@ traceback) when something it imports is missing or fails:
 * ``plot``: ``envrec bench --plot`` draws its PNG.
 
 ``.ci/run`` runs it for every extra in setup.cfg; the base install runs
-``scripts/readme_examples.py`` instead.
+``scripts/ci/readme_examples.py`` instead.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ a ``VideoRecorder`` sends ``--frames`` frames as fast as it can, once with
 ``zero_copy=False`` (one ``write`` per frame: the worker's copy), in
 interleaved rounds. Printed: the worker's and ffmpeg's CPU per frame
 (medians) and the worker's share of ffmpeg's CPU (target: <= 0.15x).
-Usage: ``python scripts/bench_handoff.py [--rounds 3]``.
+Usage: ``python scripts/bench/bench_handoff.py [--rounds 3]``.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ ring held at the signal (the producer's last report) and the steps read back
 against the steps recorded (always equal). Figures for README, "When
 something fails". The open episode is written out whole when the job ends, so
 an episode far longer than these (endless ones) takes longer: its copy from
-the serializer's spill files into the batch. Usage: ``python scripts/bench_preemption.py [--rounds 5] [--compression zstd]``.
+the serializer's spill files into the batch. Usage: ``python scripts/bench/bench_preemption.py [--rounds 5] [--compression zstd]``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ one record per vector step, a trace per sub-env); ``trace+video`` (plus
 ``RecordVectorVideo`` of sub-env 0, every episode). Prints vector steps/s,
 the ratio to ``none`` and the longest single step. Sub-envs are stepped in
 this process (``--mode sync``, default) or in Gymnasium's worker processes
-(``--mode async``). Usage: ``python scripts/bench_vector.py [--rounds 7] [--seconds 1.5]``.
+(``--mode async``). Usage: ``python scripts/bench/bench_vector.py [--rounds 7] [--seconds 1.5]``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Records a single episode of ``--steps`` steps (default 100,000) of 210x160x3
 uint8 observations with ``envrec.RecordTrace`` and prints the RSS of the env
 process and of the serializer at checkpoints, then the growth between the
 first checkpoint and the end. Buffering the episode would need ~10 GB.
-Usage: ``python scripts/check_memory.py [--steps 100000] [--out DIR]``.
+Usage: ``python scripts/soak/check_memory.py [--steps 100000] [--out DIR]``.
 """
 
 from __future__ import annotations
@@ -14,29 +14,10 @@ import shutil
 import tempfile
 import time
 
-import gymnasium as gym
-import numpy as np
 import psutil
-from gymnasium import spaces
 
 import envrec
-
-
-class EndlessFrames(gym.Env):
-    observation_space = spaces.Box(0, 255, (210, 160, 3), np.uint8)
-    action_space = spaces.Discrete(4)
-
-    def __init__(self) -> None:
-        self.frame = np.zeros((210, 160, 3), np.uint8)
-        self.t = 0
-
-    def reset(self, *, seed=None, options=None):
-        return self.frame.copy(), {}
-
-    def step(self, action):
-        self.t += 1
-        self.frame[0, 0, 0] = self.t % 256
-        return self.frame.copy(), 0.0, False, False, {}
+from envrec.bench.variants import FrameEnv
 
 
 def main() -> None:
@@ -46,7 +27,7 @@ def main() -> None:
     args = p.parse_args()
     folder = args.out or tempfile.mkdtemp(prefix="envrec-memory-")
     try:
-        env = envrec.RecordTrace(EndlessFrames(), folder)
+        env = envrec.RecordTrace(FrameEnv(210, 160, length=None), folder)
         env.reset()
         procs = {"env": psutil.Process(), "serializer": psutil.Process(env.stats()["worker_pid"])}
         samples = []

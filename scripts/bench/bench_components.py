@@ -10,7 +10,7 @@
   each file and its folder fsynced). Target: >= 0.8x.
 
 Each pair runs interleaved ``--rounds`` times; medians and ratios are printed.
-Usage: ``python scripts/bench_components.py [--rounds 5] [--frames 300] [--folder DIR]``.
+Usage: ``python scripts/bench/bench_components.py [--rounds 5] [--frames 300] [--folder DIR]``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ For each round, in one process (imports already warm, as in a training job):
 
 It prints the median over ``--rounds`` of the time until the first ``reset()``
 returns, the time until every worker reports ready (attached to its ring, its
-output open), and ``close()``. Usage: ``python scripts/bench_start.py [--rounds 10]``.
+output open), and ``close()``. Usage: ``python scripts/bench/bench_start.py [--rounds 10]``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Runs ``envrec bench`` with the video variants on CartPole-v1 (rgb_array,
 ALE/Pong-v5 (210x160), and prints ratios to ``render`` — the env stepped with
 ``render()`` called each step and the frame thrown away — since producing
 frames is the env's cost, not the recorder's. Usage:
-``python scripts/bench_video.py [--rounds 7] [--seconds 1.5] [--env ID ...]``.
+``python scripts/bench/bench_video.py [--rounds 7] [--seconds 1.5] [--env ID ...]``.
 """
 
 from __future__ import annotations

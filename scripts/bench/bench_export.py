@@ -13,7 +13,7 @@ episode, so its export time grows with the square of the episode count:
 ``--readers`` picks the readers, ``--workload`` one workload, to measure it
 at several sizes.
 
-Usage: ``python scripts/bench_export.py [--steps 20000] [--rounds 3]
+Usage: ``python scripts/bench/bench_export.py [--steps 20000] [--rounds 3]
 [--workload atari|cartpole] [--readers "parquet export,to_arrow"]``.
 """
 
@@ -23,16 +23,13 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import warnings
 
 import envrec
+from envrec.bench.variants import FrameEnv
 from envrec.export import to_arrow, to_minari, to_parquet
-
-sys.path.insert(0, os.path.dirname(__file__))
-from soak_long_run import AtariLikeEnv
 
 
 def record(folder: str, steps: int, env) -> int:
@@ -124,7 +121,7 @@ def main() -> None:
     try:
         import gymnasium as gym
 
-        workloads = (("atari", "Atari-like 210x160x3", lambda: AtariLikeEnv(1000), args.steps),
+        workloads = (("atari", "Atari-like 210x160x3", lambda: FrameEnv(frames="game"), args.steps),
                      ("cartpole", "CartPole-v1", lambda: gym.make("CartPole-v1"), 10 * args.steps))
         for key, label, make, n in workloads:
             if args.workload not in (None, key):

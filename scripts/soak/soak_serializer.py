@@ -4,7 +4,7 @@ A thread SIGKILLs whichever serializer is running at random intervals while
 the env process records episodes whose observations carry their global step
 number. Afterwards: the manifest parses, every file it names is complete, and
 the steps read back are exactly the steps produced — none missing, none
-duplicated, in order. Usage: ``python scripts/soak_serializer.py [--kills 200] [--folder DIR]``.
+duplicated, in order. Usage: ``python scripts/soak/soak_serializer.py [--kills 200] [--folder DIR]``.
 """
 
 from __future__ import annotations

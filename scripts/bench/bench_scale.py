@@ -8,7 +8,7 @@ the total steps/s of all actors is measured with recording off and on
 printed, and each recorded figure as a ratio to the unrecorded one at the
 same number of actors.
 
-Usage: ``python scripts/bench_scale.py [--rounds 3] [--seconds 5]``.
+Usage: ``python scripts/bench/bench_scale.py [--rounds 3] [--seconds 5]``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """PPO on CartPole with RLlib, every EnvRunner's envs recorded by envrec; then the traces read back with Ray Data.
 
 Needs ``pip install 'envrec[ray]' 'ray[rllib]' torch`` (a CPU build is
-enough). Usage: ``python scripts/rllib_ppo.py [--iterations 3] [--runners 2]
+enough). Usage: ``python scripts/examples/rllib_ppo.py [--iterations 3] [--runners 2]
 [--envs-per-runner 2] [--out recordings/ppo]``. Prints the training return
 per iteration, then how many steps the recordings hold per runner folder and
 in all, counted by ``envrec.ray.read_traces``.

@@ -12,7 +12,7 @@ Variants, interleaved round by round so machine drift hits all alike:
 Environments: synthetic 210x160x3 uint8 frames whose step burns ``--frame-step-us`` of CPU
 (an emulator's cost; a fresh frame each step), and CartPole-v1. Prints medians of steps/s, the
 env-side µs per step above ``none``, the longest single step()/reset() call, and the time inside
-envrec per call from its own stats. Usage: ``python scripts/bench_trace.py [--rounds 9] [--seconds 1]``.
+envrec per call from its own stats. Usage: ``python scripts/bench/bench_trace.py [--rounds 9] [--seconds 1]``.
 """
 
 from __future__ import annotations

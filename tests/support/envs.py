@@ -1,4 +1,4 @@
-"""Small real Gymnasium environments for tests, one per space shape we must record."""
+"""Small real Gymnasium environments for tests: one per space shape we must record, one that renders known pictures."""
 
 from __future__ import annotations
 
@@ -89,3 +89,38 @@ class Capture(gym.Wrapper):
         ep["trunc"].append(trunc)
         ep["info"].append(info)
         return obs, r, term, trunc, info
+
+
+class ColourEnv(gym.Env):
+    """Renders solid frames of one colour per episode; ``channels`` 3 or 4; any size."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 25}  # noqa: RUF012  (Gymnasium declares metadata as a class-level dict)
+
+    def __init__(self, colours=((255, 0, 0), (0, 0, 255)), size=(48, 64), channels=3, episode_len=10, render_mode="rgb_array"):
+        self.colours = colours
+        self.size = size
+        self.channels = channels
+        self.episode_len = episode_len
+        self.render_mode = render_mode
+        self.observation_space = S.Discrete(2)
+        self.action_space = S.Discrete(2)
+        self.episode = -1
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.episode += 1
+        self.t = 0
+        return 0, {}
+
+    def step(self, action):
+        self.t += 1
+        return 0, 0.0, self.t >= self.episode_len, False, {}
+
+    def render(self):
+        h, w = self.size
+        frame = np.zeros((h, w, self.channels), np.uint8)
+        frame[..., :3] = self.colours[self.episode % len(self.colours)]
+        if self.channels == 4:
+            frame[..., 3] = 255
+        return frame

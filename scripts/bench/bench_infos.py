@@ -7,7 +7,7 @@ costs at least), envrec's ``pack_info`` (its checks, then its pickler) and a
 whole ``TraceRecorder.add_step`` of a CartPole-sized step carrying that info.
 Prints the medians over ``--rounds`` in µs per call and ``pack_info``'s ratio
 to ``pickle.dumps``. Run it on two checkouts to compare them.
-Usage: ``python scripts/bench_infos.py [--rounds 15] [--calls 20000]``.
+Usage: ``python scripts/bench/bench_infos.py [--rounds 15] [--calls 20000]``.
 """
 
 from __future__ import annotations

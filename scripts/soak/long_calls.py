@@ -7,7 +7,7 @@ ring during it (``blocked_s`` before and after the call). A long call with no
 blocked time has another cause, which is what this script is for finding.
 pygame is initialised before the runs (its first render takes ~0.2 s with or
 without recording).
-Usage: ``python scripts/long_calls.py [--runs 3] [--steps 500] [--ms 20]``.
+Usage: ``python scripts/soak/long_calls.py [--runs 3] [--steps 500] [--ms 20]``.
 """
 
 from __future__ import annotations

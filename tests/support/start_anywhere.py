@@ -13,6 +13,8 @@ import numpy as np
 
 import envrec
 
+from .episodes import episode_lengths
+
 # A user's training script, without an ``if __name__ == "__main__":`` guard. It notes each run of its
 # top level in runs.txt (a worker that re-ran it would add a line) and prints its episode lengths.
 UNGUARDED_SCRIPT = """\
@@ -100,16 +102,6 @@ class RecordingThunk:
 def record_in_pool_worker(folder: str) -> tuple[bool, list[int]]:
     """Runs in a ``multiprocessing.Pool`` worker (daemonic): two seeded episodes, closed here."""
     env = envrec.RecordTrace(gym.make("CartPole-v1"), folder)
-    lengths = []
-    env.reset(seed=3)
-    env.action_space.seed(3)
-    for episode in range(2):
-        n, done = 0, False
-        while not done:
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
-            n, done = n + 1, terminated or truncated
-        lengths.append(n)
-        if episode == 0:
-            env.reset()
+    lengths = episode_lengths(env, 2, 3, reseed=False, action_seed=3)
     env.close()
     return mp.current_process().daemon, lengths

@@ -10,7 +10,7 @@ envrec installs, or that need an account or a cluster — and each entry of
 env the examples leave open is closed at the end, and none may be
 broken. Exit status 1 with the block's README line when one fails.
 
-``python scripts/readme_examples.py [README.md] [--list]``
+``python scripts/ci/readme_examples.py [README.md] [--list]``
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import tempfile
 import traceback
 from dataclasses import dataclass
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))
 
 # Top-level imports that make a block a recipe the base install cannot run, and why.
 NEEDS = {

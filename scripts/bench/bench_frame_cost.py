@@ -9,7 +9,7 @@ copy into memory that is not in cache); and ``VideoRecorder.add_frame``
 (p50, p99) while frames arrive at a pace the
 encoder keeps up with (so no call waits for room), each call timed around it. Targets: DESIGN.md's
 <= 1.5x the warm memcpy + 10 µs, and <= 1.3x the ring-position copy + 5 µs.
-Usage: ``python scripts/bench_frame_cost.py [--frames 200]``.
+Usage: ``python scripts/bench/bench_frame_cost.py [--frames 200]``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ The serializer is driven in this process, without a ring or an env: one
 ``stats()["commit_us_total"]`` reports). Medians per commit and their ratio
 are printed. Target: <= 1.2x at 50,000 batches against 500.
 
-Usage: ``python scripts/bench_commit.py [--small 500] [--big 50000] [--window 300] [--folder DIR]``.
+Usage: ``python scripts/bench/bench_commit.py [--small 500] [--big 50000] [--window 300] [--folder DIR]``.
 """
 
 from __future__ import annotations
