@@ -21,8 +21,8 @@ import pytest
 
 import envrec
 
-from .envs import SPACES, SpaceEnv
-from .video_helpers import ColourEnv, run_episodes
+from .support.envs import SPACES, ColourEnv, SpaceEnv
+from .support.episodes import run_episodes
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 SCHEMAS = os.path.join(ROOT, "docs", "schemas")

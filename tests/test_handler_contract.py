@@ -12,7 +12,7 @@ from envrec.contract.ring import RingWriter, record_size
 from envrec.contract.ring_reader import RingReader
 from envrec.workers import entry
 
-from .worker_loop import Conn
+from .support.worker_loop import Conn
 
 PAYLOAD = b"x" * 100
 RECORDS = 5

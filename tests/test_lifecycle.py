@@ -14,7 +14,7 @@ import pytest
 import envrec
 from envrec.supervision.lifecycle import ENDED, TRANSITIONS, Restart, RestartPolicy, WorkerFacts, WorkerState, observe
 
-from .waiting import wait_for
+from .support.waiting import wait_for
 
 S = WorkerState
 FROZEN_AT_EXIT = ("ready", "hung", "broken")  # status words and the hang verdict: final once the process is gone

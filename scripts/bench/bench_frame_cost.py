@@ -7,7 +7,7 @@ segment cycled like envrec's frame ring, done in the same paced loop just before
 recorded frame (the hardware's cost of what envrec's hot path must do: one
 copy into memory that is not in cache); and ``VideoRecorder.add_frame``
 (p50, p99) while frames arrive at a pace the
-encoder keeps up with (so no call waits for room), each call timed around it. Targets: DESIGN.md's
+encoder keeps up with (so no call waits for room), each call timed around it. Targets: the project's
 <= 1.5x the warm memcpy + 10 µs, and <= 1.3x the ring-position copy + 5 µs.
 Usage: ``python scripts/bench/bench_frame_cost.py [--frames 200]``.
 """
