@@ -23,6 +23,10 @@ Catch the family you can act on; every error envrec raises on purpose is an
   missing, incomplete, damaged or not envrec's. The message names the file
   and, where one is at fault, the field.
 
+``FfmpegError`` never reaches your code: the encoder worker raises it when
+ffmpeg dies, hangs or refuses its input, and catches it to end the clip as
+broken (the clip's metadata says why).
+
 Each message says what was expected, what arrived, and what to do.
 """
 
@@ -32,6 +36,7 @@ __all__ = [
     "ClosedError",
     "ConfigError",
     "EnvrecError",
+    "FfmpegError",
     "RecordError",
     "RecordTooLargeError",
     "RemoteTraceback",
@@ -43,6 +48,10 @@ __all__ = [
 
 class EnvrecError(Exception):
     """Base class of every error envrec raises on purpose."""
+
+
+class FfmpegError(EnvrecError):
+    """ffmpeg died, hung or refused its input; the message says how and quotes its stderr (worker side only)."""
 
 
 class ConfigError(EnvrecError, ValueError):

@@ -28,10 +28,11 @@ import time
 import numpy as np
 
 from envrec.contract.procinfo import signal_name
+from envrec.errors import FfmpegError
 
 from . import pipe_splice
 
-__all__ = ["FfmpegError", "FfmpegProcess"]
+__all__ = ["FfmpegProcess"]
 
 WATCH_INTERVAL_S = 0.25  # how often the watchdog looks at a write in progress
 FINISH_TIMEOUT_S = 30.0  # how long a clip's last frames may take to encode after stdin closes
@@ -44,10 +45,6 @@ STDERR_TAIL_GRACE_S = 1.0
 STDERR_FINISH_GRACE_S = 2.0
 STDERR_TAIL_LINES = 20
 PIPE_BYTES = 1 << 20  # Linux's default cap for an unprivileged pipe size (/proc/sys/fs/pipe-max-size)
-
-
-class FfmpegError(Exception):
-    """ffmpeg died, hung or refused its input; the message says how and quotes its stderr."""
 
 
 class FfmpegProcess:

@@ -15,7 +15,9 @@ import collections
 
 import numpy as np
 
-from .ffmpeg_process import FfmpegError, FfmpegProcess
+from envrec.errors import FfmpegError
+
+from .ffmpeg_process import FfmpegProcess
 
 __all__ = ["FrameFeed"]
 
