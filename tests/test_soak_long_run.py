@@ -1,4 +1,5 @@
-"""The 60-second version of scripts/soak/soak_long_run.py: nothing grows, the budgets hold, every kept frame reads back."""
+"""The 60-second version of scripts/soak/soak_long_run.py: nothing grows, the budgets hold, every kept frame reads back,
+episodes long enough to be committed in parts among the others."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ def test_60_seconds_of_compressed_traces_and_video_under_disk_budgets(tmp_path):
     soak = load_script("soak/soak_long_run.py")
     faulthandler.dump_traceback_later(290)  # the suite's 110 s stack dump is for hangs; this test runs 60 s
     budget = 24 << 20
-    r = soak.soak(str(tmp_path), minutes=1.0, every_s=2.5, batch_bytes=1_000_000, max_bytes=budget, keep_last_clips=3)
+    r = soak.soak(str(tmp_path), minutes=1.0, every_s=2.5, batch_bytes=1_000_000, max_bytes=budget, keep_last_clips=3,
+                  long_every=3, long_factor=5)
     assert len(r["rows"]) >= 20
     failed = {k: what for k, (ok, what) in r["checks"].items() if not ok}
     assert not failed, failed
     rb = r["readback"]
     assert rb["mismatches"] == 0 and rb["episodes"] > 0 and rb["frames_checked"] > 100
+    assert rb["episodes_in_parts"] > 0
     ts, vs = r["trace_stats"], r["video_stats"]
     assert ts["broken"] is None and ts["records_dropped"] == 0 and ts["records_lost"] == 0
     assert ts["batches_evicted"] > 0 and ts["steps_committed"] == r["steps"]  # every step committed, old ones evicted

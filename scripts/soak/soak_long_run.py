@@ -10,7 +10,10 @@ open file descriptors of every process (env, serializer, encoder, ffmpeg),
 bytes on disk, mean commit latency over the window, the ring high-water
 mark and the time the env spent blocked on a full ring.
 
-After a warm-up (the first fifth of the samples) it checks that RSS and
+Every ``--long-every``-th episode is ``--long-factor`` times as long as the
+others, so it spans many batches and is committed in parts (with a budget its
+oldest parts are evicted while it runs), and the run stops inside an episode
+that has not ended. After a warm-up (the first fifth of the samples) it checks that RSS and
 descriptors of the env and both workers stay flat, and that commit latency
 does not grow; then it reads the kept episodes back and compares every frame
 with the one the env produced. Writes ``soak.csv`` and ``soak.png`` into
@@ -65,10 +68,12 @@ def folder_bytes(folder: str) -> int:
 
 
 def soak(out: str, minutes: float, every_s: float, episode_len: int = 1000, video_every: int = 10,
-         max_bytes: int = 512 << 20, keep_last_clips: int = 20, batch_bytes: int = 5_000_000) -> dict:
+         max_bytes: int = 512 << 20, keep_last_clips: int = 20, batch_bytes: int = 5_000_000,
+         long_every: int = 7, long_factor: int = 20) -> dict:
     data = os.path.join(out, "recording")
     shutil.rmtree(data, ignore_errors=True)  # RecordVideo warns about a folder that exists
-    env = FrameEnv(length=episode_len, frames="game")
+    env = base = FrameEnv(length=episode_len, frames="game")
+    planned = lambda episode: episode_len * (long_factor if episode % long_every == long_every - 1 else 1)
     video = env = envrec.RecordVideo(env, data, episode_trigger=lambda e: e % video_every == 0, keep_last_clips=keep_last_clips)
     trace = env = envrec.RecordTrace(env, data, compression="zstd", max_bytes=max_bytes, batch_bytes=batch_bytes)
     rows: list[dict] = []
@@ -81,10 +86,13 @@ def soak(out: str, minutes: float, every_s: float, episode_len: int = 1000, vide
     episode = 0
     end = t0 + minutes * 60
     while time.monotonic() < end:
+        base.length = planned(episode)
         env.reset(seed=episode)
-        for _ in range(episode_len):
+        for _ in range(base.length):
             env.step(0)
             steps += 1
+            if steps % 200 == 0 and time.monotonic() >= end:
+                break  # the run stops inside this episode
             if steps % 200 == 0 and time.monotonic() - last_t >= every_s:
                 now = time.monotonic()
                 ts, vs = trace.stats(), video.stats()
@@ -116,7 +124,7 @@ def soak(out: str, minutes: float, every_s: float, episode_len: int = 1000, vide
     plot(os.path.join(out, "soak.png"), rows)
     result = {"rows": rows, "episodes": episode, "steps": steps, "checks": check(rows)}
     result["trace_stats"], result["video_stats"] = trace.stats(), video.stats()
-    result["readback"] = read_back(data, episode_len)
+    result["readback"] = read_back(data, planned)
     result["ok"] = all(ok for ok, _ in result["checks"].values()) and result["readback"]["mismatches"] == 0
     return result
 
@@ -145,19 +153,21 @@ def check(rows: list[dict]) -> dict[str, tuple[bool, str]]:
     return out
 
 
-def read_back(folder: str, episode_len: int) -> dict:
-    """Every kept episode, frame by frame, against what the env drew."""
+def read_back(folder: str, planned) -> dict:
+    """Every kept episode, frame by frame, against what the env drew (``planned(seed)``: its length)."""
     reader = envrec.TraceReader(folder)
-    episodes = mismatches = frames = 0
+    episodes = mismatches = frames = parted = 0
     for ep in reader:
         episodes += 1
+        parted += len(ep.parts) > 1
+        seed = ep.seed if ep.seed is not None else 0
         for t in range(0, ep.length + 1, 50):  # every 50th frame: the whole hour would take as long again to compare
             frames += 1
-            if not np.array_equal(ep.observations[t], game_frame(ep.seed if ep.seed is not None else 0, t)):
+            if not np.array_equal(ep.observations[t], game_frame(seed, ep.first_step + t)):
                 mismatches += 1
-        if ep.complete and ep.length != episode_len:
+        if ep.complete and ep.first_step + ep.length != planned(seed):
             mismatches += 1
-    return {"episodes": episodes, "frames_checked": frames, "mismatches": mismatches}
+    return {"episodes": episodes, "frames_checked": frames, "mismatches": mismatches, "episodes_in_parts": parted}
 
 
 def append_csv(path: str, row: dict) -> None:
@@ -200,8 +210,11 @@ def main() -> int:
     p.add_argument("--every", type=float, default=10.0, help="seconds between samples (default 10)")
     p.add_argument("--out", default="soak-out")
     p.add_argument("--max-bytes", type=int, default=512 << 20, help="the trace's disk budget (default 512 MiB)")
+    p.add_argument("--long-every", type=int, default=7, help="every N-th episode is long (default 7)")
+    p.add_argument("--long-factor", type=int, default=20, help="how many times longer (default 20)")
     args = p.parse_args()
-    r = soak(args.out, args.minutes, args.every, max_bytes=args.max_bytes)
+    r = soak(args.out, args.minutes, args.every, max_bytes=args.max_bytes, long_every=args.long_every,
+             long_factor=args.long_factor)
     rows = r["rows"]
     print(f"envrec from {os.path.dirname(envrec.__file__)}")
     print(f"{r['steps']} steps, {r['episodes']} episodes in {args.minutes:g} min; {len(rows)} samples -> {args.out}/soak.csv, soak.png")
@@ -212,7 +225,8 @@ def main() -> int:
     for name, (ok, what) in r["checks"].items():
         print(f"  {'ok  ' if ok else 'FAIL'} {name}: {what}")
     rb = r["readback"]
-    print(f"  read back {rb['episodes']} kept episodes, {rb['frames_checked']} frames compared, {rb['mismatches']} mismatches")
+    print(f"  read back {rb['episodes']} kept episodes, {rb['frames_checked']} frames compared, {rb['mismatches']} mismatches; "
+          f"{rb['episodes_in_parts']} read back from parts")
     ts = r["trace_stats"]
     print(f"  trace: {ts['batches']} batches, {ts['batches_evicted']} evicted, {ts['bytes_committed'] / 2**20:.0f} MiB committed, "
           f"records dropped {ts['records_dropped']}, broken {ts['broken']}")
