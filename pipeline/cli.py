@@ -146,7 +146,8 @@ def _inspect(args: argparse.Namespace) -> int:
         state = "complete" if r["complete"] else "in progress or interrupted"
         if r["complete"] and not r["closed_cleanly"]:
             state = "finalized after its env process died"
-        print(f"  {r['prefix']}: env {r['env_id']}, {r['episodes']} episode(s) in {r['batches']} batch(es), {state}")
+        parts = f" ({r['parts']} part records)" if r["parts"] != r["episodes"] else ""
+        print(f"  {r['prefix']}: env {r['env_id']}, {r['episodes']} episode(s){parts} in {r['batches']} batch(es), {state}")
         if r["compression"]:
             c = r["compression"]
             print(f"    {c['codec']} level {c['level']}: {r['raw_bytes'] / max(1, r['bytes']):.1f}x smaller than raw "
@@ -161,8 +162,10 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"episodes: {s.episodes}, steps: {s.steps}")
         print(f"  length  min {lengths.min()}  mean {lengths.mean():.1f}  max {lengths.max()}")
         print(f"  return  min {returns.min():.3g}  mean {returns.mean():.3g}  max {returns.max():.3g}")
-        for i, (n, ret) in enumerate(zip(s.lengths[: args.list], s.returns[: args.list], strict=True)):
-            print(f"  episode {i}: {n} steps, return {ret:.6g}")
+        if any(n > 1 for n in s.parts):
+            print(f"  {sum(n > 1 for n in s.parts)} long episode(s) read from parts, {sum(s.parts)} part(s) in all")
+        for i in range(min(args.list, len(s.lengths))):
+            print(f"  episode {i}: {_episode_line(s, i)}")
     if s.clips:
         broken = [c for c in s.clips if c.get("broken")]
         frames = sum(c.get("frames_written") or 0 for c in s.clips)
@@ -176,6 +179,19 @@ def _inspect(args: argparse.Namespace) -> int:
         return 1
     print("every file the manifests name is present and complete")
     return 0
+
+
+def _episode_line(s, i: int) -> str:
+    """How ``envrec inspect`` lists episode ``i`` of a summary: steps, return, and its parts when it has several."""
+    n, first = s.lengths[i], s.first_steps[i]
+    line = f"{n} steps, return {s.returns[i]:.6g}"
+    if first:
+        line += f", steps {first}..{first + n - 1} (the first {first} evicted)"
+    if s.parts[i] > 1:
+        line += f", in {s.parts[i]} parts"
+    if s.continuing[i]:
+        line += ", continues (still recording)"
+    return line
 
 
 def build_parser() -> argparse.ArgumentParser:
