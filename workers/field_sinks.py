@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from envrec.formats.compression import Compression, compressor
+from envrec.formats.compression import Compression, compressor, decompress_into
 from envrec.formats.trace_format import ndarray_descriptor
 
 from .spill import Spill
@@ -128,6 +128,25 @@ class ArrayField:
         if self.packer is not None:
             self.packer.rows = 0  # its index spill was rewound with the others (EpisodeFields.rewind)
 
+    def last_row(self, sink) -> bytes:
+        """The last row written, read back from where it went (the next part's row 0; see ``episode_parts``):
+        the chunk buffer, the batch file or the spill; a compressed chunk is decompressed for it."""
+        n, packer = self.row_bytes, self.packer
+        if packer is not None and packer.rows:
+            end = packer.rows * n
+            return bytes(packer.view[end - n : end])
+        if packer is None:
+            return self._read_stored(sink, self.stored - n, n)
+        rows, size = CHUNK_INDEX.unpack(packer.index.read_range(packer.index.tell() - CHUNK_INDEX.size, CHUNK_INDEX.size))
+        raw = bytearray(rows * n)
+        decompress_into(memoryview(raw), memoryview(self._read_stored(sink, self.stored - size, size)), self.codec, [[rows, size]], n)
+        return bytes(raw[len(raw) - n :])
+
+    def _read_stored(self, sink, start: int, n: int) -> bytes:
+        if self.direct:
+            return sink.read_bin(self.offset + start, n)
+        return self.spill.read_range(start, n)  # type: ignore[union-attr]  # as in _out
+
     def descriptor(self, npyfile: str) -> dict:
         d = ndarray_descriptor((self.rows, *self.shape), self.dtype, npyfile, self.offset, self.stored)
         if self.packer is not None:
@@ -144,6 +163,7 @@ class JsonField:
     key: tuple
     items: int = 0
     spill: Spill = None  # type: ignore[assignment]  # set by EpisodeFields
+    last_len: int = 0  # bytes of the last item's JSON (the end of the spill)
 
     def write(self, obj: Any) -> None:
         self.write_json_text(json.dumps(obj, allow_nan=False, separators=(",", ":")).encode("utf-8"))
@@ -154,9 +174,15 @@ class JsonField:
             self.spill.write(b",")
         self.spill.write(text)
         self.items += 1
+        self.last_len = len(text)
 
     def write_json_repeated(self, text: bytes, n: int) -> None:
         """Append the same JSON item ``n`` times (a run of empty infos)."""
         items = b"," + text
         self.spill.write(items * n if self.items else text + items * (n - 1))
         self.items += n
+        self.last_len = len(text)
+
+    def last_item(self) -> bytes:
+        """The last item's JSON, read back from the spill (the next part's row 0; see ``episode_parts``)."""
+        return self.spill.read_range(self.spill.tell() - self.last_len, self.last_len)
