@@ -149,14 +149,15 @@ def _remove_written(new: list[Path]) -> None:
 
 
 def unfinished(ep: Episode) -> bool:
-    """``ep`` lacks its first steps (evicted) or its last (its last part read continues): not a Minari episode."""
-    return ep.first_step > 0 or ep.parts[-1].continues
+    """``ep`` lacks its first steps (evicted) or its last (it continues): not a Minari episode."""
+    return ep.first_step > 0 or ep.ended_by is None
 
 
 def _buffers(src: RecordingSource, verify: bool) -> Iterator[tuple[str, list[Any]]]:
     """The recording's whole episodes with a step as Minari buffers, one list per trace batch (the batch
     of the episodes' last parts); unfinished ones are counted and skipped with a warning."""
-    skipped, buffers, batch = 0, [], ""
+    skipped, batch = 0, ""
+    buffers: list[Any] = []
     with TraceReader(src.directory, prefix=os.path.basename(src.name), verify=verify) as reader:
         for ep in reader:
             if ep.parts[-1].batch != batch and buffers:

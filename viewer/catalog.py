@@ -24,6 +24,7 @@ with its file and reason, and left out; the rest is listed as usual.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from dataclasses import dataclass
@@ -34,11 +35,11 @@ import numpy as np
 from envrec.errors import TraceError
 from envrec.export.sources import RecordingSource, find_recordings
 from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
-from envrec.formats.trace_format import BatchEntry
 from envrec.formats.part_checks import part_of
+from envrec.formats.trace_format import BatchEntry
 from envrec.read.batch_files import BatchFiles
 from envrec.read.reader import Damaged
-from envrec.read.stitch import check_follows, joins, stitch
+from envrec.read.stitch import check_follows, ended_with_recording, joins, recording_ended, stitch
 
 from .series import MAX_SERIES, Columns, downsample
 
@@ -118,6 +119,8 @@ class Catalog:
                     _extend(pieces[-1], entry, s)
                 else:
                     pieces.append(_Where(src, [(entry, i)], dict(s, parts=1)))
+        if pieces and pieces[-1].summary["ended_by"] is None:  # its recording may have ended after its last part
+            pieces[-1].summary["ended_by"] = recording_ended(src.manifest, pieces[-1].parts[-1][0]["fn"])
         out = []
         for piece in pieces:
             self._where.setdefault((src.name, piece.summary["episode_id"]), []).append(piece)
@@ -181,9 +184,9 @@ class Catalog:
             for entry, position in where.parts:
                 raw = files.load(entry, where.source.manifest)[position]
                 parts.append(files.episode(where.source.manifest, entry["first"] + position, raw))
-            for before, after in zip(parts, parts[1:], strict=False):
+            for before, after in itertools.pairwise(parts):
                 check_follows(before, after)
-            return self._episode_json(recording, stitch(parts), width, obs_dims, clip)
+            return self._episode_json(recording, ended_with_recording(stitch(parts), where.source.manifest), width, obs_dims, clip)
         finally:
             files.close()
 

@@ -87,9 +87,9 @@ def check_parts(episodes: list, entry: Mapping[str, Any], what: str) -> None:
         where = f"{what}: episodes[{i}]"
         if "part" in raw:
             _check_record(raw, where)
-        elif raw.get("ended_by", "") is None:
-            raise TraceError(f"{where}.ended_by: null, but the record is not a part that continues")
         index, first, continues = part_of(raw)
+        if raw.get("ended_by", "") is None and not continues:
+            raise TraceError(f"{where}.ended_by: null, but the record is not a part that continues")
         if continues and (i != last or not entry.get("continues")):
             raise TraceError(f"{where}.part.continues: only a batch's last record continues, in a batch whose "
                              "manifest entry says continues")

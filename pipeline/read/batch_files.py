@@ -35,9 +35,8 @@ from ..formats.inside import open_inside
 from ..formats.part_checks import check_parts, part_of
 from ..formats.trace_checks import check_batch, parse_json
 from ..formats.trace_format import BatchEntry, Manifest
-from .stitch import Part
 
-__all__ = ["BatchFiles", "Episode", "TraceError"]
+__all__ = ["BatchFiles", "Episode", "Part", "TraceError"]
 
 DECODED_CACHE_BYTES = 256 << 20  # decompressed arrays kept for episodes read again
 
@@ -50,6 +49,27 @@ _FROM = "__from"  # (batch .json, record number): the record's Part
 _ARRAY_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations")
 # what the info decoder raises on a tagged object it cannot decode (a bad tag's fields)
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError, struct.error)
+
+
+@dataclass(frozen=True)
+class Part:
+    """Where one part of an episode lies: ``Episode.parts`` holds one per part it was read from.
+
+    Attributes:
+        batch: the batch's ``.json`` file, relative to the reader's folder.
+        record: the record's position in the batch's ``episodes`` list.
+        index: the part's number in its episode (0 for the first part, and for an episode written whole).
+        first_step: the episode step number of the part's first action.
+        length: the part's steps.
+        continues: the part is continued by the next one (in the next batch).
+    """
+
+    batch: str
+    record: int
+    index: int
+    first_step: int
+    length: int
+    continues: bool
 
 
 @dataclass
@@ -76,7 +96,7 @@ class Episode:
             continues (a recording still running, or the next part damaged).
         complete: True when the episode ended by itself (terminated or truncated); False while it continues.
         first_step: the episode step number of ``actions[0]``: 0, or where its oldest kept part starts.
-        parts: one ``envrec.read.stitch.Part`` per part it was stitched from, in order (one for an episode
+        parts: one ``Part`` per part it was stitched from, in order (one for an episode
             written whole): the batch file and record each came from, its part index, first step and length.
         extra: fields of the episode record this envrec does not know (written by a newer one).
     """
@@ -168,6 +188,7 @@ class BatchFiles:
         rewards = self._unpack(raw["rewards"])
         part, first_step, continues = part_of(raw)
         length = raw.get("length", len(rewards))
+        batch, record = raw.get(_FROM, ("", 0))
         return Episode(
             index=index,
             episode_id=raw.get("episode_id", index),
@@ -184,7 +205,7 @@ class BatchFiles:
             ended_by=raw.get("ended_by", "unknown"),
             complete=raw.get("complete", True),
             first_step=first_step,
-            parts=(Part(*raw.get(_FROM, ("", 0)), part, first_step, length, continues),),
+            parts=(Part(batch, record, part, first_step, length, continues),),
             extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS and k not in (_WHERE, _FROM)},
         )
 

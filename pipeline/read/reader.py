@@ -34,6 +34,7 @@ reads what is kept (an endless episode then starts at a later ``first_step``).
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -41,10 +42,10 @@ from typing import Any, Self
 
 from ..errors import ConfigError, TraceError
 from ..formats.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
-from .batch_files import BatchFiles, Episode
-from .stitch import check_follows, joins, stitch
+from .batch_files import BatchFiles, Episode, Part
+from .stitch import check_follows, ended_with_recording, joins, stitch
 
-__all__ = ["ON_DAMAGED", "Damaged", "Episode", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
+__all__ = ["ON_DAMAGED", "Damaged", "Episode", "Part", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
 
 ON_DAMAGED = ("raise", "skip")
 
@@ -203,10 +204,10 @@ class TraceReader:
                     if i == 0 and ref.joined and pending:
                         check_follows(pending[-1], part)
                     elif pending:
-                        yield stitch(pending)
+                        yield self._stitch(pending, ref)
                     pending = [*pending, part] if i == 0 and ref.joined and pending else [part]
                     if not self._continued(b, i):
-                        yield stitch(pending)
+                        yield self._stitch(pending, ref)
                         pending = []
             except TraceError as exc:
                 if self.on_damaged == "raise":
@@ -221,10 +222,15 @@ class TraceReader:
         return i == self._batches[b].entry["len"] - 1 and b + 1 < len(self._batches) and self._batches[b + 1].joined
 
     def __getitem__(self, index: int) -> Episode:
-        parts = list(self.iter_parts(index))
-        for before, after in zip(parts, parts[1:], strict=False):
+        found = list(self._parts(index))
+        parts = [ep for _, ep in found]
+        for before, after in itertools.pairwise(parts):
             check_follows(before, after)
-        return stitch(parts)
+        return self._stitch(parts, found[-1][0])
+
+    def _stitch(self, parts: list[Episode], ref: _BatchRef) -> Episode:
+        """The parts as one episode (``ref``: the last one's batch)."""
+        return ended_with_recording(stitch(parts), ref.manifest)
 
     def iter_parts(self, index: int) -> Iterator[Episode]:
         """The parts of episode ``index`` one by one, each an ``Episode`` of its own (``parts`` holds its one
@@ -238,6 +244,10 @@ class TraceReader:
             IndexError: no such episode.
             TraceError: a batch holding one of its parts is damaged or was evicted.
         """
+        for _, ep in self._parts(index):
+            yield ep
+
+    def _parts(self, index: int) -> Iterator[tuple[_BatchRef, Episode]]:
         if index < 0:
             index += self._len
         if not 0 <= index < self._len:
@@ -254,7 +264,7 @@ class TraceReader:
         b, i = lo, index - self._batches[lo].first_index
         while True:
             ref = self._batches[b]
-            yield self._episode(ref, index, self._load_batch(b)[i])
+            yield ref, self._episode(ref, index, self._load_batch(b)[i])
             if not self._continued(b, i):
                 return
             b, i = b + 1, 0

@@ -13,45 +13,22 @@ of the part before.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 from ..errors import TraceError
-from ..formats.trace_format import BatchEntry
+from ..formats.trace_format import BatchEntry, Manifest
+from .batch_files import Episode, Part
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .batch_files import Episode
-
-__all__ = ["Part", "check_follows", "joins", "stitch"]
-
-
-@dataclass(frozen=True)
-class Part:
-    """Where one part of an episode lies: ``Episode.parts`` holds one per part it was read from.
-
-    Attributes:
-        batch: the batch's ``.json`` file, relative to the reader's folder.
-        record: the record's position in the batch's ``episodes`` list.
-        index: the part's number in its episode (0 for the first part, and for an episode written whole).
-        first_step: the episode step number of the part's first action.
-        length: the part's steps.
-        continues: the part is continued by the next one (in the next batch).
-    """
-
-    batch: str
-    record: int
-    index: int
-    first_step: int
-    length: int
-    continues: bool
+__all__ = ["Part", "check_follows", "ended_with_recording", "joins", "recording_ended", "stitch"]
 
 
 def _last_part(entry: BatchEntry) -> int:
     """The part index of an entry's last record, as far as the entry tells (the head part when it is the only one)."""
     head = entry.get("head_part")
-    return head["index"] if head and entry["len"] == 1 else 0
+    return int(head["index"]) if head is not None and entry["len"] == 1 else 0
 
 
 def joins(entries: Sequence[BatchEntry]) -> list[bool]:
@@ -66,7 +43,7 @@ def joins(entries: Sequence[BatchEntry]) -> list[bool]:
         head = entry.get("head_part")
         before = entries[k - 1] if k else None
         out.append(
-            bool(head) and before is not None and bool(before.get("continues"))
+            head is not None and before is not None and bool(before.get("continues"))
             and entry["first"] == before["first"] + before["len"] - 1 and head["index"] == _last_part(before) + 1
         )
     return out
@@ -131,3 +108,25 @@ def stitch(parts: Sequence[Episode]) -> Episode:
         complete=last.complete,
         parts=tuple(q for p in parts for q in p.parts),
     )
+
+
+def ended_with_recording(ep: Episode, manifest: Manifest) -> Episode:
+    """``ep``, told how it ended when its last part continues but its recording has ended after it.
+
+    A recording that stops while every step of its open episode is committed (as parts) has no step left
+    to write a last part with: its last part says it continues. When that part is the newest record of a
+    recording whose manifest is complete, the episode ended with the recording: ``ended_by`` is then
+    ``"close"`` (closed cleanly) or ``"crash"`` (finalized after its env process died), as a record
+    written whole would say; ``complete`` stays False.
+    """
+    ended_by = recording_ended(manifest, ep.parts[-1].batch) if ep.ended_by is None else None
+    return replace(ep, ended_by=ended_by) if ended_by else ep
+
+
+def recording_ended(manifest: Manifest, batch: str) -> str | None:
+    """How an episode whose last part, in ``batch``, continues ended: ``"close"`` or ``"crash"`` when
+    ``batch`` is the newest of a complete recording (see ``ended_with_recording``), else None (it continues)."""
+    batches = manifest.get("batches") or []
+    if not (manifest.get("complete") and batches and batches[-1]["fn"] == batch):
+        return None
+    return "close" if manifest.get("closed_cleanly") else "crash"
