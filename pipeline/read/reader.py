@@ -203,9 +203,9 @@ class TraceReader:
                     part = self._episode(ref, ref.first_index + i, raw)
                     if i == 0 and ref.joined and pending:
                         check_follows(pending[-1], part)
-                    elif pending:
-                        yield self._stitch(pending, ref)
-                    pending = [*pending, part] if i == 0 and ref.joined and pending else [part]
+                        pending.append(part)
+                    else:  # (pending is empty: only a batch that continues it, ref.joined, follows parts)
+                        pending = [part]
                     if not self._continued(b, i):
                         yield self._stitch(pending, ref)
                         pending = []
