@@ -2,7 +2,7 @@
 
 The recordings are envrec's own, rewritten into parts by ``support.parted``
 (so every layout can be made: evicted heads, damaged middles, a live tail);
-``test_parts_recorded`` reads parts the serializer wrote itself.
+``test_parts_recorded.py`` reads parts the serializer wrote itself.
 """
 
 from __future__ import annotations
