@@ -35,7 +35,7 @@ class TraceSummary:
     returns: list[float] = field(default_factory=list)
     parts: list[int] = field(default_factory=list)  # per episode: the parts it was stitched from
     first_steps: list[int] = field(default_factory=list)  # per episode: its first step kept (0 unless evicted)
-    continuing: list[bool] = field(default_factory=list)  # per episode: its last part read continues (still recording)
+    continuing: list[bool] = field(default_factory=list)  # per episode: it continues (still being recorded)
     problems: list[str] = field(default_factory=list)
     clips: list[ClipMeta] = field(default_factory=list)
     damaged: list[Damaged] = field(default_factory=list)  # manifests and batches left out of the figures
@@ -73,7 +73,7 @@ def summarize(directory: str) -> TraceSummary:
                 s.returns.append(float(np.sum(ep.rewards, dtype=np.float64)))
                 s.parts.append(len(ep.parts))
                 s.first_steps.append(ep.first_step)
-                s.continuing.append(ep.parts[-1].continues)
+                s.continuing.append(ep.ended_by is None)
             s.damaged = list(reader.damaged)
             s.problems.extend(f"{d.file}: damaged: {d.reason}" for d in s.damaged)
     _add_clips(s, directory)

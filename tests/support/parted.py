@@ -26,31 +26,24 @@ __all__ = ["evict_oldest", "rewrite_in_parts"]
 
 
 def _records(folder: str, manifest: dict) -> list[tuple[dict, dict]]:
-    """Every episode record of the recording: (its JSON record, its arrays as the manifest's layout holds them)."""
+    """Every episode record of the recording: (its JSON record, its arrays as ``BatchFiles`` reads them)."""
     files = BatchFiles(folder)
     out = []
     for entry in manifest["batches"]:
         with open(os.path.join(folder, entry["fn"]), "rb") as f:
             doc = json.load(f)
-        for raw, loaded in zip(doc["episodes"], files.load(entry, manifest), strict=True):
-            arrays = {k: _plain(files._unpack(loaded[k])) for k in ("observations", "actions", "rewards", "terminations", "truncations")}
-            out.append((raw, arrays))
+        for raw, ep in zip(doc["episodes"], files.episodes(manifest, entry), strict=True):
+            out.append((raw, {"observations": ep.observations, "actions": ep.actions, "rewards": ep.rewards,
+                              "terminations": ep.terminations, "truncations": ep.truncations}))
     return out
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list) and value and not isinstance(value[0], str):
-        return [_plain(v) for v in value]
-    return value if isinstance(value, list) else np.array(value)
-
-
 def _rows(value: Any, lo: int, hi: int) -> Any:
+    """Rows ``lo:hi`` of a field (Dict leaves by key, Tuple leaves in order, Text leaves as lists)."""
     if isinstance(value, dict):
         return {k: _rows(v, lo, hi) for k, v in value.items()}
-    if isinstance(value, list) and (not value or not isinstance(value[0], str)):
-        return [_rows(v, lo, hi) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_rows(v, lo, hi) for v in value)
     return value[lo:hi]
 
 
@@ -90,12 +83,13 @@ class _Bin:
         self.name, self.data = name, bytearray()
 
     def put(self, value: Any) -> Any:
+        """A field as the batch JSON holds it (Dict: an object, Tuple: a list, Text: strings), arrays appended."""
         if isinstance(value, dict):
             return {k: self.put(v) for k, v in value.items()}
-        if isinstance(value, list) and (not value or isinstance(value[0], str)):
-            return value
-        if isinstance(value, list):
+        if isinstance(value, tuple):
             return [self.put(v) for v in value]
+        if isinstance(value, list):  # a Text leaf
+            return value
         a = np.ascontiguousarray(value)
         self.data += b"\0" * (-len(self.data) % 8)
         desc = ndarray_descriptor(a.shape, a.dtype.str, self.name, len(self.data), a.nbytes)
