@@ -18,6 +18,7 @@ from gymnasium import spaces as S
 
 import envrec
 from envrec.errors import TraceError
+from envrec.viewer.catalog import Catalog
 
 from .support.episodes import record_cartpole
 from .support.fuzz_mutants import fix_checksums
@@ -112,7 +113,7 @@ def test_a_damaged_middle_part_splits_the_episode(whole, parted):
     entries = envrec.TraceReader(parted).recordings[0].batches
     middle = entries[1]  # part 1 of episode 0: continued from batch 0, continued by batch 2
     assert middle["head_part"]["index"] == 1 and middle.get("continues")
-    with open(os.path.join(parted, middle["bin"]), "r+b") as f:
+    with open(os.path.join(parted, middle["bin"]), "ab") as f:  # a size the manifest does not say (seen unverified too)
         f.write(b"\xff")
     with pytest.raises(TraceError, match=middle["bin"]):
         list(envrec.TraceReader(parted))
@@ -129,6 +130,11 @@ def test_a_damaged_middle_part_splits_the_episode(whole, parted):
     for got, want in zip(eps[2:], list(full)[1:], strict=True):
         _same(got, want)
     _same(reader[1], tail)
+    catalog = Catalog(parted)  # the viewer lists the two pieces, told apart by first_step
+    rows = [(e["episode_id"], e["first_step"], e["length"]) for e in catalog.index()["episodes"]][:2]
+    assert rows == [(0, 0, 5), (0, 10, tail.length)]
+    assert catalog.episode("cp", 0, first_step=10)["series"]["observations"][0]["x"][0] == 10
+    assert catalog.episode("cp", 0)["length"] == 5
 
 
 def test_a_live_recording_shows_its_open_episode_and_refresh_sees_it_grow(whole, parted):

@@ -124,7 +124,7 @@ class Catalog:
         out = []
         for piece in pieces:
             self._where.setdefault((src.name, piece.summary["episode_id"]), []).append(piece)
-            s = {k: v for k, v in piece.summary.items() if k != "continues"}
+            s = piece.summary
             clip = self._clip_for(src, s["episode_id"], s["first_step"] + s["length"])
             out.append({"recording": src.name, **s, "clip": clip[1]["name"] if clip else None})
         return out
@@ -230,12 +230,12 @@ def _shifted(s: dict[str, Any], by: int) -> dict[str, Any]:
 
 def _summary(raw: dict) -> dict[str, Any]:
     ret = raw.get("return")
-    _, first_step, continues = part_of(raw)
+    _, first_step, _ = part_of(raw)
     return {
         "episode_id": raw.get("episode_id"), "length": raw.get("length", 0),
         "return": ret if isinstance(ret, int | float) and np.isfinite(ret) else None,
         "ended_by": raw.get("ended_by", "unknown"), "complete": raw.get("complete", True),
-        "first_step": first_step, "continues": continues,
+        "first_step": first_step,
     }
 
 
@@ -244,8 +244,9 @@ def _extend(piece: _Where, entry: BatchEntry, s: dict[str, Any]) -> None:
     piece.parts.append((entry, 0))
     t = piece.summary
     t["length"] += s["length"]
-    t["return"] = t["return"] + s["return"] if t["return"] is not None and s["return"] is not None else None
-    t.update(ended_by=s["ended_by"], complete=s["complete"], continues=s["continues"], parts=t["parts"] + 1)
+    total = t["return"] + s["return"] if t["return"] is not None and s["return"] is not None else None
+    t["return"] = total if total is not None and np.isfinite(total) else None
+    t.update(ended_by=s["ended_by"], complete=s["complete"], parts=t["parts"] + 1)
 
 
 def _file_url(rel: str) -> str:
