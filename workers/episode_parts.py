@@ -74,8 +74,9 @@ class EpisodeParts:
         self.interval = commit_interval
         self.opened_at = 0.0  # when the open batch was started (time.monotonic)
         self._countdown = TIME_CHECK_STEPS
-        self._step_bytes = sum(f.row_bytes for f in fields.arrays) + INFO_ITEM_BYTES
-        self._compressed = any(f.packer is not None for f in fields.arrays)
+        # what a step of a run adds to the episode's bytes until a chunk is compressed (its info: empty)
+        self._step_bytes = sum(f.row_bytes for f in fields.arrays if f.packer is None) + INFO_ITEM_BYTES
+        self._packers = [f.packer for f in fields.arrays if f.packer is not None]
 
     # -- when ----------------------------------------------------------------
     def episode_bytes(self) -> int:
@@ -86,12 +87,13 @@ class EpisodeParts:
         return self.episode_bytes() >= self.batch_bytes
 
     def steps_until_full(self) -> int:
-        """How many more steps fit before the episode's bytes reach ``batch_bytes`` (at least 1): where a
-        run of steps is split. Compressed, a step's stored size is not known before its chunk is: a run
-        is then not split, and a part goes past ``batch_bytes`` by at most one run."""
-        if self._compressed:
-            return 1 << 62
-        return max(1, math.ceil((self.batch_bytes - self.episode_bytes()) / self._step_bytes))
+        """How many steps of a run to write before looking again whether the episode is full (at least 1):
+        where its bytes reach ``batch_bytes``, or sooner where a chunk is compressed (its stored size known
+        only then), so a run is cut where steps one by one would be."""
+        k = math.ceil((self.batch_bytes - self.episode_bytes()) / self._step_bytes)
+        for packer in self._packers:
+            k = min(k, packer.rows_per_chunk - packer.rows)
+        return max(1, k)
 
     def batch_opened(self) -> None:
         self.opened_at = time.monotonic()

@@ -269,12 +269,10 @@ class Serializer(CheckpointingHandler):
             if self._part_due(n - done):
                 self._cut_part(self.position + done * rows.shape[1])  # the records of a run lie end to end
             k = min(n - done, self.parts.steps_until_full())
-            batch = self.batch
-            assert batch is not None  # an open episode has its batch
-            self._runs.write(rows[done : done + k], batch, self._ep)
+            self._runs.write(rows[done : done + k], self.batch, self._ep)  # type: ignore[arg-type]  # an open episode has its batch
             self.records += k
             self.steps_total += k
-            batch.steps += k
+            self.batch.steps += k  # type: ignore[union-attr]  # as above
             done += k
         self._status(Status.STEPS, self.steps_total)
 
@@ -285,10 +283,11 @@ class Serializer(CheckpointingHandler):
 
     def _cut_part(self, cursor: int) -> None:
         """Cut the open episode, commit its batch, start its next part (``cursor``: as ``_commit``'s)."""
-        assert self.batch is not None  # an open episode has its batch
-        self._ep = self.parts.close_part(self.batch, self._ep)
+        self._ep = self.parts.close_part(self.batch, self._ep)  # type: ignore[arg-type]  # an open episode has its batch
+        self.faults.point("part:cut")
         self._commit(cursor)  # its checkpoint holds the carry: a successor starts the next part from it
         self._start_part()
+        self.faults.point("part:next")
 
     def _start_part(self) -> None:
         self._open_episode({"index": self._ep["part"], "first_step": self._ep["first_step"]})
