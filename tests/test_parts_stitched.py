@@ -152,6 +152,27 @@ def test_a_live_recording_shows_its_open_episode_and_refresh_sees_it_grow(whole,
     _same(reader[n - 1], envrec.TraceReader(whole)[n - 1])
 
 
+def test_an_episode_whose_last_part_says_it_continues_ends_as_its_last_step_says(whole, tmp_path):
+    """Ended right after a cut (all its steps committed): the next episode, or the recording's end, settles it."""
+    folder = str(tmp_path / "dangling")
+    manifest = rewrite_in_parts(whole, folder, part_steps=5, per_batch=3, dangling=True)
+    batches = manifest["batches"]
+    assert any(b.get("continues") and "head_part" not in a for b, a in itertools.pairwise(batches))  # a new episode next
+    full, reader = envrec.TraceReader(whole), envrec.TraceReader(folder)
+    for a, b in zip(full, reader, strict=True):
+        assert b.parts[-1].continues
+        _same(a, b)  # terminated, complete, as written whole
+    assert [e.ended_by for e in reader] == [e.ended_by for e in full] == ["terminated"] * 4
+    path = os.path.join(folder, "cp.manifest.json")
+    json.dump(dict(json.load(open(path)), complete=False), open(path, "w"))  # still recording: the last one may go on
+    reader.refresh()
+    last = reader[-1]
+    assert last.ended_by is None and not last.complete and reader[-2].ended_by == "terminated"
+    catalog = Catalog(folder)
+    assert [e["ended_by"] for e in catalog.index()["episodes"]] == ["terminated"] * 3 + [None]
+    assert catalog.episode("cp", 1)["complete"] and catalog.episode("cp", 3)["ended_by"] is None
+
+
 def test_dict_tuple_and_text_fields_stitch_leaf_by_leaf(tmp_path):
     obs = S.Dict({"pos": S.Box(-1, 1, (3,), np.float32), "name": S.Text(6)})
     act = S.Tuple((S.Discrete(3), S.MultiDiscrete([2, 5])))

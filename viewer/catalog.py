@@ -39,7 +39,7 @@ from envrec.formats.part_checks import part_of
 from envrec.formats.trace_format import BatchEntry
 from envrec.read.batch_files import BatchFiles
 from envrec.read.reader import Damaged
-from envrec.read.stitch import check_follows, ended_with_recording, joins, recording_ended, stitch
+from envrec.read.stitch import check_follows, joins, recording_ended, settled, stitch
 
 from .series import MAX_SERIES, Columns, downsample
 
@@ -52,11 +52,12 @@ class NotFound(LookupError):
     """No such recording, episode or dimension (the server answers 404)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Where:
     source: RecordingSource
     parts: list[tuple[BatchEntry, int]]  # each part's batch and place in it
     summary: dict[str, Any]
+    after: BatchEntry | None = None  # the batch after its last part's (how it ended: stitch.settled)
 
 
 class Catalog:
@@ -110,17 +111,12 @@ class Catalog:
                         damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, entry["fn"]), self.root), str(exc)))
                         continue  # not cached: a batch being repaired is read again at the next index
                 kept.append(entry)
+            pieces = self._pieces(src, kept)
+            for piece in pieces:
+                if piece.summary["ended_by"] is None:  # its last part continues: has something come after it?
+                    self._settle(piece, files)
         finally:
             files.close()
-        pieces: list[_Where] = []
-        for entry, joined in zip(kept, joins(kept), strict=True):
-            for i, s in enumerate(self._summaries[(src.directory, entry["fn"])]):
-                if i == 0 and joined and pieces and pieces[-1].summary["episode_id"] == s["episode_id"]:
-                    _extend(pieces[-1], entry, s)
-                else:
-                    pieces.append(_Where(src, [(entry, i)], dict(s, parts=1)))
-        if pieces and pieces[-1].summary["ended_by"] is None:  # its recording may have ended after its last part
-            pieces[-1].summary["ended_by"] = recording_ended(src.manifest, pieces[-1].parts[-1][0]["fn"])
         out = []
         for piece in pieces:
             self._where.setdefault((src.name, piece.summary["episode_id"]), []).append(piece)
@@ -128,6 +124,30 @@ class Catalog:
             clip = self._clip_for(src, s["episode_id"], s["first_step"] + s["length"])
             out.append({"recording": src.name, **s, "clip": clip[1]["name"] if clip else None})
         return out
+
+    def _pieces(self, src: RecordingSource, kept: list[BatchEntry]) -> list[_Where]:
+        """The recording's episodes (pieces of one, when a damaged part split it), stitched from the kept batches."""
+        pieces: list[_Where] = []
+        for k, (entry, joined) in enumerate(zip(kept, joins(kept), strict=True)):
+            for i, s in enumerate(self._summaries[(src.directory, entry["fn"])]):
+                if i == 0 and joined and pieces and pieces[-1].summary["episode_id"] == s["episode_id"]:
+                    _extend(pieces[-1], entry, s)
+                else:
+                    pieces.append(_Where(src, [(entry, i)], dict(s, parts=1)))
+                pieces[-1].after = kept[k + 1] if k + 1 < len(kept) else None
+        return pieces
+
+    def _settle(self, piece: _Where, files: BatchFiles) -> None:
+        """How an episode whose last part continues ended, when something came after it (``stitch.settled``)."""
+        entry, position = piece.parts[-1]
+        if recording_ended(piece.source.manifest, entry, piece.after) is None:
+            return
+        try:
+            last = files.episode(piece.source.manifest, 0, files.load(entry, piece.source.manifest)[position])
+        except TraceError:
+            return  # listed damaged when its plots are asked for
+        last = settled(last, piece.source.manifest, entry, piece.after)
+        piece.summary.update(ended_by=last.ended_by, complete=last.complete)
 
     # -- clips ---------------------------------------------------------------
     def _find_clips(self, damaged: list[Damaged]) -> list[tuple[str, ClipMeta]]:
@@ -186,7 +206,8 @@ class Catalog:
                 parts.append(files.episode(where.source.manifest, entry["first"] + position, raw))
             for before, after in itertools.pairwise(parts):
                 check_follows(before, after)
-            return self._episode_json(recording, ended_with_recording(stitch(parts), where.source.manifest), width, obs_dims, clip)
+            ep = settled(stitch(parts), where.source.manifest, where.parts[-1][0], where.after)
+            return self._episode_json(recording, ep, width, obs_dims, clip)
         finally:
             files.close()
 

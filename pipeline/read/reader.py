@@ -43,7 +43,7 @@ from typing import Any, Self
 from ..errors import ConfigError, TraceError
 from ..formats.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
 from .batch_files import BatchFiles, Episode, Part
-from .stitch import check_follows, ended_with_recording, joins, stitch
+from .stitch import check_follows, joins, settled, stitch
 
 __all__ = ["ON_DAMAGED", "Damaged", "Episode", "Part", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
 
@@ -207,7 +207,7 @@ class TraceReader:
                     else:  # (pending is empty: only a batch that continues it, ref.joined, follows parts)
                         pending = [part]
                     if not self._continued(b, i):
-                        yield self._stitch(pending, ref)
+                        yield self._stitch(pending, b)
                         pending = []
             except TraceError as exc:
                 if self.on_damaged == "raise":
@@ -228,9 +228,12 @@ class TraceReader:
             check_follows(before, after)
         return self._stitch(parts, found[-1][0])
 
-    def _stitch(self, parts: list[Episode], ref: _BatchRef) -> Episode:
-        """The parts as one episode (``ref``: the last one's batch)."""
-        return ended_with_recording(stitch(parts), ref.manifest)
+    def _stitch(self, parts: list[Episode], b: int) -> Episode:
+        """The parts as one episode (``b``: the last one's batch), told how it ended (``stitch.settled``)."""
+        ref = self._batches[b]
+        following = self._batches[b + 1] if b + 1 < len(self._batches) else None
+        after = following.entry if following is not None and following.recording == ref.recording else None
+        return settled(stitch(parts), ref.manifest, ref.entry, after)
 
     def iter_parts(self, index: int) -> Iterator[Episode]:
         """The parts of episode ``index`` one by one, each an ``Episode`` of its own (``parts`` holds its one
@@ -247,7 +250,7 @@ class TraceReader:
         for _, ep in self._parts(index):
             yield ep
 
-    def _parts(self, index: int) -> Iterator[tuple[_BatchRef, Episode]]:
+    def _parts(self, index: int) -> Iterator[tuple[int, Episode]]:
         if index < 0:
             index += self._len
         if not 0 <= index < self._len:
@@ -264,7 +267,7 @@ class TraceReader:
         b, i = lo, index - self._batches[lo].first_index
         while True:
             ref = self._batches[b]
-            yield ref, self._episode(ref, index, self._load_batch(b)[i])
+            yield b, self._episode(ref, index, self._load_batch(b)[i])
             if not self._continued(b, i):
                 return
             b, i = b + 1, 0

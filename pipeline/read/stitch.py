@@ -22,7 +22,7 @@ from ..errors import TraceError
 from ..formats.trace_format import BatchEntry, Manifest
 from .batch_files import Episode, Part
 
-__all__ = ["Part", "check_follows", "ended_with_recording", "joins", "recording_ended", "stitch"]
+__all__ = ["Part", "check_follows", "joins", "recording_ended", "settled", "stitch"]
 
 
 def _last_part(entry: BatchEntry) -> int:
@@ -110,23 +110,35 @@ def stitch(parts: Sequence[Episode]) -> Episode:
     )
 
 
-def ended_with_recording(ep: Episode, manifest: Manifest) -> Episode:
-    """``ep``, told how it ended when its last part continues but its recording has ended after it.
+def settled(ep: Episode, manifest: Manifest, entry: BatchEntry, after: BatchEntry | None) -> Episode:
+    """``ep``, told how it ended when its last part says it continues but nothing continues it.
 
-    A recording that stops while every step of its open episode is committed (as parts) has no step left
-    to write a last part with: its last part says it continues. When that part is the newest record of a
-    recording whose manifest is complete, the episode ended with the recording: ``ended_by`` is then
-    ``"close"`` (closed cleanly) or ``"crash"`` (finalized after its env process died), as a record
-    written whole would say; ``complete`` stays False.
+    A part is cut with at least one step, so an episode whose every step was already committed as parts
+    when it ended (an idle commit just before its reset, or before the recording's close) keeps a last part
+    that says it continues. Its end is known all the same when something comes after that part: the next
+    episode (the batch right after, ``after``, starts with a record of its own: no ``head_part``), or the
+    end of the recording (the part's batch, ``entry``, is the newest of a complete recording). It ended
+    then as its last step says: ``"terminated"`` or ``"truncated"`` (``complete``), otherwise ``"reset"``,
+    ``"close"`` or ``"crash"`` (finalized after its env process died), as a record written whole would say.
+    While nothing has come after it (a recording still running), ``ended_by`` stays None.
     """
-    ended_by = recording_ended(manifest, ep.parts[-1].batch) if ep.ended_by is None else None
-    return replace(ep, ended_by=ended_by) if ended_by else ep
+    if ep.ended_by is not None:
+        return ep
+    how = recording_ended(manifest, entry, after)
+    if how is None:
+        return ep
+    terminated, truncated = bool(ep.terminations[-1]), bool(ep.truncations[-1])
+    ended_by = "terminated" if terminated else "truncated" if truncated else how
+    return replace(ep, ended_by=ended_by, complete=terminated or truncated)
 
 
-def recording_ended(manifest: Manifest, batch: str) -> str | None:
-    """How an episode whose last part, in ``batch``, continues ended: ``"close"`` or ``"crash"`` when
-    ``batch`` is the newest of a complete recording (see ``ended_with_recording``), else None (it continues)."""
+def recording_ended(manifest: Manifest, entry: BatchEntry, after: BatchEntry | None) -> str | None:
+    """What came after the last record of ``entry``, a part that continues (see ``settled``): ``"reset"``
+    (``after``, the next batch, starts the next episode), ``"close"`` or ``"crash"`` (``entry`` is the newest
+    batch of a complete recording), or None (nothing yet: it continues)."""
+    if after is not None:
+        return "reset" if "head_part" not in after and after["first"] == entry["first"] + entry["len"] else None
     batches = manifest.get("batches") or []
-    if not (manifest.get("complete") and batches and batches[-1]["fn"] == batch):
+    if not (manifest.get("complete") and batches and batches[-1]["fn"] == entry["fn"]):
         return None
     return "close" if manifest.get("closed_cleanly") else "crash"

@@ -47,15 +47,16 @@ def _rows(value: Any, lo: int, hi: int) -> Any:
     return value[lo:hi]
 
 
-def _cut(raw: dict, arrays: dict, part_steps: int) -> list[tuple[dict, dict]]:
-    """The part records of one episode (itself when it is not longer than ``part_steps``)."""
+def _cut(raw: dict, arrays: dict, part_steps: int, dangling: bool) -> list[tuple[dict, dict]]:
+    """The part records of one episode (itself when it is not longer than ``part_steps``); ``dangling``: its
+    last part too says it continues (as when it ended right after a cut)."""
     n = int(arrays["rewards"].shape[0])
     if n <= part_steps:
         return [(raw, arrays)]
     out = []
     for p, k in enumerate(range(0, n, part_steps)):
         m = min(part_steps, n - k)
-        continues = k + m < n
+        continues = k + m < n or dangling
         rec = dict(raw, length=m, infos=raw["infos"][k : k + m + 1] if raw.get("infos") else raw.get("infos"),
                    part={"index": p, "first_step": k, "continues": continues})
         rec["return"] = float(np.sum(arrays["rewards"][k : k + m], dtype=np.float64))
@@ -117,7 +118,7 @@ def _write_batch(folder: str, prefix: str, first: int, records: list[tuple[dict,
     return entry
 
 
-def rewrite_in_parts(src: str, dst: str, part_steps: int, per_batch: int = 4) -> dict:
+def rewrite_in_parts(src: str, dst: str, part_steps: int, per_batch: int = 4, dangling: bool = False) -> dict:
     """Write the one recording in ``src`` into the new folder ``dst`` with its long episodes in parts.
 
     Args:
@@ -125,13 +126,15 @@ def rewrite_in_parts(src: str, dst: str, part_steps: int, per_batch: int = 4) ->
         dst: the folder to write (created).
         part_steps: episodes longer than this are cut into parts of this many steps (the last one shorter).
         per_batch: records per batch at most (a batch also ends after a part that continues).
+        dangling: the last part of each episode cut says it continues too, and the next batch starts the next
+            episode: what the serializer writes when an episode ends right after a cut made while idle.
 
     Returns:
         The manifest written.
     """
     (path,) = [n for n in os.listdir(src) if n.endswith(".manifest.json") and ".m0" not in n]
     manifest = read_manifest(os.path.join(src, path))
-    records = [part for raw, arrays in _records(src, manifest) for part in _cut(raw, arrays, part_steps)]
+    records = [part for raw, arrays in _records(src, manifest) for part in _cut(raw, arrays, part_steps, dangling)]
     os.makedirs(dst, exist_ok=True)
     entries, episode = [], 0
     for batch in _layout(records, per_batch):
