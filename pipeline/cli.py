@@ -146,7 +146,7 @@ def _inspect(args: argparse.Namespace) -> int:
         state = "complete" if r["complete"] else "in progress or interrupted"
         if r["complete"] and not r["closed_cleanly"]:
             state = "finalized after its env process died"
-        parts = f" ({r['parts']} part records)" if r["parts"] != r["episodes"] else ""
+        parts = f" ({r['parts']} records: long ones in parts)" if r["parts"] != r["episodes"] else ""
         print(f"  {r['prefix']}: env {r['env_id']}, {r['episodes']} episode(s){parts} in {r['batches']} batch(es), {state}")
         if r["compression"]:
             c = r["compression"]
