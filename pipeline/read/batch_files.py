@@ -92,8 +92,9 @@ class Episode:
         length: N, the number of steps read.
         total_reward: the sum of ``rewards``; None when it is not finite.
         ended_by: "terminated", "truncated", or why the recording stopped inside it: "reset" (reset
-            before it ended), "close", "crash" (the env process died); None while its last part read
-            continues (a recording still running, or the next part damaged).
+            before it ended), "close", "crash" (the env process died); None while it continues: its last
+            part read says so and nothing came after it yet (a recording still running), or the next part
+            is damaged.
         complete: True when the episode ended by itself (terminated or truncated); False while it continues.
         first_step: the episode step number of ``actions[0]``: 0, or where its oldest kept part starts.
         parts: one ``Part`` per part it was stitched from, in order (one for an episode

@@ -127,7 +127,8 @@ def settled(ep: Episode, manifest: Manifest, entry: BatchEntry, after: BatchEntr
     how = recording_ended(manifest, entry, after)
     if how is None:
         return ep
-    terminated, truncated = bool(ep.terminations[-1]), bool(ep.truncations[-1])
+    terminated, truncated = (bool(len(flags) and flags[-1]) if flags is not None else False
+                             for flags in (ep.terminations, ep.truncations))  # absent in gym-recording's own traces
     ended_by = "terminated" if terminated else "truncated" if truncated else how
     return replace(ep, ended_by=ended_by, complete=terminated or truncated)
 
