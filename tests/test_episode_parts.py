@@ -186,8 +186,10 @@ def test_a_slow_env_is_committed_within_the_commit_interval(tmp_path):
     assert sum(e.length for e in envrec.TraceReader(tmp_path)) == step
 
 
-def test_a_paused_env_has_its_open_part_committed(tmp_path):
-    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, name_prefix="paused", batch_bytes=10_000_000, commit_interval=0.3)
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_paused_env_has_its_open_part_committed(tmp_path, compression):
+    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, name_prefix="paused", batch_bytes=10_000_000, commit_interval=0.3,
+                               compression=compression)
     _endless(rec, 5)
     assert wait_for(lambda: _committed_steps(tmp_path) == 5, 15)  # no record came after the fifth step
     _endless(rec, 7, start=5)
