@@ -280,3 +280,17 @@ def test_a_vector_recording_cuts_each_sub_envs_episode_into_parts(tmp_path):
     for i in range(2):
         reader = envrec.TraceReader(tmp_path, prefix=f"vec.env{i}")
         assert len(reader) == 1 and reader[0].length == 200 and len(check_parts(reader)) >= 5
+
+
+def test_a_reset_right_after_an_idle_cut_leaves_no_empty_part(tmp_path):
+    """Cut when idle, then reset before another step: the part before was the episode's last (it says it
+    continues: the cut could not know); the next episode starts a batch of its own, named as any."""
+    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, name_prefix="reset", batch_bytes=10_000_000, commit_interval=0.3)
+    _endless(rec, 5)
+    assert wait_for(lambda: _committed_steps(tmp_path) == 5, 15)
+    feed(rec, 1, steps=3, start=1)
+    rec.close()
+    docs = _batch_docs(tmp_path)
+    assert [e["fn"] for e, _ in docs] == ["reset.ep000000000.json", "reset.ep000000001.json"]
+    assert docs[0][1]["episodes"][0]["part"]["continues"] and "part" not in docs[1][1]["episodes"][0]
+    assert [e.length for e in envrec.TraceReader(tmp_path)] == [5, 3]
