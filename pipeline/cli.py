@@ -23,6 +23,19 @@ def _human(n: float) -> str:
     return str(n)
 
 
+def _interval(text: str) -> float | None:
+    """Seconds (a positive number), or ``none``: no commit interval."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (or none)") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a commit interval must be positive (or none)")
+    return value
+
+
 def _size(text: str) -> int:
     """A byte count such as 1048576, 500M or 20G (powers of 1024)."""
     units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -70,7 +83,7 @@ def _record(args: argparse.Namespace) -> int:
             )
         env = RecordTrace(
             env, args.out, name_prefix=args.name_prefix, batch_bytes=args.batch_bytes, compression=args.compress,
-            max_bytes=args.max_bytes,
+            max_bytes=args.max_bytes, commit_interval=args.commit_interval,
         )
     except (ConfigError, ValueError) as exc:
         if video is not None:
@@ -213,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-bytes", type=_size, default=None, metavar="SIZE",
                    help="disk budget of the trace, e.g. 500M or 20G (K, M, G, T: powers of 1024); the oldest batches are evicted beyond it")
     r.add_argument("--batch-bytes", type=_size, default=5_000_000, metavar="SIZE", help="trace batch size (default 5000000)")
+    r.add_argument("--commit-interval", type=_interval, default=5.0, metavar="SECONDS",
+                   help="commit what the trace holds at least this often, a long episode in parts (default 5; none: by size only)")
     r.add_argument("--video-max-bytes", type=_size, default=None, metavar="SIZE", help="disk budget of the clips; the oldest are evicted beyond it")
     r.add_argument("--keep-last-clips", type=int, default=None, metavar="N", help="keep only the newest N clips")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

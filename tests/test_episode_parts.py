@@ -7,11 +7,13 @@ Every test leaves no process, segment or temp file behind (the ``no_leaks`` fixt
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -41,7 +43,7 @@ def _batch_docs(folder) -> list[tuple[dict, dict]]:
 def check_parts(reader: envrec.TraceReader, index: int = 0) -> list:
     """The parts of episode ``index`` read one by one; asserts they follow on (indices, first steps, row 0)."""
     parts = list(reader.iter_parts(index))
-    for before, after in zip(parts, parts[1:], strict=False):
+    for before, after in itertools.pairwise(parts):
         b, a = before.parts[0], after.parts[0]
         assert a.index == b.index + 1 and a.first_step == b.first_step + b.length and b.continues
         assert np.array_equal(after.observations[0], before.observations[-1])
@@ -96,7 +98,7 @@ def test_an_episode_is_cut_by_size_into_consecutive_parts(tmp_path):
     head = [(e.get("head_part"), e.get("continues", False), e["len"]) for e, _ in docs]
     assert head[0] == (None, True, 1) and all(h and c for h, c, _ in head[1:-1])
     assert head[-1][0] and not head[-1][1] and head[-1][2] == 3  # the last part, then two short episodes
-    for (entry, doc), (_, nxt) in zip(docs, docs[1:], strict=False):
+    for (entry, doc), (_, nxt) in itertools.pairwise(docs):
         if entry.get("continues"):
             last, first = doc["episodes"][-1], nxt["episodes"][0]
             assert last["part"]["continues"] and last["ended_by"] is None and not last["complete"]
@@ -186,8 +188,10 @@ def test_a_slow_env_is_committed_within_the_commit_interval(tmp_path):
     assert sum(e.length for e in envrec.TraceReader(tmp_path)) == step
 
 
-def test_a_paused_env_has_its_open_part_committed(tmp_path):
-    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, name_prefix="paused", batch_bytes=10_000_000, commit_interval=0.3)
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_paused_env_has_its_open_part_committed(tmp_path, compression):
+    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, name_prefix="paused", batch_bytes=10_000_000, commit_interval=0.3,
+                               compression=compression)
     _endless(rec, 5)
     assert wait_for(lambda: _committed_steps(tmp_path) == 5, 15)  # no record came after the fifth step
     _endless(rec, 7, start=5)
@@ -263,3 +267,30 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:
         return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_a_vector_recording_cuts_each_sub_envs_episode_into_parts(tmp_path):
+    """The vector serializer writes each sub-env's trace with a Serializer of its own: parts come with it."""
+    envs = gym.vector.SyncVectorEnv([lambda: FrameEnv(16, 16, length=None) for _ in range(2)])
+    envs = envrec.RecordVectorTrace(envs, tmp_path, name_prefix="vec", batch_bytes=20 * FRAME, commit_interval=None)
+    envs.reset(seed=0)
+    for _ in range(200):
+        envs.step(np.zeros(2, np.int64))
+    envs.close()
+    for i in range(2):
+        reader = envrec.TraceReader(tmp_path, prefix=f"vec.env{i}")
+        assert len(reader) == 1 and reader[0].length == 200 and len(check_parts(reader)) >= 5
+
+
+def test_a_reset_right_after_an_idle_cut_leaves_no_empty_part(tmp_path):
+    """Cut when idle, then reset before another step: the part before was the episode's last (it says it
+    continues: the cut could not know); the next episode starts a batch of its own, named as any."""
+    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, name_prefix="reset", batch_bytes=10_000_000, commit_interval=0.3)
+    _endless(rec, 5)
+    assert wait_for(lambda: _committed_steps(tmp_path) == 5, 15)
+    feed(rec, 1, steps=3, start=1)
+    rec.close()
+    docs = _batch_docs(tmp_path)
+    assert [e["fn"] for e, _ in docs] == ["reset.ep000000000.json", "reset.ep000000001.json"]
+    assert docs[0][1]["episodes"][0]["part"]["continues"] and "part" not in docs[1][1]["episodes"][0]
+    assert [e.length for e in envrec.TraceReader(tmp_path)] == [5, 3]

@@ -74,14 +74,25 @@ class EpisodeParts:
         self.interval = commit_interval
         self.opened_at = 0.0  # when the open batch was started (time.monotonic)
         self._countdown = TIME_CHECK_STEPS
+        raw = [f for f in fields.arrays if f.packer is None]  # their bytes: their rows' (N a step, and row 0)
+        self._raw_step = sum(f.row_bytes for f in raw)
+        self._raw_row0 = sum(f.row_bytes for f in raw if any(f is o for o in self.obs))
+        self._packed = [f for f in fields.arrays if f.packer is not None]
+        self._packers = [f.packer for f in self._packed]
+        self._spills = [jf.spill for jf in fields.jsons]
         # what a step of a run adds to the episode's bytes until a chunk is compressed (its info: empty)
-        self._step_bytes = sum(f.row_bytes for f in fields.arrays if f.packer is None) + INFO_ITEM_BYTES
-        self._packers = [f.packer for f in fields.arrays if f.packer is not None]
+        self._step_bytes = self._raw_step + INFO_ITEM_BYTES
 
     # -- when ----------------------------------------------------------------
     def episode_bytes(self) -> int:
-        """The open episode's bytes written so far (rows waiting in a chunk buffer not counted)."""
-        return sum(f.stored for f in self.fields.arrays) + sum(jf.spill.tell() for jf in self.fields.jsons)
+        """The open episode's bytes written so far (rows waiting in a chunk buffer not counted): looked at
+        before each step, so counted from the rows where it can be."""
+        n = self.fields.rewards.rows * self._raw_step + self._raw_row0
+        for f in self._packed:
+            n += f.stored
+        for spill in self._spills:
+            n += spill.tell()
+        return n
 
     def full(self) -> bool:
         return self.episode_bytes() >= self.batch_bytes

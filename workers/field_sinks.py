@@ -85,10 +85,12 @@ class ArrayField:
     spill: Spill | None = None  # not direct
     packer: ChunkPacker | None = None  # compressed fields only
     codec: str = ""
+    buffered: bool = False  # the chunk buffer holds the last chunk's raw rows (not so in a successor, at first)
 
     def write(self, mv, sink) -> None:
         self.rows += 1
         if self.packer is not None:
+            self.buffered = True
             if self.packer.add(mv):
                 self._out(self.packer.take(), sink)
             return
@@ -98,6 +100,7 @@ class ArrayField:
         """``write`` for many rows at once: a (n, row_bytes) uint8 array, e.g. a column of a ``RecordRun``."""
         self.rows += len(rows)
         if self.packer is not None:
+            self.buffered = True
             done = 0
             while done < len(rows):
                 done += self.packer.add_rows(rows[done:])
@@ -130,14 +133,17 @@ class ArrayField:
 
     def last_row(self, sink) -> bytes:
         """The last row written, read back from where it went (the next part's row 0; see ``episode_parts``):
-        the chunk buffer, the batch file or the spill; a compressed chunk is decompressed for it."""
+        the chunk buffer (which keeps a compressed chunk's raw rows), the batch file or the spill; in a
+        successor that wrote none of the chunk yet, the last chunk decompressed."""
         n, packer = self.row_bytes, self.packer
-        if packer is not None and packer.rows:
-            end = packer.rows * n
-            return bytes(packer.view[end - n : end])
         if packer is None:
             return self._read_stored(sink, self.stored - n, n)
+        if packer.rows:
+            end = packer.rows * n
+            return bytes(packer.view[end - n : end])
         rows, size = CHUNK_INDEX.unpack(packer.index.read_range(packer.index.tell() - CHUNK_INDEX.size, CHUNK_INDEX.size))
+        if self.buffered:
+            return bytes(packer.view[(rows - 1) * n : rows * n])
         raw = bytearray(rows * n)
         decompress_into(memoryview(raw), memoryview(self._read_stored(sink, self.stored - size, size)), self.codec, [[rows, size]], n)
         return bytes(raw[len(raw) - n :])
