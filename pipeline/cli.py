@@ -199,7 +199,7 @@ def _episode_line(s, i: int) -> str:
     n, first = s.lengths[i], s.first_steps[i]
     line = f"{n} steps, return {s.returns[i]:.6g}"
     if first:
-        line += f", steps {first}..{first + n - 1} (the first {first} evicted)"
+        line += f", steps {first}..{first + n - 1} (the {first} before not kept: evicted, or in a damaged part)"
     if s.parts[i] > 1:
         line += f", in {s.parts[i]} parts"
     if s.continuing[i]:

@@ -120,7 +120,7 @@ def test_inspect_shows_a_long_episode_once_with_its_parts_and_first_step(evicted
     text = out.getvalue()
     assert "fr: env None, 2 episode(s)" in text and f"episodes: 2, steps: {first.length + 20}" in text
     assert (f"episode 0: {first.length} steps, return {first.length:.6g}, steps {first.first_step}..899 "
-            f"(the first {first.first_step} evicted), in {len(first.parts)} parts") in text
+            f"(the {first.first_step} before not kept: evicted, or in a damaged part), in {len(first.parts)} parts") in text
 
 
 def test_viewer_lists_a_long_episode_once_and_plots_it_from_its_first_step(evicted):

@@ -191,7 +191,7 @@ function plotWidth() {
 }
 
 // x (and a step here) is the episode's observation index: first_step .. first_step + length, where
-// first_step > 0 when the oldest parts of a long episode were evicted.
+// first_step > 0 when the oldest parts of a long episode were evicted (or a damaged part split it).
 const state = {player: null, fps: 30, plots: [], length: 0, firstStep: 0, lastStep: -1};
 
 function params() {
@@ -287,7 +287,7 @@ async function loadEpisode(first) {
   state.length = doc.length;
   state.firstStep = doc.first_step;
   $("#title").textContent = `${doc.recording}, episode ${doc.episode_id}`;
-  const span = doc.first_step ? ` (steps ${doc.first_step}..${doc.first_step + doc.length - 1}: the first evicted)` : "";
+  const span = doc.first_step ? ` (steps ${doc.first_step}..${doc.first_step + doc.length - 1}: the ones before not kept)` : "";
   const parts = doc.parts > 1 ? `, in ${doc.parts} parts` : "";
   $("#summary").textContent = `${doc.length} steps${span}${parts}, return ${fmt(doc["return"])}, ended by ${doc.ended_by ?? "nothing yet (continues)"}` +
     `${doc.complete ? "" : " (incomplete)"}, seed ${fmt(doc.seed)}; observation has ${doc.observation_dims} dimension(s)`;
