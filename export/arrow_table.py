@@ -3,7 +3,11 @@
 Columns, in order:
 
 * ``recording`` (string): which recording (see ``envrec.export.sources``);
-* ``episode_id`` (int64), ``step`` (int64, 0 for the episode's first step);
+* ``episode_id`` (int64), ``step`` (int64): the step's number in its episode,
+  0 for the first; rows are made one trace batch at a time, so a long episode
+  written in parts gives each part's rows with their true numbers
+  (``Episode.first_step + i``), and an episode whose oldest parts were
+  evicted starts at the first step kept;
 * ``observation``: the observation the action was chosen on (row 0: the
   reset observation);
 * ``action``, ``reward`` (float64), ``terminated``, ``truncated`` (bool);
@@ -138,7 +142,7 @@ def episodes_to_batch(name: str, manifest: Mapping[str, Any], episodes: list[Epi
     columns = {
         "recording": pa.array([name] * n, pa.string()),
         "episode_id": np.repeat(np.array([ep.episode_id for ep in episodes], dtype=np.int64), lengths),
-        "step": np.arange(n, dtype=np.int64) - starts,
+        "step": np.arange(n, dtype=np.int64) - starts + np.repeat(np.array([ep.first_step for ep in episodes], np.int64), lengths),
         "observation": _leaves_of(obs_spec, episodes, "observations", 0, 0),
         "action": _leaves_of(act_spec, episodes, "actions", 0, 0),
         "reward": np.concatenate([np.asarray(ep.rewards[: ep.length], dtype=np.float64) for ep in episodes]),

@@ -8,7 +8,16 @@ infos as columns), otherwise that episode's infos are left out and a warning
 says so. Episodes are numbered in reading order (recordings by name, then
 episode order); episodes without a step are skipped. The dataset is built one
 trace batch at a time (``update_dataset_from_buffer``), so memory does not
-grow with the recording; if the export fails, what it wrote is deleted.
+grow with the recording (a long episode written in parts is stitched whole
+first: Minari stores episodes, not parts); if the export fails, what it
+wrote is deleted.
+
+A Minari episode starts at a reset, and has all its steps: an *unfinished*
+episode, one whose oldest parts were evicted by a disk budget
+(``first_step > 0``) or whose last part read still continues (a recording
+still running, or its next part damaged), is skipped, and a warning says how
+many were skipped in each recording. Episodes that ended by a reset, a close
+or a crash hold every step they had and are exported as before.
 """
 
 from __future__ import annotations
@@ -16,14 +25,17 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from envrec.env_ids import make_env
 from envrec.errors import ConfigError
 from envrec.formats.schema import describe_space, space_from_spec
-from envrec.read.batch_files import BatchFiles, Episode, TraceError
+from envrec.read.batch_files import Episode, TraceError
+from envrec.read.reader import TraceReader
 
 from .arrow_table import plain_json
 from .sources import PathsLike, RecordingSource, find_recordings
@@ -136,6 +148,35 @@ def _remove_written(new: list[Path]) -> None:
             folder.rmdir()  # only when empty: another dataset in the namespace keeps it
 
 
+def unfinished(ep: Episode) -> bool:
+    """``ep`` lacks its first steps (evicted) or its last (it continues): not a Minari episode."""
+    return ep.first_step > 0 or ep.ended_by is None
+
+
+def _buffers(src: RecordingSource, verify: bool) -> Iterator[tuple[str, list[Any]]]:
+    """The recording's whole episodes with a step as Minari buffers, one list per trace batch (the batch
+    of the episodes' last parts); unfinished ones are counted and skipped with a warning."""
+    skipped, batch = 0, ""
+    buffers: list[Any] = []
+    with TraceReader(src.directory, prefix=os.path.basename(src.name), verify=verify) as reader:
+        for ep in reader:
+            if ep.parts[-1].batch != batch and buffers:
+                yield batch, buffers
+                buffers = []
+            batch = ep.parts[-1].batch
+            if ep.length == 0:
+                continue
+            if unfinished(ep):
+                skipped += 1
+                continue
+            buffers.append(_buffer(ep))
+    if buffers:
+        yield batch, buffers
+    if skipped:
+        log.warning("%s: %d unfinished episode(s) skipped (evicted first parts, or still being recorded): "
+                    "a Minari episode needs all its steps", src.name, skipped)
+
+
 def write_minari(paths: PathsLike, dataset_id: str, verify: bool = True, **metadata: Any) -> Any:
     """Create the Minari dataset ``dataset_id`` from every episode under ``paths``.
 
@@ -158,19 +199,14 @@ def write_minari(paths: PathsLike, dataset_id: str, verify: bool = True, **metad
     dataset = None
     try:
         for src in sources:
-            files = BatchFiles(src.directory, verify)
-            for entry in src.batches:
-                buffers = [_buffer(ep) for ep in files.episodes(src.manifest, entry) if ep.length > 0]
-                if not buffers:
-                    continue
+            for batch, buffers in _buffers(src, verify):
                 try:
                     if dataset is None:
                         dataset = minari.create_dataset_from_buffers(dataset_id, buffers, **kwargs)
                     else:
                         dataset.update_dataset_from_buffer(buffers)
                 except (ValueError, TypeError, KeyError) as exc:  # Minari's (and pyarrow's) refusals of the values
-                    raise TraceError(f"{src.name}: Minari cannot store the episodes of batch {entry['fn']}: {exc}") from exc
-                files.close()
+                    raise TraceError(f"{src.name}: Minari cannot store the episodes of batch {batch}: {exc}") from exc
         if dataset is None:
             raise TraceError(f"no episode with a step under {paths}: nothing to export")
     except BaseException:

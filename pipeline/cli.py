@@ -23,6 +23,19 @@ def _human(n: float) -> str:
     return str(n)
 
 
+def _interval(text: str) -> float | None:
+    """Seconds (a positive number), or ``none``: no commit interval."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds (or none)") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a commit interval must be positive (or none)")
+    return value
+
+
 def _size(text: str) -> int:
     """A byte count such as 1048576, 500M or 20G (powers of 1024)."""
     units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -70,7 +83,7 @@ def _record(args: argparse.Namespace) -> int:
             )
         env = RecordTrace(
             env, args.out, name_prefix=args.name_prefix, batch_bytes=args.batch_bytes, compression=args.compress,
-            max_bytes=args.max_bytes,
+            max_bytes=args.max_bytes, commit_interval=args.commit_interval,
         )
     except (ConfigError, ValueError) as exc:
         if video is not None:
@@ -146,7 +159,8 @@ def _inspect(args: argparse.Namespace) -> int:
         state = "complete" if r["complete"] else "in progress or interrupted"
         if r["complete"] and not r["closed_cleanly"]:
             state = "finalized after its env process died"
-        print(f"  {r['prefix']}: env {r['env_id']}, {r['episodes']} episode(s) in {r['batches']} batch(es), {state}")
+        parts = f" ({r['parts']} records: long ones in parts)" if r["parts"] != r["episodes"] else ""
+        print(f"  {r['prefix']}: env {r['env_id']}, {r['episodes']} episode(s){parts} in {r['batches']} batch(es), {state}")
         if r["compression"]:
             c = r["compression"]
             print(f"    {c['codec']} level {c['level']}: {r['raw_bytes'] / max(1, r['bytes']):.1f}x smaller than raw "
@@ -161,8 +175,10 @@ def _inspect(args: argparse.Namespace) -> int:
         print(f"episodes: {s.episodes}, steps: {s.steps}")
         print(f"  length  min {lengths.min()}  mean {lengths.mean():.1f}  max {lengths.max()}")
         print(f"  return  min {returns.min():.3g}  mean {returns.mean():.3g}  max {returns.max():.3g}")
-        for i, (n, ret) in enumerate(zip(s.lengths[: args.list], s.returns[: args.list], strict=True)):
-            print(f"  episode {i}: {n} steps, return {ret:.6g}")
+        if any(n > 1 for n in s.parts):
+            print(f"  {sum(n > 1 for n in s.parts)} long episode(s) read from parts, {sum(s.parts)} part(s) in all")
+        for i in range(min(args.list, len(s.lengths))):
+            print(f"  episode {i}: {_episode_line(s, i)}")
     if s.clips:
         broken = [c for c in s.clips if c.get("broken")]
         frames = sum(c.get("frames_written") or 0 for c in s.clips)
@@ -176,6 +192,19 @@ def _inspect(args: argparse.Namespace) -> int:
         return 1
     print("every file the manifests name is present and complete")
     return 0
+
+
+def _episode_line(s, i: int) -> str:
+    """How ``envrec inspect`` lists episode ``i`` of a summary: steps, return, and its parts when it has several."""
+    n, first = s.lengths[i], s.first_steps[i]
+    line = f"{n} steps, return {s.returns[i]:.6g}"
+    if first:
+        line += f", steps {first}..{first + n - 1} (the {first} before not kept: evicted, or in a damaged part)"
+    if s.parts[i] > 1:
+        line += f", in {s.parts[i]} parts"
+    if s.continuing[i]:
+        line += ", continues (still recording)"
+    return line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -197,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-bytes", type=_size, default=None, metavar="SIZE",
                    help="disk budget of the trace, e.g. 500M or 20G (K, M, G, T: powers of 1024); the oldest batches are evicted beyond it")
     r.add_argument("--batch-bytes", type=_size, default=5_000_000, metavar="SIZE", help="trace batch size (default 5000000)")
+    r.add_argument("--commit-interval", type=_interval, default=5.0, metavar="SECONDS",
+                   help="commit what the trace holds at least this often, a long episode in parts (default 5; none: by size only)")
     r.add_argument("--video-max-bytes", type=_size, default=None, metavar="SIZE", help="disk budget of the clips; the oldest are evicted beyond it")
     r.add_argument("--keep-last-clips", type=int, default=None, metavar="N", help="keep only the newest N clips")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

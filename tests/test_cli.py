@@ -56,6 +56,15 @@ def test_record_options_and_inspect_finds_a_damaged_batch(tmp_path):
     assert "10 bytes, the manifest says" in out.stderr
 
 
+def test_record_commit_interval_goes_into_the_manifest(tmp_path):
+    out = run("record", "-q", "--episodes", "1", "--out", str(tmp_path), "--name-prefix", "ci", "--video-every", "0",
+              "--commit-interval", "none")
+    assert out.returncode == 0, out.stderr
+    assert envrec.TraceReader(tmp_path).manifests[0]["settings"]["commit_interval"] is None
+    out = run("record", "--commit-interval", "0", "--out", str(tmp_path / "x"))
+    assert out.returncode == 2 and "commit interval must be positive" in out.stderr
+
+
 def test_unknown_env_and_missing_folder_are_clear_errors(tmp_path):
     out = run("record", "--env", "NoSuchEnv-v9", "--out", str(tmp_path))
     assert out.returncode == 2 and "NoSuchEnv-v9" in out.stderr

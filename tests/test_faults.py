@@ -56,7 +56,8 @@ def test_conservation_under_a_throttled_consumer(tmp_path, policy):
 
 CASES = [
     (point, how)
-    for point in ("record", "commit:bin-written", "commit:bin", "commit:json", "commit:manifest", "commit:done")
+    for point in ("record", "commit:bin-written", "commit:bin", "commit:json", "commit:manifest", "commit:done",
+                  "part:cut", "part:next")  # batch_bytes=1: each step of an episode is a part, committed on its own
     for how in ("raise", "exit", "kill")
 ] + [("record", "hang"), ("commit:bin", "hang"), ("commit:manifest", "hang")]
 REPORTED = {"raise": "InjectedFault", "exit": "exit code 3", "kill": "SIGKILL(-9)", "hang": "made no progress"}

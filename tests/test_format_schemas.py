@@ -90,7 +90,7 @@ def test_cartpole_traces_validate(tmp_path, compression):
 
 
 def test_closed_manifest_segments_validate(tmp_path):
-    _cartpole(tmp_path, 6000, batch_bytes=1)  # a batch per episode: more than one segment of 256 batches
+    _cartpole(tmp_path, 600, batch_bytes=1)  # a batch per step (episodes in parts): more than one segment of 256 batches
     counts = validate_folder(tmp_path)
     assert counts["segments"] >= 1 and counts["batches"] > 256, counts
 

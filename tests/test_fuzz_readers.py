@@ -2,8 +2,10 @@
 
 Recordings are made once per module by envrec itself: plain, compressed
 (zstd), with Dict/Tuple/Text/MultiDiscrete/MultiBinary spaces and infos,
-with clips (mp4 and their metadata), and with closed manifest segments (the
-serializer's segment size made small, so a few batches close segments). Each
+with clips (mp4 and their metadata), with closed manifest segments (the
+serializer's segment size made small, so a few batches close segments), and
+with episodes in parts (``batch_bytes`` so small that every episode is cut:
+part records, ``head_part``/``continues`` entries). Each
 hypothesis example mutates a copy (see ``fuzz_mutants``) and runs every
 reader on it: ``TraceReader`` (iterated, every array's bytes read, and with
 ``on_damaged="skip"``), ``envrec inspect``, the Parquet export (to Arrow
@@ -52,9 +54,9 @@ from .support.scripts import write_segmented
 
 pytestmark = pytest.mark.timeout(300)
 
-EXAMPLES = int(os.environ.get("ENVREC_FUZZ_EXAMPLES", "30"))  # per kind of recording; 5 kinds: ~20 s
+EXAMPLES = int(os.environ.get("ENVREC_FUZZ_EXAMPLES", "30"))  # per kind of recording; 6 kinds: ~25 s
 MINARI_EVERY = 4  # the Minari export runs on every 4th mutant: a dataset costs ~0.1 s
-KINDS = ("plain", "compressed", "spaces", "clips", "segmented")
+KINDS = ("plain", "compressed", "spaces", "clips", "segmented", "parts")
 TRIED: collections.Counter[str] = collections.Counter()  # reader -> mutants it was run on
 REFUSED: collections.Counter[str] = collections.Counter()  # reader -> mutants it refused with TraceError
 LISTED_DAMAGED: collections.Counter[str] = collections.Counter()  # the viewer: mutants whose index had damaged rows
@@ -62,8 +64,9 @@ ESCAPES: collections.Counter[str] = collections.Counter()  # mutants leading a t
 FIELDS_TRIED: collections.Counter[str] = collections.Counter()  # recording kind -> field mutants of its documents
 
 
-def _plain(folder: str, compression=None) -> None:
-    env = envrec.RecordTrace(gym.make("CartPole-v1"), folder, name_prefix="cp", batch_bytes=1500, compression=compression)
+def _plain(folder: str, compression=None, prefix: str = "cp", batch_bytes: int = 1500) -> None:
+    env = envrec.RecordTrace(gym.make("CartPole-v1"), folder, name_prefix=prefix, batch_bytes=batch_bytes, compression=compression,
+                             commit_interval=None)
     env.action_space.seed(0)
     run_episodes(env, 3)
     env.reset()  # and the 0-step episode a recording ends with
@@ -96,7 +99,7 @@ def _segmented(folder: str) -> None:
 def recordings(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
     makers = {"plain": _plain, "compressed": lambda f: _plain(f, "zstd"), "spaces": _spaces, "clips": _clips,
-              "segmented": _segmented}
+              "segmented": _segmented, "parts": lambda f: _plain(f, prefix="pt", batch_bytes=300)}
     out = {}
     for kind, make in makers.items():
         folder = str(root / kind)
@@ -107,6 +110,7 @@ def recordings(tmp_path_factory):
         assert len(envrec.TraceReader(folder)) > 0
         out[kind] = folder
     assert any(n.endswith(".m000001.manifest.json") for n in os.listdir(out["segmented"]))
+    assert any(n.endswith(".p000002.json") for n in os.listdir(out["parts"]))
     assert any(n.endswith(".mp4") for n in os.listdir(out["clips"]))
     assert json.load(open(os.path.join(out["compressed"], "cp.manifest.json")))["settings"]["compression"]
     return out
@@ -132,6 +136,7 @@ def _read_all(folder: str, on_damaged: str) -> None:
             json.dumps(repr(ep.infos) + repr(ep.options))
         if len(reader) and on_damaged == "raise":
             reader[len(reader) - 1]
+            list(reader.iter_parts(0))
         assert on_damaged == "raise" or all(d.file and d.reason for d in reader.damaged)
 
 
@@ -255,7 +260,8 @@ def _first(folder: str, suffix: str, skip: str = "\0") -> str:
 DOCUMENTS = [  # (recording, which of its JSON files): every kind of document a reader parses
     ("plain", "cp.manifest.json"), ("plain", ".ep000000000.json"), ("compressed", ".ep000000000.json"),
     ("spaces", "sp.manifest.json"), ("spaces", ".ep000000000.json"), ("segmented", "bench.manifest.json"),
-    ("segmented", ".m000000.manifest.json"), ("clips", ".meta.json"),
+    ("segmented", ".m000000.manifest.json"), ("clips", ".meta.json"), ("parts", "pt.manifest.json"),
+    ("parts", ".ep000000000.json"), ("parts", ".p000001.json"),
 ]
 
 

@@ -103,7 +103,7 @@ def test_a_serializer_killed_closing_a_segment_or_evicting_is_finished_by_its_su
     nothing it no longer names is left on disk, and the counters add up."""
     budget = None if point.startswith("commit") else 40 * 1024
     rec = envrec.TraceRecorder(
-        tmp_path, OBS, S.Discrete(2), batch_bytes=1, max_bytes=budget, hang_timeout_s=2.0,
+        tmp_path, OBS, S.Discrete(2), batch_bytes=1000, max_bytes=budget, hang_timeout_s=2.0,  # a batch per episode
         faults=FaultSpec(at=point, after=after, how=how),
     )
     total = SEGMENT_BATCHES + 30

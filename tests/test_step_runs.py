@@ -62,7 +62,7 @@ def _record(folder: str, obs_space, episodes, runs: bool, ring_bytes: int, compr
     ring = RingWriter(ring_bytes)
     reader = RingReader(ring.spec)
     cfg = SerializerConfig(folder, "t", obs_spec, act_spec, 16 * ring_bytes // 64, None, {}, faults=NO_FAULT,
-                           compression=parse_compression(compression))
+                           compression=parse_compression(compression), commit_interval=None)  # cuts by size only: where time puts none
     ser = Serializer(cfg, status=reader.set_status)
     if not runs:
         ser.takes_runs = False  # one record at a time
@@ -107,10 +107,11 @@ def test_runs_write_the_same_bytes_as_step_by_step_and_read_back(tmp_path, obs, 
     by_runs = _record(str(tmp_path / "runs"), space, episodes, True, ring_bytes, compression)
     one_by_one = _record(str(tmp_path / "single"), space, episodes, False, ring_bytes, compression)
     assert by_runs["runs"] > 20 and one_by_one["runs"] == 0
-    if compression is not None:  # chunks end at checkpoints, which fall where the loop's timing puts them
-        del by_runs["summary"]["bytes"], one_by_one["summary"]["bytes"]
-    assert by_runs["summary"] == one_by_one["summary"]
     assert by_runs["summary"]["orphan_steps"] == 1 and by_runs["summary"]["batches"] > 1
+    if compression is not None:  # chunks end at checkpoints, which fall where the loop's timing puts them (and
+        for key in ("bytes", "batches", "commits"):  # so do the cuts of an episode into parts: by stored size)
+            del by_runs["summary"][key], one_by_one["summary"][key]
+    assert by_runs["summary"] == one_by_one["summary"]
     if compression is None:
         assert _batch_files(str(tmp_path / "runs")) == _batch_files(str(tmp_path / "single"))
     for way in ("runs", "single"):
@@ -129,7 +130,8 @@ def _assert_read_back(folder: str, episodes) -> None:
         total = 0.0
         for s in steps:
             total += s[2]  # in order, as the serializer sums step by step
-        assert ep.total_reward == (None if math.isnan(total) else total)
+        # a long episode comes in parts (batch_bytes is small here), its total the sum of theirs
+        assert ep.total_reward == (None if math.isnan(total) else pytest.approx(total, rel=1e-12))
 
 
 def test_a_fault_per_record_turns_runs_off(tmp_path):

@@ -221,3 +221,42 @@ def test_a_crafted_folder_runs_nothing_on_the_viewers_origin(tmp_path):
     assert not [t for t in titles if "PWNED" in t], titles
     assert server.refused["type"] >= 4  # .html twice (the index's link and directly), .svg, .xml
     assert "/files/evil.mp4" in requests  # the page-posing-as-a-clip was fetched, served as a video: and ran nothing
+
+
+def test_a_clip_of_a_long_episode_whose_first_parts_were_evicted_stays_synced(tmp_path):
+    """The plots of an endless episode start at its first kept step; frame f of its clip (from the reset) is
+    still observation f: playing and seeking land on the same step number in the video and the plots."""
+    from envrec.bench.variants import FrameEnv
+
+    sync_playwright = _browser_or_skip()
+    env = envrec.RecordVideo(FrameEnv(32, 32, length=None, frames="game"), str(tmp_path), episode_trigger=lambda e: e == 0,
+                             fps=FPS)
+    env = envrec.RecordTrace(env, tmp_path, name_prefix="fr", batch_bytes=20_000, max_bytes=150_000, commit_interval=None)
+    env.reset(seed=1)
+    for _ in range(300):
+        env.step(0)
+    env.reset(seed=2)  # ends episode 0 (and its clip)
+    env.close()
+    ep = envrec.TraceReader(tmp_path)[0]
+    assert ep.first_step > 100 and len(ep.parts) > 1
+    server = ViewerServer(tmp_path).start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1100, "height": 1300})
+            page.goto(f"{server.url}episode?recording=fr&episode=0")
+            page.wait_for_selector("body[data-loaded='1']")
+            assert page.locator("#summary").inner_text().startswith(f"{ep.length} steps (steps {ep.first_step}..299")
+            page.wait_for_function("() => document.getElementById('player').readyState >= 2")
+            at = ep.first_step + 20
+            page.evaluate(f"document.getElementById('player').currentTime = {(at + 0.5) / FPS}")
+            page.wait_for_function(f"() => Number(document.body.dataset.cursorStep) === {at}")
+            target = ep.first_step + ep.length // 2
+            plot = page.locator("canvas.plot").first
+            box = plot.bounding_box()
+            plot.click(position={"x": 1 + (target - ep.first_step) / ep.length * (box["width"] - 2), "y": box["height"] / 2})
+            page.wait_for_function(f"() => Math.abs(document.getElementById('player').currentTime - {(target + 0.5) / FPS}) < 0.15")
+            assert abs(int(page.evaluate("document.body.dataset.cursorStep")) - target) <= 1
+            browser.close()
+    finally:
+        server.close()

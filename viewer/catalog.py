@@ -10,6 +10,13 @@ starts at the episode's reset: named ``...-episode-N`` or holding one frame
 per observation. Frame ``f`` of such a clip shows observation ``f`` (frame 0
 the reset), which is why the plots' x axis is the observation index.
 
+A long episode written in parts is listed once, stitched across its parts
+(``parts``: how many; ``first_step``: its first step kept). When a disk
+budget evicted its oldest parts, its plots start at ``first_step``: the x
+axis stays the episode's observation index, so frame ``f`` of its clip
+still lands on observation ``f``. An episode split by a damaged part is
+listed as two, told apart by ``first_step`` (``/api/episode?...&first_step=K``).
+
 What cannot be read (a folder whose manifest is damaged, a damaged batch,
 unreadable clip metadata) is listed in the index's ``damaged`` rows, each
 with its file and reason, and left out; the rest is listed as usual.
@@ -17,6 +24,7 @@ with its file and reason, and left out; the rest is listed as usual.
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from dataclasses import dataclass
@@ -27,9 +35,11 @@ import numpy as np
 from envrec.errors import TraceError
 from envrec.export.sources import RecordingSource, find_recordings
 from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
+from envrec.formats.part_checks import part_of
 from envrec.formats.trace_format import BatchEntry
 from envrec.read.batch_files import BatchFiles
 from envrec.read.reader import Damaged
+from envrec.read.stitch import check_follows, joins, recording_ended, settled, stitch
 
 from .series import MAX_SERIES, Columns, downsample
 
@@ -42,11 +52,12 @@ class NotFound(LookupError):
     """No such recording, episode or dimension (the server answers 404)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Where:
     source: RecordingSource
-    entry: BatchEntry
-    position: int  # the episode's place in its batch
+    parts: list[tuple[BatchEntry, int]]  # each part's batch and place in it
+    summary: dict[str, Any]
+    after: BatchEntry | None = None  # the batch after its last part's (how it ended: stitch.settled)
 
 
 class Catalog:
@@ -56,7 +67,7 @@ class Catalog:
         self.root = os.path.realpath(root)
         self._lock = threading.Lock()
         self._summaries: dict[tuple[str, str], list[dict]] = {}  # (folder, batch json) -> its episodes' summaries
-        self._where: dict[tuple[str, int], _Where] = {}
+        self._where: dict[tuple[str, int], list[_Where]] = {}  # (recording, episode id) -> its pieces, oldest first
         self._clips: list[tuple[str, ClipMeta]] = []
 
     # -- index -------------------------------------------------------------
@@ -68,6 +79,7 @@ class Catalog:
     def _scan(self) -> dict[str, Any]:
         """The index, the lock held by the caller."""
         damaged: list[Damaged] = []
+        self._where = {}
         try:
             sources = find_recordings(self.root, verify=False, damaged=damaged)
         except TraceError:
@@ -88,7 +100,7 @@ class Catalog:
 
     def _episodes_of(self, src: RecordingSource, damaged: list[Damaged]) -> list[dict]:
         files = BatchFiles(src.directory, verify=False)
-        out = []
+        kept: list[BatchEntry] = []
         try:
             for entry in src.batches:
                 key = (src.directory, entry["fn"])
@@ -98,13 +110,44 @@ class Catalog:
                     except TraceError as exc:
                         damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, entry["fn"]), self.root), str(exc)))
                         continue  # not cached: a batch being repaired is read again at the next index
-                for i, s in enumerate(self._summaries[key]):
-                    self._where[(src.name, s["episode_id"])] = _Where(src, entry, i)
-                    clip = self._clip_for(src, s["episode_id"], s["length"])
-                    out.append({"recording": src.name, **s, "clip": clip[1]["name"] if clip else None})
+                kept.append(entry)
+            pieces = self._pieces(src, kept)
+            for piece in pieces:
+                if piece.summary["ended_by"] is None:  # its last part continues: has something come after it?
+                    self._settle(piece, files)
         finally:
             files.close()
+        out = []
+        for piece in pieces:
+            self._where.setdefault((src.name, piece.summary["episode_id"]), []).append(piece)
+            s = piece.summary
+            clip = self._clip_for(src, s["episode_id"], s["first_step"] + s["length"])
+            out.append({"recording": src.name, **s, "clip": clip[1]["name"] if clip else None})
         return out
+
+    def _pieces(self, src: RecordingSource, kept: list[BatchEntry]) -> list[_Where]:
+        """The recording's episodes (pieces of one, when a damaged part split it), stitched from the kept batches."""
+        pieces: list[_Where] = []
+        for k, (entry, joined) in enumerate(zip(kept, joins(kept), strict=True)):
+            for i, s in enumerate(self._summaries[(src.directory, entry["fn"])]):
+                if i == 0 and joined and pieces and pieces[-1].summary["episode_id"] == s["episode_id"]:
+                    _extend(pieces[-1], entry, s)
+                else:
+                    pieces.append(_Where(src, [(entry, i)], dict(s, parts=1)))
+                pieces[-1].after = kept[k + 1] if k + 1 < len(kept) else None
+        return pieces
+
+    def _settle(self, piece: _Where, files: BatchFiles) -> None:
+        """How an episode whose last part continues ended, when something came after it (``stitch.settled``)."""
+        entry, position = piece.parts[-1]
+        if recording_ended(piece.source.manifest, entry, piece.after) is None:
+            return
+        try:
+            last = files.episode(piece.source.manifest, 0, files.load(entry, piece.source.manifest)[position])
+        except TraceError:
+            return  # listed damaged when its plots are asked for
+        last = settled(last, piece.source.manifest, entry, piece.after)
+        piece.summary.update(ended_by=last.ended_by, complete=last.complete)
 
     # -- clips ---------------------------------------------------------------
     def _find_clips(self, damaged: list[Damaged]) -> list[tuple[str, ClipMeta]]:
@@ -122,6 +165,7 @@ class Catalog:
         return found
 
     def _clip_for(self, src: RecordingSource, episode_id: int, length: int) -> tuple[str, ClipMeta] | None:
+        """The clip of the episode from its reset; ``length``: its steps from the reset (first_step + steps read)."""
         homes = {src.directory, os.path.join(src.directory, "videos")}
         for folder, meta in self._clips:
             if folder not in homes or meta.get("episode_id") != episode_id or not meta.get("path"):
@@ -141,62 +185,89 @@ class Catalog:
         }
 
     # -- one episode -----------------------------------------------------------
-    def episode(self, recording: str, episode_id: int, width: int = 800, obs_dims: list[int] | None = None) -> dict[str, Any]:
-        """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled."""
+    def episode(self, recording: str, episode_id: int, width: int = 800, obs_dims: list[int] | None = None,
+                first_step: int | None = None) -> dict[str, Any]:
+        """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled.
+        ``first_step`` picks one of the pieces of an episode split by a damaged part (default: the first)."""
         with self._lock:
-            where = self._where.get((recording, episode_id))
+            where = self._piece(recording, episode_id, first_step)
             if where is None:  # committed since the last index, perhaps
                 self._scan()
-                where = self._where.get((recording, episode_id))
+                where = self._piece(recording, episode_id, first_step)
             if where is None:
-                raise NotFound(f"no episode {episode_id} in recording {recording!r}")
-            length = self._summaries[(where.source.directory, where.entry["fn"])][where.position]["length"]
-            clip = self._clip_for(where.source, episode_id, length)
+                raise NotFound(f"no episode {episode_id} in recording {recording!r}"
+                               + (f" from step {first_step}" if first_step is not None else ""))
+            clip = self._clip_for(where.source, episode_id, where.summary["first_step"] + where.summary["length"])
         files = BatchFiles(where.source.directory)
         try:
-            raw = files.load(where.entry, where.source.manifest)[where.position]
-            ep = files.episode(where.source.manifest, where.entry["first"] + where.position, raw)
+            parts = []
+            for entry, position in where.parts:
+                raw = files.load(entry, where.source.manifest)[position]
+                parts.append(files.episode(where.source.manifest, entry["first"] + position, raw))
+            for before, after in itertools.pairwise(parts):
+                check_follows(before, after)
+            ep = settled(stitch(parts), where.source.manifest, where.parts[-1][0], where.after)
             return self._episode_json(recording, ep, width, obs_dims, clip)
         finally:
             files.close()
 
+    def _piece(self, recording: str, episode_id: int, first_step: int | None) -> _Where | None:
+        pieces = self._where.get((recording, episode_id), [])
+        return next((p for p in pieces if first_step is None or p.summary["first_step"] == first_step), None)
+
     def _episode_json(self, recording: str, ep, width: int, obs_dims: list[int] | None, clip) -> dict[str, Any]:
         width = max(50, min(int(width), 4000))
-        n = ep.length
+        n, k = ep.length, ep.first_step
         rewards = np.asarray(ep.rewards[:n], np.float64)
-        # step t's reward, action and flags sit at x = t + 1: with the observation (and frame) it led to
-        series: dict[str, Any] = {"reward": _shifted(downsample(rewards, width))}
-        series["return"] = _shifted(downsample(np.nancumsum(np.where(np.isfinite(rewards), rewards, np.nan)), width))
+        # x is the episode's observation index (k for the first one read): step t's reward, action and flags
+        # sit at x = t + 1, with the observation (and frame) it led to
+        series: dict[str, Any] = {"reward": _shifted(downsample(rewards, width), k + 1)}
+        series["return"] = _shifted(downsample(np.nancumsum(np.where(np.isfinite(rewards), rewards, np.nan)), width), k + 1)
         actions = Columns(ep.actions, n)
         series["actions"] = [
-            {"label": actions.label(i), **_shifted(downsample(actions.column(i), width))} for i in range(min(actions.count, MAX_SERIES))
+            {"label": actions.label(i), **_shifted(downsample(actions.column(i), width), k + 1)}
+            for i in range(min(actions.count, MAX_SERIES))
         ]
         observations = Columns(ep.observations, n + 1)
         dims = list(range(min(observations.count, DEFAULT_OBS_DIMS))) if obs_dims is None else obs_dims
         bad = [d for d in dims if not 0 <= d < observations.count]
         if bad or len(dims) > MAX_SERIES:
             raise NotFound(f"observation dimensions {bad or dims}: choose up to {MAX_SERIES} of 0..{observations.count - 1}")
-        series["observations"] = [{"label": observations.label(d), "dim": d, **downsample(observations.column(d), width)} for d in dims]
+        series["observations"] = [{"label": observations.label(d), "dim": d, **_shifted(downsample(observations.column(d), width), k)}
+                                  for d in dims]
         return {
-            "recording": recording, "episode_id": ep.episode_id, "length": n, "return": ep.total_reward,
+            "recording": recording, "episode_id": ep.episode_id, "length": n, "first_step": k, "parts": len(ep.parts),
+            "return": ep.total_reward,
             "ended_by": ep.ended_by, "complete": ep.complete, "seed": ep.seed,
             "observation_dims": observations.count, "series": series,
             "clip": self._clip_json(*clip) if clip is not None else None,
         }
 
 
-def _shifted(s: dict[str, Any]) -> dict[str, Any]:
-    s["x"] = [x + 1 for x in s["x"]]
+def _shifted(s: dict[str, Any], by: int) -> dict[str, Any]:
+    s["x"] = [x + by for x in s["x"]]
     return s
 
 
 def _summary(raw: dict) -> dict[str, Any]:
     ret = raw.get("return")
+    _, first_step, _ = part_of(raw)
     return {
         "episode_id": raw.get("episode_id"), "length": raw.get("length", 0),
         "return": ret if isinstance(ret, int | float) and np.isfinite(ret) else None,
         "ended_by": raw.get("ended_by", "unknown"), "complete": raw.get("complete", True),
+        "first_step": first_step,
     }
+
+
+def _extend(piece: _Where, entry: BatchEntry, s: dict[str, Any]) -> None:
+    """Add the next part (``s``, the first record of ``entry``) to a piece of an episode."""
+    piece.parts.append((entry, 0))
+    t = piece.summary
+    t["length"] += s["length"]
+    total = t["return"] + s["return"] if t["return"] is not None and s["return"] is not None else None
+    t["return"] = total if total is not None and np.isfinite(total) else None
+    t.update(ended_by=s["ended_by"], complete=s["complete"], parts=t["parts"] + 1)
 
 
 def _file_url(rel: str) -> str:

@@ -197,9 +197,10 @@ class _Handler(BaseHTTPRequestHandler):
             recording, episode = q["recording"][0], int(q["episode"][0])
             width = int(q.get("width", ["800"])[0])
             dims = [int(d) for d in q["obs"][0].split(",") if d.strip()] if "obs" in q else None
+            first_step = int(q["first_step"][0]) if "first_step" in q else None
         except (KeyError, ValueError):
-            raise ValueError("expected recording=NAME&episode=N[&width=PX][&obs=I,J,...]") from None
-        return self.server.catalog.episode(recording, episode, width, dims)
+            raise ValueError("expected recording=NAME&episode=N[&width=PX][&obs=I,J,...][&first_step=K]") from None
+        return self.server.catalog.episode(recording, episode, width, dims, first_step)
 
     def _send_clip(self, encoded: str, head: bool) -> None:
         """A clip the page plays, by its path under the root; NotFound for anything else."""

@@ -39,13 +39,20 @@ ALIGN = 8
 class BatchWriter:
     """One batch being written: temporary ``.bin`` and ``.json`` in the output folder."""
 
-    def __init__(self, folder: str, prefix: str, first_episode: int) -> None:
+    def __init__(self, folder: str, prefix: str, first_episode: int, head_part: dict | None = None) -> None:
+        """Args:
+            folder, prefix: where, and the recording's prefix.
+            first_episode: the index of its first record's episode.
+            head_part: ``{"index", "first_step"}`` when its first record continues an episode (a part p >= 1).
+        """
         self.folder = folder
         self.first = first_episode
-        self.json_name, self.bin_name = batch_names(prefix, first_episode)
+        self.head_part = head_part
+        self.continues = False  # its last record is a part continued in the next batch
+        self.json_name, self.bin_name = batch_names(prefix, first_episode, head_part["index"] if head_part else 0)
         self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
         self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
-        self.bin = open(self.bin_tmp, "wb", buffering=FILE_BUFFER_BYTES)
+        self.bin = open(self.bin_tmp, "w+b", buffering=FILE_BUFFER_BYTES)  # read too: a part's last row (read_bin)
         self.json = open(self.json_tmp, "wb", buffering=FILE_BUFFER_BYTES)
         self.bin_size = 0
         self.json_size = 0
@@ -60,7 +67,8 @@ class BatchWriter:
         self = cls.__new__(cls)
         self.folder = folder
         self.first = state["first"]
-        self.json_name, self.bin_name = batch_names(prefix, self.first)
+        self.head_part, self.continues = state.get("head_part"), state.get("continues", False)
+        self.json_name, self.bin_name = batch_names(prefix, self.first, self.head_part["index"] if self.head_part else 0)
         self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
         self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
         for old, final, new in (
@@ -91,6 +99,8 @@ class BatchWriter:
             "episodes": self.episodes,
             "steps": self.steps,
             "array_bytes": self.array_bytes,
+            **({"head_part": self.head_part} if self.head_part else {}),
+            **({"continues": True} if self.continues else {}),
         }
 
     # -- writing ---------------------------------------------------------
@@ -112,6 +122,14 @@ class BatchWriter:
         writev_all(self.bin.fileno(), list(rows))
         self.bin.seek(0, os.SEEK_END)
         self.bin_size += rows.nbytes
+
+    def read_bin(self, offset: int, n: int) -> bytes:
+        """``n`` bytes of the .bin written so far, from ``offset`` on."""
+        self.bin.flush()
+        data = os.pread(self.bin.fileno(), n, offset)
+        if len(data) != n:
+            raise OSError(f"{self.bin_tmp} holds {len(data)} of the {n} bytes asked at {offset}")
+        return data
 
     def pad_bin(self) -> None:
         pad = -self.bin_size % ALIGN
@@ -178,7 +196,7 @@ class BatchWriter:
         commit_file(self.json, self.json_tmp, os.path.join(self.folder, self.json_name), sync_dir=False)
         fault("commit:json")
         fsync_dir(self.folder)
-        return {
+        entry: BatchEntry = {
             "first": self.first,
             "len": self.episodes,
             "fn": self.json_name,
@@ -190,6 +208,11 @@ class BatchWriter:
             "json_crc32": file_crc32(os.path.join(self.folder, self.json_name)),
             "bin_crc32": file_crc32(os.path.join(self.folder, self.bin_name)),
         }
+        if self.head_part:
+            entry["head_part"] = self.head_part
+        if self.continues:
+            entry["continues"] = True
+        return entry
 
     def abort(self) -> None:
         """Drop the batch: close and remove its temporary files."""

@@ -205,7 +205,7 @@ def handle_records(reader: RingReader, handler: Handler | None, conn, parent_pid
         start = reader.cursor
         rec = poll()
         if rec is None:
-            start, rec = _wait_for_record(reader, poll, ckpt if not broken else None, last_record_at)
+            start, rec = _wait_for_record(reader, poll, None if broken else handler, last_record_at)
         if rec is None:
             if _parent_gone(parent_pid):
                 break
@@ -274,18 +274,27 @@ def _release(reader: RingReader, policy: ReleasePolicy, handler: Handler | None,
         reader.release(ckpt.checkpointed)  # a commit's checkpoint covers what came before it
 
 
-def _wait_for_record(reader: RingReader, poll: Callable[[], Any], ckpt: CheckpointingHandler | None, last_record_at: float):
-    """The ring ran dry: checkpoint what was handled when one is due (``ckpt``: a handler that hands over),
-    nap ``COALESCE_S`` and look again; after ``SLEEP_AFTER_IDLE_S`` without records, sleep until woken.
+def _wait_for_record(reader: RingReader, poll: Callable[[], Any], handler: Handler | None, last_record_at: float):
+    """The ring ran dry: do what the handler has due when idle (a commit: ``Handler.idle_in``), checkpoint
+    what was handled when one is due (a handler that hands over), nap ``COALESCE_S`` and look again; after
+    ``SLEEP_AFTER_IDLE_S`` without records, sleep until woken (or until the handler has something due).
     Returns (the ring position before the record, the record or None)."""
     wait_s = PARENT_CHECK_S
+    ckpt = handler if isinstance(handler, CheckpointingHandler) else None
+    if handler is not None and (idle_in := handler.idle_in()) is not None:
+        if idle_in <= 0:
+            handler.on_idle(reader.cursor)  # everything read is handled: its checkpoint may cover it all
+            if ckpt is not None:
+                reader.release(ckpt.checkpointed)
+        else:
+            wait_s = min(wait_s, idle_in)
     if ckpt is not None and reader.held_bytes():
         due_in = ckpt.idle_checkpoint_in()
         if due_in <= 0:
             ckpt.checkpoint(reader.cursor)  # idle: make what was handled durable, free the ring
             reader.release()
         else:
-            wait_s = due_in  # come back for it even if no record arrives
+            wait_s = min(wait_s, due_in)  # come back for it even if no record arrives
     time.sleep(COALESCE_S)
     start = reader.cursor
     rec = poll()

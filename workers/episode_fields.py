@@ -88,6 +88,13 @@ class EpisodeFields:
         self.jsons.append(f)
         return f
 
+    def start_episode(self, bin_size: int) -> None:
+        """Empty every field for a new episode (or part) whose data starts at ``bin_size`` in the batch."""
+        for f in self.arrays:
+            f.start_episode(bin_size)
+        for jf in self.jsons:
+            jf.items = 0
+
     def flush(self) -> None:
         for f, _ in self.spills:
             f.flush()

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from envrec.formats.compression import Compression, compressor
+from envrec.formats.compression import Compression, compressor, decompress_into
 from envrec.formats.trace_format import ndarray_descriptor
 
 from .spill import Spill
@@ -85,10 +85,12 @@ class ArrayField:
     spill: Spill | None = None  # not direct
     packer: ChunkPacker | None = None  # compressed fields only
     codec: str = ""
+    buffered: bool = False  # the chunk buffer holds the last chunk's raw rows (not so in a successor, at first)
 
     def write(self, mv, sink) -> None:
         self.rows += 1
         if self.packer is not None:
+            self.buffered = True
             if self.packer.add(mv):
                 self._out(self.packer.take(), sink)
             return
@@ -98,6 +100,7 @@ class ArrayField:
         """``write`` for many rows at once: a (n, row_bytes) uint8 array, e.g. a column of a ``RecordRun``."""
         self.rows += len(rows)
         if self.packer is not None:
+            self.buffered = True
             done = 0
             while done < len(rows):
                 done += self.packer.add_rows(rows[done:])
@@ -128,6 +131,28 @@ class ArrayField:
         if self.packer is not None:
             self.packer.rows = 0  # its index spill was rewound with the others (EpisodeFields.rewind)
 
+    def last_row(self, sink) -> bytes:
+        """The last row written, read back from where it went (the next part's row 0; see ``episode_parts``):
+        the chunk buffer (which keeps a compressed chunk's raw rows), the batch file or the spill; in a
+        successor that wrote none of the chunk yet, the last chunk decompressed."""
+        n, packer = self.row_bytes, self.packer
+        if packer is None:
+            return self._read_stored(sink, self.stored - n, n)
+        if packer.rows:
+            end = packer.rows * n
+            return bytes(packer.view[end - n : end])
+        rows, size = CHUNK_INDEX.unpack(packer.index.read_range(packer.index.tell() - CHUNK_INDEX.size, CHUNK_INDEX.size))
+        if self.buffered:
+            return bytes(packer.view[(rows - 1) * n : rows * n])
+        raw = bytearray(rows * n)
+        decompress_into(memoryview(raw), memoryview(self._read_stored(sink, self.stored - size, size)), self.codec, [[rows, size]], n)
+        return bytes(raw[len(raw) - n :])
+
+    def _read_stored(self, sink, start: int, n: int) -> bytes:
+        if self.direct:
+            return sink.read_bin(self.offset + start, n)
+        return self.spill.read_range(start, n)  # type: ignore[union-attr]  # as in _out
+
     def descriptor(self, npyfile: str) -> dict:
         d = ndarray_descriptor((self.rows, *self.shape), self.dtype, npyfile, self.offset, self.stored)
         if self.packer is not None:
@@ -144,6 +169,7 @@ class JsonField:
     key: tuple
     items: int = 0
     spill: Spill = None  # type: ignore[assignment]  # set by EpisodeFields
+    last_len: int = 0  # bytes of the last item's JSON (the end of the spill)
 
     def write(self, obj: Any) -> None:
         self.write_json_text(json.dumps(obj, allow_nan=False, separators=(",", ":")).encode("utf-8"))
@@ -154,9 +180,15 @@ class JsonField:
             self.spill.write(b",")
         self.spill.write(text)
         self.items += 1
+        self.last_len = len(text)
 
     def write_json_repeated(self, text: bytes, n: int) -> None:
         """Append the same JSON item ``n`` times (a run of empty infos)."""
         items = b"," + text
         self.spill.write(items * n if self.items else text + items * (n - 1))
         self.items += n
+        self.last_len = len(text)
+
+    def last_item(self) -> bytes:
+        """The last item's JSON, read back from the spill (the next part's row 0; see ``episode_parts``)."""
+        return self.spill.read_range(self.spill.tell() - self.last_len, self.last_len)

@@ -20,10 +20,12 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from envrec.contract.protocol import SerializerConfig, Status, StatusSink
 from envrec.formats.trace_format import (
     SEGMENT_BATCHES,
     BatchEntry,
     Manifest,
+    manifest_document,
     read_manifest,
     recording_batches,
     segment_document,
@@ -50,7 +52,7 @@ class Totals:
 
     def add(self, entry: BatchEntry, sign: int = 1) -> None:
         self.batches += sign
-        self.episodes += sign * entry["len"]
+        self.episodes += sign * (entry["len"] - (1 if entry.get("head_part") else 0))  # episodes that start in it
         self.steps += sign * entry["steps"]
         self.bytes += sign * (entry["json_bytes"] + entry["bin_bytes"])
 
@@ -89,6 +91,40 @@ class ManifestWriter:
             "evicted": asdict(self.evicted),
             "poisoned": self.poisoned.entries,
         }
+
+    def write_head(self, path: str, cfg: SerializerConfig, orphan_steps: int, **doc) -> None:
+        """Write the head manifest at ``path``: ``cfg``'s recording, the counters, this writer's keys and
+        ``doc`` (``complete``, ``closed_cleanly``, ``stats``, ``error``, ``terminated_by``: see ``manifest_document``)."""
+        counters = {**asdict(self.named), "orphan_steps": orphan_steps, "records_poisoned": self.poisoned.count}
+        manifest = manifest_document(
+            prefix=cfg.prefix, env_id=cfg.env_id, observation_space=cfg.observation_space,
+            action_space=cfg.action_space, settings=cfg.settings, counters=counters, **doc,
+        )
+        manifest.update(self.head_fields())
+        write_manifest(path, manifest)
+
+    def figures(self) -> dict[str, int]:
+        """What was committed, evictions included, for the serializer's summary."""
+        named, evicted = self.named, self.evicted
+        return {
+            "steps_committed": named.steps + evicted.steps,
+            "batches": named.batches + evicted.batches,
+            "bytes": named.bytes + evicted.bytes,
+            "batches_evicted": evicted.batches,
+            "bytes_evicted": evicted.bytes,
+        }
+
+    def publish(self, status: StatusSink, commits: int, commit_us: int) -> None:
+        """Set the ring's status words of what is committed (``commits``, ``commit_us``: the serializer's)."""
+        named, evicted = self.named, self.evicted
+        status(Status.BATCHES, named.batches + evicted.batches)
+        status(Status.BYTES, named.bytes + evicted.bytes)
+        status(Status.STEPS_COMMITTED, named.steps + evicted.steps)
+        status(Status.EVICTED, evicted.batches)
+        status(Status.BYTES_EVICTED, evicted.bytes)
+        status(Status.COMMITS, commits)
+        status(Status.COMMIT_US, commit_us)
+        status(Status.POISONED, self.poisoned.count)
 
     def names(self, fn: str) -> bool:
         """Whether the head's list names the batch ``fn`` (where a pending batch would be)."""

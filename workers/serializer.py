@@ -1,10 +1,9 @@
 """The serializer: turns the records of a trace ring into trace batches.
 
 It keeps one episode open at a time (see ``batch_writer`` for how its fields
-stream to disk), closes a batch once it reaches the target size, and after
-each batch rewrites the manifest atomically so that a reader only ever sees
-complete batches.
-"""
+stream to disk), closes a batch once it reaches the target size or the commit
+interval (an open episode cut into parts: see ``episode_parts``), and after
+each batch rewrites the manifest atomically: a reader sees complete batches."""
 
 from __future__ import annotations
 
@@ -21,16 +20,16 @@ from envrec.contract.records import TraceLayout
 from envrec.contract.ring_reader import RUN, RecordRun
 from envrec.formats.atomic import remove_stale_tmp
 from envrec.formats.infos import encode_json, unpack_info
-from envrec.formats.schema import decode_reward
-from envrec.formats.trace_format import BatchEntry, manifest_document, manifest_name, read_manifest, write_manifest
+from envrec.formats.trace_format import BatchEntry, manifest_name, read_manifest
 
 from .batch_writer import BatchWriter
 from .checkpoint import Checkpoint, CheckpointFile, read_checkpoint
 from .episode_fields import EpisodeFields
+from .episode_parts import TIME_CHECK_STEPS, EpisodeParts, IdleCommit, episode_record
 from .field_sinks import ArrayField
 from .manifest_writer import ManifestWriter
 from .resources import resources
-from .step_runs import EMPTY_INFO_JSON, StepRunWriter
+from .step_runs import StepRunWriter, write_info, write_rst
 
 __all__ = ["Serializer"]
 
@@ -56,6 +55,8 @@ class Serializer(CheckpointingHandler):
         self.fields = EpisodeFields(cfg.folder, cfg.prefix, self.layout, cfg.observation_space, cfg.action_space, cfg.compression)
         self._wire_handlers()
         self._runs = StepRunWriter.for_layout(self.layout, self.fields, cfg.faults)
+        obs_keys = [k for k in self.layout.reset_parts() if k[0] == "observations"]
+        self.parts = EpisodeParts(self.fields, obs_keys, cfg.batch_bytes, cfg.commit_interval)
         self.batch: BatchWriter | None = None
         self.faults = cfg.faults.injector()
         self.manifest = ManifestWriter(cfg.folder, cfg.prefix, self.faults.point)
@@ -92,15 +93,11 @@ class Serializer(CheckpointingHandler):
         self.fields.flush()
         self._cp_file.write(
             Checkpoint(
-                cursor=cursor,
-                records=self.records,
-                steps_total=self.steps_total,
-                orphan_steps=self.orphan_steps,
-                episodes_written=self.episodes_written,
-                pending=pending,
+                cursor=cursor, records=self.records, steps_total=self.steps_total,
+                orphan_steps=self.orphan_steps, episodes_written=self.episodes_written, pending=pending,
                 batch=self.batch.state() if self.batch is not None else None,
                 episode_open=self.episode_open,
-                ep=self._ep,
+                ep=self.parts.checkpoint_ep(self._ep),
                 arrays=[[f.rows, f.offset, f.stored] for f in self.fields.arrays],
                 jsons=[jf.items for jf in self.fields.jsons],
                 spills=[[path, f.tell() if self.episode_open else 0] for f, path in self.fields.spills],
@@ -128,7 +125,8 @@ class Serializer(CheckpointingHandler):
             self.orphan_steps, self.episodes_written = cp.orphan_steps, cp.episodes_written
             if cp.batch is not None:
                 self.batch = BatchWriter.reopen(self.cfg.folder, self.cfg.prefix, cp.batch)
-            self.episode_open, self._ep = cp.episode_open, cp.ep
+                self.parts.batch_opened()
+            self.episode_open, self._ep = cp.episode_open, self.parts.resume_ep(cp.ep)
             for af, (rows, offset, stored) in zip(self.fields.arrays, cp.arrays, strict=True):
                 af.rows, af.offset, af.stored = rows, offset, stored
             for jf, items in zip(self.fields.jsons, cp.jsons, strict=True):
@@ -136,6 +134,8 @@ class Serializer(CheckpointingHandler):
             for (f, _), (old_path, size) in zip(self.fields.spills, cp.spills, strict=True):
                 f.take_over(old_path, size)
             self.resume_cursor = cp.cursor
+            if "carry" in self._ep:  # it died between a part's commit and the start of the next part
+                self._start_part()
             # From here on this worker's own files are the ones to resume from: say so before
             # dropping the predecessor's spills (a successor of ours may need them until then).
             self.checkpoint(self.resume_cursor, pending=pending)  # still pending until our manifest is written
@@ -155,8 +155,8 @@ class Serializer(CheckpointingHandler):
     def _wire_handlers(self) -> None:
         """One function per record part, in the order of the parts (see ``TraceLayout``)."""
         special = {
-            ("rst",): self._on_rst,
-            ("infos",): self._on_info,
+            ("rst",): lambda mv: write_rst(self.fields, mv, self.batch, self._ep),
+            ("infos",): lambda mv: write_info(self.fields.infos, mv),
             ("meta",): self._on_meta,
         }
         sinks = self.fields.sinks
@@ -219,46 +219,35 @@ class Serializer(CheckpointingHandler):
     def _on_reset(self, rec) -> None:
         if self.episode_open:
             self._end_episode("reset")
-        if self.batch is None:
-            self.batch = BatchWriter(self.cfg.folder, self.cfg.prefix, self.episodes_written)
-        self.batch.pad_bin()
-        for f in self.fields.arrays:
-            f.start_episode(self.batch.bin_size)
-        for jf in self.fields.jsons:
-            jf.items = 0
+        if self.batch is not None and self.batch.episodes and self.parts.time_due(TIME_CHECK_STEPS):
+            self._commit(self.position)
+        self._open_episode(None)
         self._ep = {"episode_id": rec.episode, "return": 0.0, "terminated": False, "truncated": False}
         for h, mv in zip(self._reset_handlers, rec.parts, strict=True):
             h(mv)
         self.episode_open = True
+
+    def _open_episode(self, head_part: dict | None) -> None:
+        """Start the open episode's fields (or its next part's, ``head_part``: then in a batch of its own)."""
+        if self.batch is None:
+            self.batch = BatchWriter(self.cfg.folder, self.cfg.prefix, self.episodes_written, head_part)
+            self.parts.batch_opened()
+        self.batch.pad_bin()
+        self.fields.start_episode(self.batch.bin_size)
 
     def _on_meta(self, mv) -> None:
         meta = unpack_info(mv)
         self._ep["seed"] = meta.get("seed")
         self._ep["options"] = encode_json(meta.get("options"))
 
-    def _on_info(self, mv) -> None:
-        if not len(mv):  # the common case, an empty info: its JSON is known
-            self.fields.infos.write_json_text(EMPTY_INFO_JSON)
-            return
-        try:
-            info = unpack_info(mv)
-        except Exception as exc:  # noqa: BLE001  (never let a strange info stop the recording)
-            info = {"__envrec_error__": f"info could not be read: {exc!r}"}
-        self.fields.infos.write(encode_json(info))
-
-    def _on_rst(self, mv) -> None:
-        batch, ep = self.batch, self._ep
-        self.fields.rewards.write(mv[0:8], batch)
-        self.fields.terms.write(mv[8:9], batch)
-        self.fields.truncs.write(mv[9:10], batch)
-        ep["return"] += decode_reward(mv[0:8])
-        ep["terminated"] = mv[8] != 0
-        ep["truncated"] = mv[9] != 0
-
     def _on_step(self, rec) -> None:
         if not self.episode_open or rec.episode != self._ep["episode_id"]:
             self.orphan_steps += 1  # its episode's reset was refused or dropped: nothing to attach it to
             return
+        if self._part_due(1):
+            self.records -= 1  # the checkpoint of the cut covers the ring up to this record, not this record
+            self._cut_part(self.position)
+            self.records += 1
         for h, mv in zip(self._step_handlers, rec.parts, strict=True):
             h(mv)
         self.steps_total += 1
@@ -266,53 +255,99 @@ class Serializer(CheckpointingHandler):
         self._status(Status.STEPS, self.steps_total)
 
     def _on_step_run(self, run: RecordRun) -> None:
-        """Steps of one episode at once (see ``StepRunWriter``)."""
+        """Steps of one episode at once (see ``StepRunWriter``); split where the episode is cut into parts."""
         n = run.count
-        self.records += n - 1  # _handle counted one
         self._since_checkpoint += n - 1
         if not self.episode_open or run.episode != self._ep["episode_id"]:
+            self.records += n - 1  # _handle counted one
             self.orphan_steps += n
             return
-        assert self._runs is not None and self.batch is not None  # runs come only with a template; an open episode has its batch
-        self._runs.write(run.rows, self.batch, self._ep)
-        self.steps_total += n
-        self.batch.steps += n
+        assert self._runs is not None  # runs come only with a template
+        self.records -= 1  # counted piece by piece: a cut inside the run checkpoints what came before it
+        rows, done = run.rows, 0
+        while done < n:
+            if self._part_due(n - done):
+                self._cut_part(self.position + done * rows.shape[1])  # the records of a run lie end to end
+            k = min(n - done, self.parts.steps_until_full())
+            self._runs.write(rows[done : done + k], self.batch, self._ep)  # type: ignore[arg-type]  # an open episode has its batch
+            self.records += k
+            self.steps_total += k
+            self.batch.steps += k  # type: ignore[union-attr]  # as above
+            done += k
         self._status(Status.STEPS, self.steps_total)
 
-    def _end_episode(self, cause: str) -> None:
+    # -- episode parts (see envrec.workers.episode_parts) -----------------------
+    def _part_due(self, steps: int) -> bool:
+        """Whether the open episode is to be cut before the next ``steps`` steps (never an empty part)."""
+        return self.fields.rewards.rows > 0 and (self.parts.full() or self.parts.time_due(steps))
+
+    def _cut_part(self, cursor: int) -> None:
+        """Cut the open episode, commit its batch, start its next part (``cursor``: as ``_commit``'s)."""
+        self._ep = self.parts.close_part(self.batch, self._ep)  # type: ignore[arg-type]  # an open episode has its batch
+        self.faults.point("part:cut")
+        self._commit(cursor)  # its checkpoint holds the carry: a successor starts the next part from it
+        self._start_part()
+        self.faults.point("part:next")
+
+    def _start_part(self) -> None:
+        self._open_episode({"index": self._ep["part"], "first_step": self._ep["first_step"]})
+        self.parts.write_carry(self._ep.pop("carry"), self.batch)  # type: ignore[arg-type]  # just opened
+
+    def idle_in(self) -> float | None:
+        return self.parts.due_in(self.batch, self.episode_open)
+
+    def on_idle(self, cursor: int) -> None:
+        """The commit interval is over and no record came: commit what the open batch holds."""
+        action = self.parts.idle_action(self.batch, self.episode_open, self._ep)
+        if action is IdleCommit.END_EPISODE:
+            self._end_episode("reset", cursor)  # it is over, its reset yet to come: written whole
+        if action is IdleCommit.CUT:
+            self._cut_part(cursor)
+        elif action is not IdleCommit.WAIT and self.batch is not None:
+            self._commit(cursor)
+
+    def _end_episode(self, cause: str, cursor: int | None = None) -> None:
+        """Write the open episode (its last part) into the batch; ``cursor``: as ``_commit``'s (default: ``position``)."""
+        cursor = self.position if cursor is None else cursor
         ep = self._ep
+        if ep.get("part") and not self.fields.rewards.rows:
+            self._drop_empty_part(cursor)
+            return
         ended = "terminated" if ep["terminated"] else "truncated" if ep["truncated"] else cause
-        meta = {
-            "episode_id": ep["episode_id"],
-            "seed": ep.get("seed"),
-            "options": ep.get("options"),
-            "length": self.fields.rewards.rows,
-            "return": ep["return"] if abs(ep["return"]) != float("inf") and ep["return"] == ep["return"] else None,
-            "ended_by": ended,
-            "complete": ended in ("terminated", "truncated"),
-        }
         batch = self.batch
         assert batch is not None  # an open episode has its batch
-        batch.write_episode(meta, self.fields)
+        batch.write_episode(episode_record(ep, self.fields.rewards.rows, ended, continues=False), self.fields)
         self.episode_open = False
         self.episodes_written += 1
         # The episode is in the batch files now. If the last checkpoint was taken inside it, take one
         # before its spills are emptied, or a successor could resume from spill data that is gone.
         if self._cp_in_episode:
-            self.checkpoint(self.position)
+            self.checkpoint(cursor)
         self.fields.rewind()
         self._status(Status.EPISODES, self.episodes_written)
         if batch.size >= self.cfg.batch_bytes:
-            self._commit()
+            self._commit(cursor)
 
-    def _commit(self) -> None:
+    def _drop_empty_part(self, cursor: int) -> None:
+        """It ended right after a cut made when idle: its part before, which says it continues, was its last."""
+        batch, self.batch = self.batch, None
+        self.episode_open = False
+        self.episodes_written += 1
+        self.fields.rewind()
+        self.checkpoint(cursor)  # before its files go: the last checkpoint may name them
+        if batch is not None:
+            batch.abort()
+        self._status(Status.EPISODES, self.episodes_written)
+
+    def _commit(self, cursor: int) -> None:
+        """Commit the open batch; ``cursor``: the ring position its checkpoint covers (the start of the
+        record being handled, which is not done yet; or, between records, all that was handled)."""
         t0 = time.perf_counter()
         batch = self.batch
         assert batch is not None
         entry = batch.commit(self.faults.point)
         self.batch = None
-        # The record being handled is not done yet: the checkpoint covers the ring up to its start.
-        self.checkpoint(self.position, pending=entry)
+        self.checkpoint(cursor, pending=entry)
         self.manifest.add(entry)
         self.faults.point("commit:manifest")
         self.write_manifest(complete=False)
@@ -324,15 +359,7 @@ class Serializer(CheckpointingHandler):
         self._publish_commits()
 
     def _publish_commits(self) -> None:
-        named, evicted = self.manifest.named, self.manifest.evicted
-        self._status(Status.BATCHES, named.batches + evicted.batches)
-        self._status(Status.BYTES, named.bytes + evicted.bytes)
-        self._status(Status.STEPS_COMMITTED, named.steps + evicted.steps)
-        self._status(Status.EVICTED, evicted.batches)
-        self._status(Status.BYTES_EVICTED, evicted.bytes)
-        self._status(Status.COMMITS, self.commits)
-        self._status(Status.COMMIT_US, self.commit_us)
-        self._status(Status.POISONED, self.manifest.poisoned.count)
+        self.manifest.publish(self._status, self.commits, self.commit_us)
 
     # -- ending ----------------------------------------------------------
     def finish(self, clean: bool, terminated_by: str | None = None) -> None:
@@ -340,7 +367,7 @@ class Serializer(CheckpointingHandler):
         if self.episode_open:
             self._end_episode("close" if clean else "crash")
         if self.batch is not None and self.batch.episodes:
-            self._commit()
+            self._commit(self.position)
         elif self.batch is not None:
             self.batch.abort()
             self.batch = None
@@ -375,11 +402,7 @@ class Serializer(CheckpointingHandler):
         return {
             "episodes": self.episodes_written,
             "steps": self.steps_total,
-            "steps_committed": self.manifest.named.steps + self.manifest.evicted.steps,
-            "batches": self.manifest.named.batches + self.manifest.evicted.batches,
-            "bytes": self.manifest.named.bytes + self.manifest.evicted.bytes,
-            "batches_evicted": self.manifest.evicted.batches,
-            "bytes_evicted": self.manifest.evicted.bytes,
+            **self.manifest.figures(),
             "commits": self.commits,
             "commit_us": self.commit_us,
             "records": self.records,
@@ -389,28 +412,8 @@ class Serializer(CheckpointingHandler):
         }
 
     def write_manifest(self, complete: bool, clean: bool = True, terminated_by: str | None = None) -> None:
-        cfg, named = self.cfg, self.manifest.named
-        manifest = manifest_document(
-            prefix=cfg.prefix,
-            env_id=cfg.env_id,
-            observation_space=cfg.observation_space,
-            action_space=cfg.action_space,
-            settings=cfg.settings,
-            counters={
-                "batches": named.batches,
-                "episodes": named.episodes,
-                "steps": named.steps,
-                "bytes": named.bytes,
-                "orphan_steps": self.orphan_steps,
-                "records_poisoned": self.manifest.poisoned.count,
-            },
-            complete=complete,
-            closed_cleanly=clean,
-            stats={"env_process": self.env_stats, "serializer": {**self.summary(), "process": resources()}}
-            if complete
-            else None,
-            error=self.error,
-            terminated_by=terminated_by,
+        stats = {"env_process": self.env_stats, "serializer": {**self.summary(), "process": resources()}} if complete else None
+        self.manifest.write_head(
+            self.manifest_path, self.cfg, orphan_steps=self.orphan_steps, complete=complete, closed_cleanly=clean,
+            stats=stats, error=self.error, terminated_by=terminated_by,
         )
-        manifest.update(self.manifest.head_fields())
-        write_manifest(self.manifest_path, manifest)

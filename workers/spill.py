@@ -95,6 +95,17 @@ class Spill:
             raise OSError(f"spill file {self.path} holds {len(head)} of its {self._in_file} bytes")
         return head + self._tail
 
+    def read_range(self, start: int, n: int) -> bytes:
+        """``n`` bytes of the content from ``start`` on (from the file, the tail or both)."""
+        end = start + n
+        head = b""
+        if start < self._in_file:
+            k = min(end, self._in_file) - start
+            head = os.pread(self._fd, k, start)
+            if len(head) != k:
+                raise OSError(f"spill file {self.path} holds {len(head)} of the {k} bytes asked at {start}")
+        return head + bytes(self._tail[max(0, start - self._in_file) : max(0, end - self._in_file)])
+
     def append_to(self, dst) -> int:
         """Append the content at the end of ``dst`` (a buffered file); how many bytes."""
         if self._in_file:

@@ -1,4 +1,5 @@
-"""Steps handled in runs: many STEP records of one episode written out as columns.
+"""Steps handled in runs: many STEP records of one episode written out as columns (and the parts of a
+single STEP record that are not a field's row as it is: ``write_rst``, ``write_info``).
 
 When a STEP record has only fixed-size parts and an empty info (CartPole,
 Atari, most Box/Discrete envs), consecutive steps of one episode look the
@@ -15,14 +16,38 @@ import numpy as np
 
 from envrec.contract.faults import FaultSpec
 from envrec.contract.records import RecordLayout, TraceLayout
+from envrec.formats.infos import encode_json, unpack_info
+from envrec.formats.schema import decode_reward
 
 from .batch_writer import BatchWriter
 from .episode_fields import EpisodeFields
-from .field_sinks import ArrayField
+from .field_sinks import ArrayField, JsonField
 
-__all__ = ["EMPTY_INFO_JSON", "StepRunWriter"]
+__all__ = ["EMPTY_INFO_JSON", "StepRunWriter", "write_info", "write_rst"]
 
 EMPTY_INFO_JSON = b"{}"
+
+
+def write_rst(fields: EpisodeFields, mv, batch: BatchWriter | None, ep: dict) -> None:
+    """One step's reward, termination and truncation (its ``RST`` part) into their fields and ``ep``'s figures."""
+    fields.rewards.write(mv[0:8], batch)
+    fields.terms.write(mv[8:9], batch)
+    fields.truncs.write(mv[9:10], batch)
+    ep["return"] += decode_reward(mv[0:8])
+    ep["terminated"] = mv[8] != 0
+    ep["truncated"] = mv[9] != 0
+
+
+def write_info(infos: JsonField, mv) -> None:
+    """One step's (or reset's) packed info into the infos field, as JSON."""
+    if not len(mv):  # the common case, an empty info: its JSON is known
+        infos.write_json_text(EMPTY_INFO_JSON)
+        return
+    try:
+        info = unpack_info(mv)
+    except Exception as exc:  # noqa: BLE001  (never let a strange info stop the recording)
+        info = {"__envrec_error__": f"info could not be read: {exc!r}"}
+    infos.write(encode_json(info))
 
 
 class StepRunWriter:

@@ -70,7 +70,7 @@ class VectorSerializer(Handler):
                 SerializerConfig(
                     cfg.folder, f"{cfg.prefix}.env{i}", cfg.observation_space, cfg.action_space, cfg.batch_bytes,
                     cfg.env_id, {**cfg.settings, "sub_env": i}, checkpoints=False,
-                    compression=cfg.compression, max_bytes=cfg.max_bytes,
+                    compression=cfg.compression, max_bytes=cfg.max_bytes, commit_interval=cfg.commit_interval,
                 )
             )
             for i in range(cfg.num_envs)
@@ -158,6 +158,15 @@ class VectorSerializer(Handler):
                 continue
             self._step(i, a_i, o_i, rewards[i], terms[i], truncs[i], split_info(info, i), step)
             self.done[i] = ended
+
+    def idle_in(self) -> float | None:
+        due = [d for sub in self.subs if (d := sub.idle_in()) is not None]
+        return min(due) if due else None
+
+    def on_idle(self, cursor: int) -> None:
+        for sub in self.subs:
+            if (d := sub.idle_in()) is not None and d <= 0:
+                sub.on_idle(cursor)
 
     def finish(self, clean: bool, terminated_by: str | None = None) -> None:
         for sub in self.subs:

@@ -119,6 +119,15 @@ class Handler(abc.ABC):
         """How far the ring may be released (``ReleasePolicy.RELEASE_POINT``); ``cursor``: all the loop has read."""
         return cursor
 
+    def idle_in(self) -> float | None:
+        """The ring ran dry: seconds until the handler has work to do all the same (a commit that is due,
+        <= 0: now, then the loop calls ``on_idle``), or None: nothing until the next record."""
+        return None
+
+    def on_idle(self, cursor: int) -> None:
+        """Do what ``idle_in`` said was due; ``cursor``: every record before it is handled."""
+        return
+
 
 class CheckpointingHandler(Handler):
     """A handler whose successor can take over its ring: records are released only once a checkpoint
@@ -187,6 +196,7 @@ class SerializerConfig:
     compression: Compression | None = None  # arrays compressed in chunks (see envrec.formats.compression)
     max_bytes: int | None = None  # disk budget: the oldest batches are evicted beyond it
     suspect: Suspect | None = None  # a successor's: the record its predecessor failed on
+    commit_interval: float | None = 5.0  # seconds a handled record may stay uncommitted (None: by size only)
 
 
 @dataclass(frozen=True)
@@ -203,6 +213,7 @@ class VectorSerializerConfig:
     compression: Compression | None = None
     max_bytes: int | None = None
     faults: FaultSpec = NO_FAULT  # injected on purpose, for tests: at "start" only (see envrec.contract.faults)
+    commit_interval: float | None = 5.0  # as SerializerConfig's
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import TraceError
 from .compression import CODECS
 from .inside import name_parts
+from .part_checks import check_entry_parts
 
 __all__ = [
     "MAX_JSON_DEPTH", "check_array", "check_batch", "check_manifest", "check_space", "check_types", "parse_json", "spec_dtype",
@@ -177,6 +178,7 @@ def _check_entry(entry: Any, where: str) -> None:
         _int(entry, key, where, required=False)
     for key in ("json_crc32", "bin_crc32"):
         _int(entry, key, where, hi=0xFFFFFFFF, required=False)
+    check_entry_parts(entry, where)
 
 
 def check_manifest(doc: Any, what: str) -> dict:
@@ -369,7 +371,7 @@ def _check_episode(raw: Any, manifest: Mapping[str, Any], where: str) -> None:
     _typed(raw, "return", where, (int, float, type(None)))
     if _is_int(raw.get("return")) and abs(raw["return"]) >= INT64:
         raise TraceError(f"{where}.return: {_short(raw['return'])} is not a float64 envrec writes")
-    _typed(raw, "ended_by", where, (str,))
+    _typed(raw, "ended_by", where, (str, type(None)))  # null: a part that continues (part_checks)
     _typed(raw, "complete", where, (bool,))
     _typed(raw, "infos", where, (list,))
     check_array(raw["rewards"], f"{where}.rewards")

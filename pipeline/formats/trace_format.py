@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from ..errors import ConfigError, TraceError
 from ..option_checks import Accepts
@@ -87,6 +87,8 @@ class BatchEntry(TypedDict):
     array_bytes: int  # its arrays' bytes uncompressed (the compression ratio's numerator)
     json_crc32: int
     bin_crc32: int
+    head_part: NotRequired[dict]  # {"index", "first_step"}: its first record continues an episode (docs/format.md)
+    continues: NotRequired[bool]  # its last record is a part that continues in the next batch
 
 
 class Manifest(TypedDict, total=False):
@@ -149,8 +151,10 @@ def manifest_name(prefix: str) -> str:
     return prefix + MANIFEST_SUFFIX
 
 
-def batch_names(prefix: str, first_episode: int) -> tuple[str, str]:
-    stem = f"{prefix}.ep{first_episode:09d}"
+def batch_names(prefix: str, first_episode: int, part: int = 0) -> tuple[str, str]:
+    """The (.json, .bin) names of a batch whose first record is ``first_episode`` (its part ``part``: a
+    batch that starts with the continuation of an episode is named ``PREFIX.epNNNNNNNNN.pPPPPPP``)."""
+    stem = f"{prefix}.ep{first_episode:09d}" + (f".p{part:06d}" if part else "")
     return stem + ".json", stem + ".bin"
 
 
@@ -265,5 +269,5 @@ def checkpoint_names(prefix: str) -> tuple[str, str]:
 def unnamed_batch_files(folder: str, prefix: str, named: set[str]) -> list[str]:
     """Names of the batch files of ``prefix`` in ``folder`` that are not in ``named`` (the names the
     manifest and whoever still writes use): what an interrupted commit or eviction left."""
-    batch_file = re.compile(re.escape(prefix) + r"\.ep\d{9}\.(json|bin)$")
+    batch_file = re.compile(re.escape(prefix) + r"\.ep\d{9}(\.p\d{6})?\.(json|json\.zst|bin)$")
     return [n for n in os.listdir(folder) if batch_file.match(n) and n not in named]

@@ -32,40 +32,73 @@ from ..errors import TraceError
 from ..formats.compression import decompress_into
 from ..formats.infos import decode_json
 from ..formats.inside import open_inside
+from ..formats.part_checks import check_parts, part_of
 from ..formats.trace_checks import check_batch, parse_json
 from ..formats.trace_format import BatchEntry, Manifest
 
-__all__ = ["BatchFiles", "Episode", "TraceError"]
+__all__ = ["BatchFiles", "Episode", "Part", "TraceError"]
 
 DECODED_CACHE_BYTES = 256 << 20  # decompressed arrays kept for episodes read again
 
 _KNOWN_KEYS = frozenset({
     "observations", "actions", "rewards", "terminations", "truncations", "infos", "episode_id",
-    "seed", "options", "length", "return", "ended_by", "complete",
+    "seed", "options", "length", "return", "ended_by", "complete", "part",
 })
 _WHERE = "__where"  # the batch and episode a raw record came from, for messages
+_FROM = "__from"  # (batch .json, record number): the record's Part
 _ARRAY_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations")
 # what the info decoder raises on a tagged object it cannot decode (a bad tag's fields)
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError, struct.error)
+
+
+@dataclass(frozen=True)
+class Part:
+    """Where one part of an episode lies: ``Episode.parts`` holds one per part it was read from.
+
+    Attributes:
+        batch: the batch's ``.json`` file, relative to the reader's folder.
+        record: the record's position in the batch's ``episodes`` list.
+        index: the part's number in its episode (0 for the first part, and for an episode written whole).
+        first_step: the episode step number of the part's first action.
+        length: the part's steps.
+        continues: the part is continued by the next one (in the next batch).
+    """
+
+    batch: str
+    record: int
+    index: int
+    first_step: int
+    length: int
+    continues: bool
 
 
 @dataclass
 class Episode:
     """One recorded episode, as ``TraceReader`` returns it. ``observations`` has one row more than ``actions``.
 
+    An episode written in parts (a long one, committed while it ran) is stitched into one ``Episode``
+    (``parts`` tells from what); its step numbers start at ``first_step``, which is 0 unless the oldest
+    parts were evicted by a disk budget (``max_bytes``).
+
     Attributes:
         index: its position across the reader (0, 1, ...).
         episode_id: its number in its recording (the recorder's count of resets).
-        observations: N+1 rows, the reset observation first (a dict or tuple of arrays for Dict/Tuple spaces).
-        actions: N rows (a dict or tuple of arrays for Dict/Tuple spaces).
+        observations: N+1 rows, the observation before step ``first_step`` first (the reset observation
+            when ``first_step`` is 0; a dict or tuple of arrays for Dict/Tuple spaces).
+        actions: N rows (a dict or tuple of arrays for Dict/Tuple spaces): row i is step ``first_step + i``.
         rewards, terminations, truncations: N rows each.
-        infos: N+1 dicts, the reset info first.
+        infos: N+1 dicts, the reset info (or the info of step ``first_step - 1``) first.
         seed, options: what ``reset`` was given (None when nothing).
-        length: N, the number of steps.
+        length: N, the number of steps read.
         total_reward: the sum of ``rewards``; None when it is not finite.
         ended_by: "terminated", "truncated", or why the recording stopped inside it: "reset" (reset
-            before it ended), "close", "crash" (the env process died).
-        complete: True when the episode ended by itself (terminated or truncated).
+            before it ended), "close", "crash" (the env process died); None while it continues: its last
+            part read says so and nothing came after it yet (a recording still running), or the next part
+            is damaged.
+        complete: True when the episode ended by itself (terminated or truncated); False while it continues.
+        first_step: the episode step number of ``actions[0]``: 0, or where its oldest kept part starts.
+        parts: one ``Part`` per part it was stitched from, in order (one for an episode
+            written whole): the batch file and record each came from, its part index, first step and length.
         extra: fields of the episode record this envrec does not know (written by a newer one).
     """
 
@@ -81,8 +114,10 @@ class Episode:
     options: Any
     length: int
     total_reward: float | None
-    ended_by: str
+    ended_by: str | None
     complete: bool
+    first_step: int = 0
+    parts: tuple[Part, ...] = ()
     extra: dict = field(default_factory=dict)
 
 
@@ -140,7 +175,8 @@ class BatchFiles:
         except FileNotFoundError:
             raise TraceError(f"batch {what} in {self.directory} is damaged: {what}: missing") from None
         episodes = check_batch(parse_json(data, what), manifest or {}, what, entry["len"])
-        return [self._arrays(raw, f"{what}: episodes[{i}]") for i, raw in enumerate(episodes)]
+        check_parts(episodes, entry, what)
+        return [self._arrays(raw, f"{what}: episodes[{i}]", (what, i)) for i, raw in enumerate(episodes)]
 
     def episodes(self, manifest: Manifest, entry: BatchEntry, first_index: int | None = None) -> list[Episode]:
         """Every episode of one batch; indices count from ``first_index`` (default: the entry's ``first``)."""
@@ -148,8 +184,12 @@ class BatchFiles:
         return [self.episode(manifest, start + i, raw) for i, raw in enumerate(self.load(entry, manifest))]
 
     def episode(self, manifest: Manifest, index: int, raw: dict) -> Episode:
-        """One raw episode record (from ``load``) as an ``Episode`` (Dict/Tuple nesting rebuilt, arrays decompressed)."""
+        """One raw episode record (from ``load``) as an ``Episode`` (Dict/Tuple nesting rebuilt, arrays decompressed);
+        a part of an episode is one ``Episode`` of its own here (``envrec.read.stitch`` joins them)."""
         rewards = self._unpack(raw["rewards"])
+        part, first_step, continues = part_of(raw)
+        length = raw.get("length", len(rewards))
+        batch, record = raw.get(_FROM, ("", 0))
         return Episode(
             index=index,
             episode_id=raw.get("episode_id", index),
@@ -161,11 +201,13 @@ class BatchFiles:
             infos=[_decode(i, raw, f"infos[{n}]") for n, i in enumerate(raw.get("infos", []))],
             seed=raw.get("seed"),
             options=_decode(raw.get("options"), raw, "options"),
-            length=raw.get("length", len(rewards)),
+            length=length,
             total_reward=raw.get("return"),
             ended_by=raw.get("ended_by", "unknown"),
             complete=raw.get("complete", True),
-            extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS and k != _WHERE},
+            first_step=first_step,
+            parts=(Part(batch, record, part, first_step, length, continues),),
+            extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS and k not in (_WHERE, _FROM)},
         )
 
     def close(self) -> None:
@@ -174,10 +216,10 @@ class BatchFiles:
         self._decoded.clear()
         self._decoded_bytes = 0
 
-    def _arrays(self, raw: dict, where: str) -> dict:
+    def _arrays(self, raw: dict, where: str, origin: tuple[str, int]) -> dict:
         """A checked episode record with its array descriptors made arrays (compressed ones packed)."""
         out = dict(raw)
-        out[_WHERE] = where
+        out[_WHERE], out[_FROM] = where, origin
         for key in _ARRAY_FIELDS:
             if out.get(key) is not None:
                 out[key] = self._tree(out[key], f"{where}.{key}")

@@ -17,11 +17,24 @@ sizes and (with ``verify``) the CRC-32s the manifest names, so ``len()`` and
 indexing count those batches only. A batch whose contents turn out damaged
 only while they are read (a CRC-32 made to match, or ``verify=False``) is
 added to ``damaged`` and the rest of it skipped by iteration; indexing raises.
+
+Episodes written in parts (a long episode committed while it ran: see
+``docs/format.md``) are stitched into one ``Episode`` (``envrec.read.stitch``);
+``len()``, indexing and iteration count stitched episodes, worked out from
+the manifest's entries without loading a batch. A stitched episode is the
+concatenation of its parts, so it is in memory whole: ``iter_parts(i)`` reads
+a long one part by part instead. When a part in the middle is left out as
+damaged (``"skip"``), the episode is split there: the parts after the damage
+make an ``Episode`` of their own, starting at their ``first_step``. When a disk
+budget (``max_bytes``) evicted batches after the reader read the manifests,
+reading them raises ``TraceError`` saying the batch was evicted: ``refresh()``
+reads what is kept (an endless episode then starts at a later ``first_step``).
 """
 
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -29,9 +42,10 @@ from typing import Any, Self
 
 from ..errors import ConfigError, TraceError
 from ..formats.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
-from .batch_files import BatchFiles, Episode
+from .batch_files import BatchFiles, Episode, Part
+from .stitch import check_follows, joins, settled, stitch
 
-__all__ = ["ON_DAMAGED", "Damaged", "Episode", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
+__all__ = ["ON_DAMAGED", "Damaged", "Episode", "Part", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
 
 ON_DAMAGED = ("raise", "skip")
 
@@ -57,7 +71,9 @@ class Damaged:
 class _BatchRef:
     manifest: Manifest
     entry: BatchEntry
-    first_index: int  # index of its first episode across the reader
+    first_index: int  # index across the reader of its first record's (stitched) episode
+    joined: bool  # its first record continues the last record of the batch before it
+    recording: str  # the head manifest's path
 
 
 class TraceReader:
@@ -140,9 +156,10 @@ class TraceReader:
                 continue
             self.manifests.append(manifest)
             self.recordings.append(Recording(path, manifest, entries))
-            for entry in entries:
-                self._batches.append(_BatchRef(manifest, entry, n))
-                n += entry["len"]
+            for entry, joined in zip(entries, joins(entries), strict=True):
+                start = n - 1 if joined else n
+                self._batches.append(_BatchRef(manifest, entry, start, joined, path))
+                n = start + entry["len"]
         if n == 0:
             failed = [(p, m["error"]) for p, m in heads if m.get("error")]
             if failed:
@@ -178,16 +195,62 @@ class TraceReader:
         return self._len
 
     def __iter__(self) -> Iterator[Episode]:
+        pending: list[Episode] = []  # the parts read so far of an episode that continues in the next batch
         for b, ref in enumerate(self._batches):
             try:
-                for i, raw in enumerate(self._load_batch(b)):
-                    yield self._episode(ref, ref.first_index + i, raw)
+                records = self._load_batch(b)
+                for i, raw in enumerate(records):
+                    part = self._episode(ref, ref.first_index + i, raw)
+                    if i == 0 and ref.joined and pending:
+                        check_follows(pending[-1], part)
+                        pending.append(part)
+                    else:  # (pending is empty: only a batch that continues it, ref.joined, follows parts)
+                        pending = [part]
+                    if not self._continued(b, i):
+                        yield self._stitch(pending, b)
+                        pending = []
             except TraceError as exc:
                 if self.on_damaged == "raise":
                     raise
                 self._damage(os.path.join(self.directory, ref.entry["fn"]), str(exc), exc)
+                if pending:  # the batch that continued it is damaged: the episode ends where it was read to
+                    yield stitch(pending)
+                    pending = []
+
+    def _continued(self, b: int, i: int) -> bool:
+        """Record ``i`` of batch ``b`` is a part continued by the first record of batch ``b + 1``."""
+        return i == self._batches[b].entry["len"] - 1 and b + 1 < len(self._batches) and self._batches[b + 1].joined
 
     def __getitem__(self, index: int) -> Episode:
+        found = list(self._parts(index))
+        parts = [ep for _, ep in found]
+        for before, after in itertools.pairwise(parts):
+            check_follows(before, after)
+        return self._stitch(parts, found[-1][0])
+
+    def _stitch(self, parts: list[Episode], b: int) -> Episode:
+        """The parts as one episode (``b``: the last one's batch), told how it ended (``stitch.settled``)."""
+        ref = self._batches[b]
+        following = self._batches[b + 1] if b + 1 < len(self._batches) else None
+        after = following.entry if following is not None and following.recording == ref.recording else None
+        return settled(stitch(parts), ref.manifest, ref.entry, after)
+
+    def iter_parts(self, index: int) -> Iterator[Episode]:
+        """The parts of episode ``index`` one by one, each an ``Episode`` of its own (``parts`` holds its one
+        ``Part``; ``observations[0]`` repeats the last observation of the part before): a long episode read
+        without holding all of it. An episode written whole has one part, itself.
+
+        Args:
+            index: the episode's position across the reader (negative counts from the end).
+
+        Raises:
+            IndexError: no such episode.
+            TraceError: a batch holding one of its parts is damaged or was evicted.
+        """
+        for _, ep in self._parts(index):
+            yield ep
+
+    def _parts(self, index: int) -> Iterator[tuple[int, Episode]]:
         if index < 0:
             index += self._len
         if not 0 <= index < self._len:
@@ -199,8 +262,15 @@ class TraceReader:
                 lo = mid
             else:
                 hi = mid - 1
-        ref = self._batches[lo]
-        return self._episode(ref, index, self._load_batch(lo)[index - ref.first_index])
+        while self._batches[lo].joined and self._batches[lo].first_index == index:
+            lo -= 1  # back to the batch holding its first part
+        b, i = lo, index - self._batches[lo].first_index
+        while True:
+            ref = self._batches[b]
+            yield b, self._episode(ref, index, self._load_batch(b)[i])
+            if not self._continued(b, i):
+                return
+            b, i = b + 1, 0
 
     # -- files -------------------------------------------------------------
     def check_batch(self, entry: Mapping[str, Any], checksums: bool = True) -> list[str]:
@@ -211,9 +281,30 @@ class TraceReader:
         if self._cache is not None and self._cache[0] == b:
             return self._cache[1]
         ref = self._batches[b]
-        episodes = self._files.load(ref.entry, ref.manifest)
+        try:
+            episodes = self._files.load(ref.entry, ref.manifest)
+        except TraceError as exc:
+            evicted = self._evicted(ref)
+            if evicted:
+                raise TraceError(evicted) from exc
+            raise
         self._cache = (b, episodes)
         return episodes
+
+    def _evicted(self, ref: _BatchRef) -> str | None:
+        """Why ``ref``'s batch cannot be read when its recording no longer names it (a disk budget evicted it
+        since the manifest was read), else None."""
+        if all(os.path.exists(os.path.join(self.directory, ref.entry[k])) for k in ("fn", "bin") if k in ref.entry):
+            return None
+        try:
+            manifest = read_manifest(ref.recording)
+            named = {e["fn"] for e in recording_batches(self.directory, manifest)}
+        except (OSError, TraceError):
+            return None
+        if ref.entry["fn"] in named:
+            return None
+        return (f"batch {ref.entry['fn']} in {self.directory} was evicted (the recording's disk budget, max_bytes) "
+                "after this reader read its manifest: refresh() reads the batches that are kept")
 
     def _episode(self, ref: _BatchRef, index: int, raw: dict) -> Episode:
         return self._files.episode(ref.manifest, index, raw)

@@ -2,7 +2,9 @@
 
 The folder is read with ``TraceReader(on_damaged="skip")``: a damaged
 manifest or batch is listed in ``damaged`` (and in ``problems``) while the
-figures count every intact batch.
+figures count every intact batch. Episodes written in parts count once,
+stitched (``TraceReader``): ``parts`` and ``first_steps`` say, per episode,
+how many parts it was read from and the step number of its first step kept.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 from ..formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
 from ..formats.inside import open_inside
 from .reader import Damaged, TraceError, TraceReader
+from .stitch import joins
 
 __all__ = ["TraceSummary", "summarize"]
 
@@ -30,6 +33,9 @@ class TraceSummary:
     raw_bytes: int = 0  # the same data uncompressed
     lengths: list[int] = field(default_factory=list)
     returns: list[float] = field(default_factory=list)
+    parts: list[int] = field(default_factory=list)  # per episode: the parts it was stitched from
+    first_steps: list[int] = field(default_factory=list)  # per episode: its first step kept (0 unless evicted)
+    continuing: list[bool] = field(default_factory=list)  # per episode: it continues (still being recorded)
     problems: list[str] = field(default_factory=list)
     clips: list[ClipMeta] = field(default_factory=list)
     damaged: list[Damaged] = field(default_factory=list)  # manifests and batches left out of the figures
@@ -65,6 +71,9 @@ def summarize(directory: str) -> TraceSummary:
                 s.steps += ep.length
                 s.lengths.append(ep.length)
                 s.returns.append(float(np.sum(ep.rewards, dtype=np.float64)))
+                s.parts.append(len(ep.parts))
+                s.first_steps.append(ep.first_step)
+                s.continuing.append(ep.ended_by is None)
             s.damaged = list(reader.damaged)
             s.problems.extend(f"{d.file}: damaged: {d.reason}" for d in s.damaged)
     _add_clips(s, directory)
@@ -82,7 +91,8 @@ def _add_recordings(s: TraceSummary, reader: TraceReader) -> None:
                 "closed_cleanly": m.get("closed_cleanly"),
                 "error": m.get("error"),
                 "batches": len(rec.batches),
-                "episodes": sum(b["len"] for b in rec.batches),
+                "episodes": sum(b["len"] for b in rec.batches) - sum(joins(rec.batches)),  # parts stitched count once
+                "parts": sum(b["len"] for b in rec.batches),  # episode records, parts included
                 "compression": (m.get("settings") or {}).get("compression"),
                 "evicted": m.get("evicted"),
                 "bytes": sum(b.get("json_bytes", 0) + b.get("bin_bytes", 0) for b in rec.batches),

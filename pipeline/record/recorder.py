@@ -30,7 +30,7 @@ from ..formats.trace_format import (
     read_manifest,
     write_manifest,
 )
-from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, STR, check_options, optional
+from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, check_options, optional
 from ..options import StreamOptions
 from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stats import CallTimes, summary_line
@@ -66,6 +66,7 @@ TRACE_OPTIONS = {
     "batch_bytes": POSITIVE_INT,
     "max_bytes": optional(POSITIVE_INT),
     "on_batch_committed": optional(CALLABLE),
+    "commit_interval": optional(POSITIVE_NUMBER),
 }
 
 
@@ -118,7 +119,7 @@ class TraceRecorder:
             gym-recording's ``openaigym.trace.<n>.<pid>``.
         env_id: the env's id, written into the manifest. Default None.
         batch_bytes: about how many bytes of records make one batch. Default 5,000,000.
-        compression, max_bytes, on_batch_committed: as for ``RecordTrace``.
+        compression, max_bytes, commit_interval, on_batch_committed: as for ``RecordTrace``.
         options: a ``StreamOptions``; its fields may also come as keyword
             arguments (``**stream_options``), which win. ``backpressure``
             says what happens when the ring is full: ``"block"`` waits for
@@ -149,6 +150,7 @@ class TraceRecorder:
         compression: str | Compression | None = None,
         max_bytes: int | None = None,
         on_batch_committed: BatchCallback | None = None,
+        commit_interval: float | None = 5.0,
         options: StreamOptions | None = None,
         faults: FaultSpec | None = None,
         start_method: str | None = None,
@@ -176,12 +178,14 @@ class TraceRecorder:
             "block_timeout_s": opts.block_timeout_s,
             "compression": compression.describe() if compression is not None else None,
             "max_bytes": max_bytes,
+            "commit_interval": commit_interval,
         }
         remove_stale_tmp(self.directory, self.prefix)
 
         self._cfg = cfg = SerializerConfig(
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),
             faults=faults or from_env() or NO_FAULT, compression=compression, max_bytes=max_bytes,
+            commit_interval=commit_interval,
         )
         self._stream = Stream(
             "serializer",

@@ -85,6 +85,7 @@ class RecordVectorTrace(VectorWrapper):
         batch_bytes: about how many bytes of records make one batch. Default 5,000,000.
         compression: as for ``RecordTrace``. Default None.
         max_bytes: as for ``RecordTrace``; the budget holds for each sub-env's trace.
+        commit_interval: as for ``RecordTrace``, for each sub-env's trace. Default 5.0.
         options: a ``StreamOptions``; its fields may also come as keyword
             arguments (``**stream_options``), which win. A failed vector
             serializer is not replaced (it keeps no checkpoints), so
@@ -108,6 +109,7 @@ class RecordVectorTrace(VectorWrapper):
         batch_bytes: int = 5_000_000,
         compression: str | Compression | None = None,
         max_bytes: int | None = None,
+        commit_interval: float | None = 5.0,
         options: StreamOptions | None = None,
         start_method: str | None = None,
         **stream_options: Any,
@@ -137,8 +139,9 @@ class RecordVectorTrace(VectorWrapper):
             self.directory, self.prefix, n, self.autoreset_mode, self._obs_spec, self._act_spec, batch_bytes, env_id,
             {"batch_bytes": batch_bytes, "ring_bytes": ring_bytes, "backpressure": opts.backpressure, "num_envs": n,
              "autoreset_mode": self.autoreset_mode,
-             "compression": compression.describe() if compression is not None else None, "max_bytes": max_bytes},
-            compression=compression, max_bytes=max_bytes,
+             "compression": compression.describe() if compression is not None else None, "max_bytes": max_bytes,
+             "commit_interval": commit_interval},
+            compression=compression, max_bytes=max_bytes, commit_interval=commit_interval,
         )
         self._stream = Stream(
             "vector serializer", "vector-serializer", cfg, opts, ring_bytes=ring_bytes, where=self.directory,

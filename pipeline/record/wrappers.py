@@ -54,6 +54,11 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         max_bytes: a disk budget for this recording's batches: beyond it the
             oldest whole batches are evicted (``batches_evicted`` in
             ``stats()``); at least two batches. Default None: no budget.
+        commit_interval: seconds a step may stay uncommitted (invisible to
+            readers, lost to a crash of the machine): the open batch is
+            committed once it has held data this long, an episode still
+            running cut there into parts (docs/format.md). Default 5.0;
+            None: batches are committed by size only.
         on_batch_committed: ``callback(json_path, entry)``, called in this
             process from the next ``step()``/``reset()``/``close()`` after
             the serializer commits a batch (never blocking on it), once per
@@ -89,6 +94,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         compression: str | Compression | None = None,
         max_bytes: int | None = None,
         on_batch_committed: BatchCallback | None = None,
+        commit_interval: float | None = 5.0,
         recorder: TraceRecorder | None = None,
         options: StreamOptions | None = None,
         start_method: str | None = None,
@@ -101,6 +107,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             batch_bytes=batch_bytes,
             compression=compression,
             max_bytes=max_bytes,
+            commit_interval=commit_interval,
             options=options,
             **stream_options,
         )
@@ -121,6 +128,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 compression=compression,
                 max_bytes=max_bytes,
                 on_batch_committed=on_batch_committed,
+                commit_interval=commit_interval,
                 options=options,
                 **stream_options,
             )

@@ -38,6 +38,9 @@ EVIL: list[Any] = [
     {"__type": "dict", "items": [[[1], 2]]}, {"__type": "dict", "items": 3}, {"__type": "tuple", "items": 5},
     {"__type": "bytes", "b64": "!!"}, {"__type": "repr"}, {"type": "Nope"}, {"type": "Dict", "spaces": [[1, 2]]},
     {"type": "Box", "dtype": "<f4", "shape": [2**20, 2**20]}, DEEP,
+    # episode parts: a record's "part", an entry's "head_part"
+    {"index": 1, "first_step": 0, "continues": True}, {"index": -1, "first_step": 0, "continues": False},
+    {"index": 2**62, "first_step": 2**63, "continues": "yes"}, {"index": 1, "first_step": 3},
 ]
 
 

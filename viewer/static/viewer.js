@@ -60,8 +60,10 @@ function sortable(table, rows, render) {
   apply();
 }
 
-function episodeLink(recording, episode) {
-  return `/episode?recording=${encodeURIComponent(recording)}&episode=${episode}`;
+function episodeLink(recording, episode, firstStep) {
+  // first_step tells apart the pieces of an episode split by a damaged part (0: from its reset)
+  const from = firstStep ? `&first_step=${firstStep}` : "";
+  return `/episode?recording=${encodeURIComponent(recording)}&episode=${episode}${from}`;
 }
 
 async function showIndex() {
@@ -77,8 +79,9 @@ async function showIndex() {
     el("td", {}, r.name), el("td", {}, r.env_id || ""), el("td", {class: "num"}, r.episodes),
     el("td", {class: "num"}, r.steps), el("td", r.complete ? {} : {class: "live"}, r.complete ? "complete" : "recording")));
   sortable($("#episodes"), doc.episodes, (e) => el("tr", {"data-episode": e.episode_id},
-    el("td", {}, e.recording), el("td", {class: "num"}, el("a", {href: episodeLink(e.recording, e.episode_id)}, e.episode_id)),
-    el("td", {class: "num"}, e.length), el("td", {class: "num"}, fmt(e.return)), el("td", {}, e.ended_by),
+    el("td", {}, e.recording), el("td", {class: "num"}, el("a", {href: episodeLink(e.recording, e.episode_id, e.first_step)}, e.episode_id)),
+    el("td", {class: "num"}, e.first_step ? `${e.length} (from step ${e.first_step})` : e.length),
+    el("td", {class: "num"}, e.parts || 1), el("td", {class: "num"}, fmt(e.return)), el("td", {}, e.ended_by),
     el("td", {}, e.complete ? "yes" : "no"), el("td", {}, e.clip || "")));
   sortable($("#clips"), doc.clips, (c) => el("tr", {},
     el("td", {}, c.url ? el("a", {href: c.url}, c.name) : c.name), el("td", {class: "num"}, fmt(c.episode_id)),
@@ -187,18 +190,21 @@ function plotWidth() {
   return Math.max(300, Math.min(1200, document.documentElement.clientWidth - 60));
 }
 
-const state = {player: null, fps: 30, plots: [], length: 0, lastStep: -1};
+// x (and a step here) is the episode's observation index: first_step .. first_step + length, where
+// first_step > 0 when the oldest parts of a long episode were evicted (or a damaged part split it).
+const state = {player: null, fps: 30, plots: [], length: 0, firstStep: 0, lastStep: -1};
 
 function params() {
   const q = new URLSearchParams(location.search);
-  return {recording: q.get("recording"), episode: q.get("episode"), obs: q.get("obs")};
+  return {recording: q.get("recording"), episode: q.get("episode"), obs: q.get("obs"), firstStep: q.get("first_step")};
 }
 
 function stepOfPlayer() {
   // Frame f of an episode's clip shows observation f (frame 0: the reset), and x is the observation index.
   const p = state.player;
   if (!p) return null;
-  return Math.max(0, Math.min(state.length, Math.floor(p.currentTime * state.fps + 1e-6)));
+  const last = state.firstStep + state.length;
+  return Math.max(state.firstStep, Math.min(last, Math.floor(p.currentTime * state.fps + 1e-6)));
 }
 
 function seek(step) {
@@ -247,7 +253,7 @@ async function showMedia(clip) {
 }
 
 function showPlots(doc) {
-  const domain = [0, doc.length];
+  const domain = [doc.first_step, doc.first_step + doc.length];
   const s = doc.series;
   const groups = [["reward", [s.reward]], ["return", [s["return"]]]];
   for (const a of s.actions) groups.push([`action ${a.label}`, [a]]);
@@ -261,7 +267,7 @@ function showPlots(doc) {
     });
   }
   state.lastStep = -1;
-  setCursor(stepOfPlayer() ?? 0);
+  setCursor(stepOfPlayer() ?? doc.first_step);
 }
 
 async function loadEpisode(first) {
@@ -269,6 +275,7 @@ async function loadEpisode(first) {
   const dims = $("#obs-dims").value.trim();
   let url = `/api/episode?recording=${encodeURIComponent(q.recording)}&episode=${encodeURIComponent(q.episode)}&width=${plotWidth()}`;
   if (dims) url += `&obs=${encodeURIComponent(dims)}`;
+  if (q.firstStep) url += `&first_step=${encodeURIComponent(q.firstStep)}`;
   let doc;
   try {
     doc = await getJSON(url);
@@ -278,8 +285,11 @@ async function loadEpisode(first) {
   }
   $("#status").textContent = "";
   state.length = doc.length;
+  state.firstStep = doc.first_step;
   $("#title").textContent = `${doc.recording}, episode ${doc.episode_id}`;
-  $("#summary").textContent = `${doc.length} steps, return ${fmt(doc["return"])}, ended by ${doc.ended_by}` +
+  const span = doc.first_step ? ` (steps ${doc.first_step}..${doc.first_step + doc.length - 1}: the ones before not kept)` : "";
+  const parts = doc.parts > 1 ? `, in ${doc.parts} parts` : "";
+  $("#summary").textContent = `${doc.length} steps${span}${parts}, return ${fmt(doc["return"])}, ended by ${doc.ended_by ?? "nothing yet (continues)"}` +
     `${doc.complete ? "" : " (incomplete)"}, seed ${fmt(doc.seed)}; observation has ${doc.observation_dims} dimension(s)`;
   if (!dims) $("#obs-dims").value = doc.series.observations.map((o) => o.dim).join(",");
   if (first) await showMedia(doc.clip);

@@ -1,0 +1,145 @@
+"""Stitching the parts of an episode into one ``Episode``.
+
+An episode cut into parts (``docs/format.md``, "Episode parts") lies in
+consecutive batches of its recording: the last record of one batch and the
+first record of the next. Which batches join is known from the manifest's
+entries alone (``joins``: ``continues`` on one, ``head_part`` on the next),
+so a reader counts and indexes stitched episodes without loading a batch.
+``stitch`` then concatenates the parts' arrays, dropping row 0 of the
+observations and infos of each part after the first: it repeats the last row
+of the part before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..errors import TraceError
+from ..formats.trace_format import BatchEntry, Manifest
+from .batch_files import Episode, Part
+
+__all__ = ["Part", "check_follows", "joins", "recording_ended", "settled", "stitch"]
+
+
+def _last_part(entry: BatchEntry) -> int:
+    """The part index of an entry's last record, as far as the entry tells (the head part when it is the only one)."""
+    head = entry.get("head_part")
+    return int(head["index"]) if head is not None and entry["len"] == 1 else 0
+
+
+def joins(entries: Sequence[BatchEntry]) -> list[bool]:
+    """For each of a recording's kept batch entries (oldest first), whether its first record continues the last
+    record of the entry before it: that one ``continues``, this one has the next ``head_part`` of the same episode.
+
+    A ``head_part`` with no such entry before it (evicted, or left out as damaged) starts an episode of its own
+    with that part's first step.
+    """
+    out = []
+    for k, entry in enumerate(entries):
+        head = entry.get("head_part")
+        before = entries[k - 1] if k else None
+        out.append(
+            head is not None and before is not None and bool(before.get("continues"))
+            and entry["first"] == before["first"] + before["len"] - 1 and head["index"] == _last_part(before) + 1
+        )
+    return out
+
+
+def check_follows(before: Episode, after: Episode) -> None:
+    """``after`` (the first record of a batch) is the part that continues ``before``; ``TraceError`` naming both."""
+    b, a = before.parts[-1], after.parts[0]
+    where = f"{a.batch}: episodes[{a.record}].part (after {b.batch}: episodes[{b.record}])"
+    if not b.continues or a.index != b.index + 1:
+        raise TraceError(f"{where}: part {a.index} does not follow part {b.index}")
+    if after.episode_id != before.episode_id:
+        raise TraceError(f"{where}: part {a.index} is of episode {after.episode_id}, the part before of {before.episode_id}")
+    if a.first_step != b.first_step + b.length:
+        raise TraceError(f"{where}: part {a.index} starts at step {a.first_step}, the part before ends at {b.first_step + b.length}")
+
+
+def _join(values: list[Any], drop_first: bool) -> Any:
+    """One field of every part joined: arrays concatenated (Dict/Tuple leaf by leaf), text leaves and infos as lists."""
+    first = values[0]
+    if isinstance(first, dict):
+        return {k: _join([v[k] for v in values], drop_first) for k in first}
+    if isinstance(first, tuple):
+        return tuple(_join([v[i] for v in values], drop_first) for i in range(len(first)))
+    skip = 1 if drop_first else 0
+    if isinstance(first, list):
+        return list(first) + [x for v in values[1:] for x in v[skip:]]
+    if first is None:
+        return None
+    return np.concatenate([first, *(np.asarray(v)[skip:] for v in values[1:])])
+
+
+def _total(parts: Sequence[Episode]) -> float | None:
+    totals = [p.total_reward for p in parts]
+    if any(t is None for t in totals):
+        return None
+    total = float(np.sum(np.array(totals, dtype=np.float64)))
+    return total if np.isfinite(total) else None
+
+
+def stitch(parts: Sequence[Episode]) -> Episode:
+    """One ``Episode`` of consecutive parts (each as ``BatchFiles.episode`` reads it, checked by ``check_follows``).
+
+    Arrays are concatenated (copied: the result holds the whole episode in memory); a single part is returned
+    as it is. The first part gives the index, ids, seed, options and ``first_step``; the last how it ended.
+    """
+    if len(parts) == 1:
+        return parts[0]
+    head, last = parts[0], parts[-1]
+    no_infos = any(len(p.infos) != p.length + 1 for p in parts)  # a trace written without infos
+    return replace(
+        head,
+        observations=_join([p.observations for p in parts], True),
+        actions=_join([p.actions for p in parts], False),
+        rewards=_join([p.rewards for p in parts], False),
+        terminations=_join([p.terminations for p in parts], False),
+        truncations=_join([p.truncations for p in parts], False),
+        infos=[] if no_infos else _join([p.infos for p in parts], True),
+        length=sum(p.length for p in parts),
+        total_reward=_total(parts),
+        ended_by=last.ended_by,
+        complete=last.complete,
+        parts=tuple(q for p in parts for q in p.parts),
+    )
+
+
+def settled(ep: Episode, manifest: Manifest, entry: BatchEntry, after: BatchEntry | None) -> Episode:
+    """``ep``, told how it ended when its last part says it continues but nothing continues it.
+
+    A part is cut with at least one step, so an episode whose every step was already committed as parts
+    when it ended (an idle commit just before its reset, or before the recording's close) keeps a last part
+    that says it continues. Its end is known all the same when something comes after that part: the next
+    episode (the batch right after, ``after``, starts with a record of its own: no ``head_part``), or the
+    end of the recording (the part's batch, ``entry``, is the newest of a complete recording). It ended
+    then as its last step says: ``"terminated"`` or ``"truncated"`` (``complete``), otherwise ``"reset"``,
+    ``"close"`` or ``"crash"`` (finalized after its env process died), as a record written whole would say.
+    While nothing has come after it (a recording still running), ``ended_by`` stays None.
+    """
+    if ep.ended_by is not None:
+        return ep
+    how = recording_ended(manifest, entry, after)
+    if how is None:
+        return ep
+    terminated, truncated = (bool(len(flags) and flags[-1]) if flags is not None else False
+                             for flags in (ep.terminations, ep.truncations))  # absent in gym-recording's own traces
+    ended_by = "terminated" if terminated else "truncated" if truncated else how
+    return replace(ep, ended_by=ended_by, complete=terminated or truncated)
+
+
+def recording_ended(manifest: Manifest, entry: BatchEntry, after: BatchEntry | None) -> str | None:
+    """What came after the last record of ``entry``, a part that continues (see ``settled``): ``"reset"``
+    (``after``, the next batch, starts the next episode), ``"close"`` or ``"crash"`` (``entry`` is the newest
+    batch of a complete recording), or None (nothing yet: it continues)."""
+    if after is not None:
+        return "reset" if "head_part" not in after and after["first"] == entry["first"] + entry["len"] else None
+    batches = manifest.get("batches") or []
+    if not (manifest.get("complete") and batches and batches[-1]["fn"] == entry["fn"]):
+        return None
+    return "close" if manifest.get("closed_cleanly") else "crash"
