@@ -8,6 +8,11 @@ other field goes to a small spill file of its own, appended to the ``.bin``
 leaves) are spilled as JSON text and spliced into the batch's ``.json`` the
 same way. Nothing held in memory grows with the length of an episode.
 
+When the recording compresses arrays, the ``.json`` is written compressed
+too (``.json.zst``): zstd frames, each ended where a checkpoint records the
+file's size (``state``) and at the commit, so a successor that cuts the file
+back to its checkpoint lands on a frame boundary and goes on with new frames.
+
 A batch becomes visible only through ``commit()``: both files fsynced and
 moved into place, the folder fsynced; the manifest (written by the caller)
 is the last to name it.
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from envrec.formats.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir, tmp_path_for
+from envrec.formats.compression import JSON_ZST_SUFFIX, json_compressor
 from envrec.formats.fullwrite import writev_all
 from envrec.formats.trace_format import BatchEntry, batch_names
 
@@ -39,10 +45,13 @@ ALIGN = 8
 class BatchWriter:
     """One batch being written: temporary ``.bin`` and ``.json`` in the output folder."""
 
-    def __init__(self, folder: str, prefix: str, first_episode: int) -> None:
+    def __init__(self, folder: str, prefix: str, first_episode: int, compress_json: bool = False) -> None:
         self.folder = folder
         self.first = first_episode
         self.json_name, self.bin_name = batch_names(prefix, first_episode)
+        self._zstd: Any = json_compressor() if compress_json else None
+        self._frame: Any = None  # the zstd frame being written (a compressobj)
+        self.json_name += JSON_ZST_SUFFIX if compress_json else ""
         self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
         self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
         self.bin = open(self.bin_tmp, "wb", buffering=FILE_BUFFER_BYTES)
@@ -61,6 +70,9 @@ class BatchWriter:
         self.folder = folder
         self.first = state["first"]
         self.json_name, self.bin_name = batch_names(prefix, self.first)
+        self._zstd = json_compressor() if state.get("json_zst") else None
+        self._frame = None
+        self.json_name += JSON_ZST_SUFFIX if self._zstd is not None else ""
         self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
         self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
         for old, final, new in (
@@ -79,7 +91,8 @@ class BatchWriter:
         return self
 
     def state(self) -> dict:
-        """Where this batch stands, for a checkpoint (its files flushed first)."""
+        """Where this batch stands, for a checkpoint (its files flushed first, a compressed JSON's frame ended)."""
+        self._end_frame()
         self.bin.flush()
         self.json.flush()
         return {
@@ -91,12 +104,24 @@ class BatchWriter:
             "episodes": self.episodes,
             "steps": self.steps,
             "array_bytes": self.array_bytes,
+            "json_zst": self._zstd is not None,
         }
 
     # -- writing ---------------------------------------------------------
-    def _write_json(self, b: bytes) -> None:
+    def _write_json(self, b) -> None:
+        if self._zstd is not None:
+            if self._frame is None:
+                self._frame = self._zstd.compressobj()
+            b = self._frame.compress(b)
         self.json.write(b)
         self.json_size += len(b)
+
+    def _end_frame(self) -> None:
+        if self._frame is not None:
+            frame, self._frame = self._frame, None
+            b = frame.flush()
+            self.json.write(b)
+            self.json_size += len(b)
 
     def write_bin(self, mv) -> None:
         self.bin.write(mv)
@@ -158,7 +183,11 @@ class BatchWriter:
         for tok, jf in tokens.items():
             before, after = text.split(tok, 1)
             self._write_json(before.encode("utf-8") + b"[")
-            self.json_size += jf.spill.append_to(self.json)
+            if self._zstd is None:
+                self.json_size += jf.spill.append_to(self.json)
+            else:
+                for piece in jf.spill.pieces():
+                    self._write_json(piece)
             self._write_json(b"]")
             text = after
         self._write_json(text.encode("utf-8"))
@@ -171,6 +200,7 @@ class BatchWriter:
     def commit(self, fault=lambda name: None) -> BatchEntry:
         """Make the batch durable and visible; return its manifest entry (``fault``: see envrec.contract.faults)."""
         self._write_json(b"]}\n")
+        self._end_frame()
         self.bin.flush()
         fault("commit:bin-written")
         commit_file(self.bin, self.bin_tmp, os.path.join(self.folder, self.bin_name), sync_dir=False)

@@ -104,6 +104,7 @@ class Serializer(CheckpointingHandler):
                 arrays=[[f.rows, f.offset, f.stored] for f in self.fields.arrays],
                 jsons=[jf.items for jf in self.fields.jsons],
                 spills=[[path, f.tell() if self.episode_open else 0] for f, path in self.fields.spills],
+                filters=[f.packer.filter if f.packer is not None else None for f in self.fields.arrays],
             )
         )
         self._since_checkpoint = 0
@@ -133,6 +134,9 @@ class Serializer(CheckpointingHandler):
                 af.rows, af.offset, af.stored = rows, offset, stored
             for jf, items in zip(self.fields.jsons, cp.jsons, strict=True):
                 jf.items = items
+            for af, choice in zip(self.fields.arrays, cp.filters, strict=False):  # the recording's delta filters
+                if af.packer is not None:
+                    af.packer.choose(choice)
             for (f, _), (old_path, size) in zip(self.fields.spills, cp.spills, strict=True):
                 f.take_over(old_path, size)
             self.resume_cursor = cp.cursor
@@ -220,7 +224,7 @@ class Serializer(CheckpointingHandler):
         if self.episode_open:
             self._end_episode("reset")
         if self.batch is None:
-            self.batch = BatchWriter(self.cfg.folder, self.cfg.prefix, self.episodes_written)
+            self.batch = BatchWriter(self.cfg.folder, self.cfg.prefix, self.episodes_written, compress_json=self.fields.compressed)
         self.batch.pad_bin()
         for f in self.fields.arrays:
             f.start_episode(self.batch.bin_size)

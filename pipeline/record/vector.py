@@ -83,7 +83,7 @@ class RecordVectorTrace(VectorWrapper):
         name_prefix: the file prefix before ``.envI``. Default None: a fresh
             ``openaigym.trace.<n>.<pid>``.
         batch_bytes: about how many bytes of records make one batch. Default 5,000,000.
-        compression: as for ``RecordTrace``. Default None.
+        compression: as for ``RecordTrace``. Default ``"auto"``.
         max_bytes: as for ``RecordTrace``; the budget holds for each sub-env's trace.
         options: a ``StreamOptions``; its fields may also come as keyword
             arguments (``**stream_options``), which win. A failed vector
@@ -106,7 +106,7 @@ class RecordVectorTrace(VectorWrapper):
         *,
         name_prefix: str | None = None,
         batch_bytes: int = 5_000_000,
-        compression: str | Compression | None = None,
+        compression: str | Compression | None = "auto",
         max_bytes: int | None = None,
         options: StreamOptions | None = None,
         start_method: str | None = None,
