@@ -18,7 +18,8 @@ envrec traces unchanged when the default prefix is kept:
 * ``PREFIX.epNNNNNNNNN.json``: ``{"episodes": [...]}`` where every array is
   ``{"__type": "ndarray", "shape", "order", "dtype", "npyfile", "npyoff",
   "size"}`` pointing into ``PREFIX.epNNNNNNNNN.bin`` (little-endian, offsets
-  aligned to 8 bytes).
+  aligned to 8 bytes). A recording that compresses any array writes it as
+  ``PREFIX.epNNNNNNNNN.json.zst`` (zstd; see ``envrec.formats.compression``).
 
 Per episode: ``observations`` (reset observation first, N+1 rows),
 ``actions``, ``rewards``, ``terminations``, ``truncations`` (N rows),
@@ -265,5 +266,5 @@ def checkpoint_names(prefix: str) -> tuple[str, str]:
 def unnamed_batch_files(folder: str, prefix: str, named: set[str]) -> list[str]:
     """Names of the batch files of ``prefix`` in ``folder`` that are not in ``named`` (the names the
     manifest and whoever still writes use): what an interrupted commit or eviction left."""
-    batch_file = re.compile(re.escape(prefix) + r"\.ep\d{9}\.(json|bin)$")
+    batch_file = re.compile(re.escape(prefix) + r"\.ep\d{9}(\.p\d{6})?\.(json|json\.zst|bin)$")
     return [n for n in os.listdir(folder) if batch_file.match(n) and n not in named]
