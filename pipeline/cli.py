@@ -69,8 +69,8 @@ def _record(args: argparse.Namespace) -> int:
                 max_bytes=args.video_max_bytes, keep_last_clips=args.keep_last_clips,
             )
         env = RecordTrace(
-            env, args.out, name_prefix=args.name_prefix, batch_bytes=args.batch_bytes, compression=None if args.compress == "none" else args.compress,
-            max_bytes=args.max_bytes,
+            env, args.out, name_prefix=args.name_prefix, batch_bytes=args.batch_bytes,
+            compression=None if args.compress == "none" else args.compress, max_bytes=args.max_bytes,
         )
     except (ConfigError, ValueError) as exc:
         if video is not None:
@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--video-every", type=int, default=1, metavar="N", help="record a video of every Nth episode (default 1; 0: no video)"
     )
-    r.add_argument("--compress", default="auto", metavar="CODEC[:LEVEL]",
+    r.add_argument("--compress", default="auto", metavar="auto|none|CODEC[:LEVEL]",
                    help="compress trace arrays: auto (image-like arrays only, the default), zstd, zstd:9, lz4, or none")
     r.add_argument("--max-bytes", type=_size, default=None, metavar="SIZE",
                    help="disk budget of the trace, e.g. 500M or 20G (K, M, G, T: powers of 1024); the oldest batches are evicted beyond it")

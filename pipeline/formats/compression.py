@@ -267,7 +267,8 @@ def decompress_frames(data: bytes, limit: int) -> bytes:
         limit: the most bytes they may decompress to (a bound against a decompression bomb).
 
     Raises:
-        ValueError: not zstd frames, a frame cut short, or more than ``limit`` bytes.
+        ValueError: not zstd frames, or more than ``limit`` bytes. (Frames cut short give what they hold: the
+            text then does not parse, which the caller's JSON parser says.)
     """
     zstd = _module("zstd")
     out, size = [], 0

@@ -108,7 +108,7 @@ def video_way(frames: np.ndarray, folder: str, way: str) -> tuple[int, float, fl
     import imageio_ffmpeg
 
     exe = imageio_ffmpeg.get_ffmpeg_exe()
-    n, h, w, _ = frames.shape
+    h, w = frames.shape[1:3]
     path = os.path.join(folder, f"v-{way}.mkv")
     codec = (["-c:v", "ffv1", "-level", "3", "-pix_fmt", "rgb24"] if way == "ffv1" else
              ["-c:v", "libsvtav1", "-crf", "30", "-g", "2", "-pix_fmt", "yuv420p"])
