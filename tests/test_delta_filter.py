@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -167,6 +168,7 @@ def test_a_killed_serializer_resumes_a_compressed_batch_json_on_a_frame_boundary
         rec.add_reset(game_frame(ep, 0), seed=ep)
         for t in range(1, 6):
             rec.add_step(1, game_frame(ep, t), 0.5, t == 5, False, {"t": t})
+        time.sleep(0.1)  # the serializer runs dry and checkpoints (IDLE_CHECKPOINT_S): the batch is open, its JSON framed
         if ep == 8:
             assert wait_for(lambda: rec._stream.check() or rec.stats()["restarts"] == 1, 20)
     rec.close()
