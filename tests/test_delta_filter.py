@@ -7,6 +7,8 @@ chunk sizes; the others record through the real worker.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import tempfile
 import time
@@ -227,3 +229,21 @@ def test_a_compressed_batch_json_cut_short_or_too_large_is_a_trace_error(recorde
         envrec.TraceReader(folder)[0]
     with pytest.raises(ValueError, match="more than 100 bytes"):
         decompress_frames(open(batch, "rb").read(), 100)
+
+
+def test_the_viewer_and_inspect_read_a_compressed_batch_json(recorded):
+    from envrec.cli import main as cli_main
+    from envrec.viewer.catalog import Catalog
+
+    folder, batch = recorded
+    assert batch.endswith(".json.zst")
+    index = Catalog(str(folder)).index()
+    assert [e["length"] for e in index["episodes"]] == [20, 20] and not index["damaged"]
+    ep = index["episodes"][1]
+    plot = Catalog(str(folder)).episode(ep["recording"], ep["episode_id"])
+    assert plot["length"] == 20 and plot["return"] == 20.0 and plot["ended_by"] == "terminated"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli_main(["inspect", str(folder)]) == 0
+    assert "zstd level 3, image-like arrays only" in out.getvalue()
+    assert "arrays: observations zstd+xor, actions raw, rewards raw" in out.getvalue()
