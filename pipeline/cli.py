@@ -82,8 +82,9 @@ def _record(args: argparse.Namespace) -> int:
                 max_bytes=args.video_max_bytes, keep_last_clips=args.keep_last_clips,
             )
         env = RecordTrace(
-            env, args.out, name_prefix=args.name_prefix, batch_bytes=args.batch_bytes, compression=args.compress,
-            max_bytes=args.max_bytes, commit_interval=args.commit_interval,
+            env, args.out, name_prefix=args.name_prefix, batch_bytes=args.batch_bytes,
+            compression=None if args.compress == "none" else args.compress, max_bytes=args.max_bytes,
+            commit_interval=args.commit_interval,
         )
     except (ConfigError, ValueError) as exc:
         if video is not None:
@@ -161,10 +162,15 @@ def _inspect(args: argparse.Namespace) -> int:
             state = "finalized after its env process died"
         parts = f" ({r['parts']} records: long ones in parts)" if r["parts"] != r["episodes"] else ""
         print(f"  {r['prefix']}: env {r['env_id']}, {r['episodes']} episode(s){parts} in {r['batches']} batch(es), {state}")
-        if r["compression"]:
+        if r["compression"] and r["arrays"] and set(r["arrays"].values()) == {"raw"}:
+            print("    compression: no image-like array to compress, every array raw")
+        elif r["compression"]:
             c = r["compression"]
-            print(f"    {c['codec']} level {c['level']}: {r['raw_bytes'] / max(1, r['bytes']):.1f}x smaller than raw "
-                  f"({_human(r['raw_bytes'])} -> {_human(r['bytes'])})")
+            print(f"    {c['codec']} level {c['level']}{', image-like arrays only' if c.get('arrays') == 'image-like' else ''}"
+                  f"{', delta filter off' if c.get('delta') is False else ''}: {r['raw_bytes'] / max(1, r['bytes']):.1f}x "
+                  f"smaller than raw ({_human(r['raw_bytes'])} -> {_human(r['bytes'])})")
+        if r["arrays"]:
+            print("    arrays: " + ", ".join(f"{k} {v}" for k, v in r["arrays"].items()))
         if r["evicted"] and r["evicted"].get("batches"):
             e = r["evicted"]
             print(f"    disk budget: {e['batches']} older batch(es), {e['episodes']} episode(s), {_human(e['bytes'])} evicted")
@@ -222,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--video-every", type=int, default=1, metavar="N", help="record a video of every Nth episode (default 1; 0: no video)"
     )
-    r.add_argument("--compress", default=None, metavar="CODEC[:LEVEL]", help="compress trace arrays: zstd, zstd:9, lz4 (default: none)")
+    r.add_argument("--compress", default="auto", metavar="auto|none|CODEC[:LEVEL]",
+                   help="compress trace arrays: auto (image-like arrays only, the default), zstd, zstd:9, lz4, or none")
     r.add_argument("--max-bytes", type=_size, default=None, metavar="SIZE",
                    help="disk budget of the trace, e.g. 500M or 20G (K, M, G, T: powers of 1024); the oldest batches are evicted beyond it")
     r.add_argument("--batch-bytes", type=_size, default=5_000_000, metavar="SIZE", help="trace batch size (default 5000000)")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from envrec.errors import ConfigError
 from envrec.formats.compression import Compression, parse_compression
 from envrec.read.summary import summarize
 
+from .support.batch_json import load_batch
 from .support.envs import SPACES, SpaceEnv
 from .support.waiting import wait_for
 from .test_trace_roundtrip import assert_bit_exact, record
@@ -40,7 +40,7 @@ def test_every_space_type_reads_back_bit_exact_compressed(tmp_path, name):
         assert ep.rewards.tobytes() == np.array(ref["rew"], dtype=np.float64).tobytes()
         assert ep.terminations.tolist() == ref["term"] and ep.truncations.tolist() == ref["trunc"]
     manifest = reader.manifests[0]
-    assert manifest["settings"]["compression"] == {"codec": "zstd", "level": 3, "chunk_bytes": 64}
+    assert manifest["settings"]["compression"] == {"codec": "zstd", "level": 3, "chunk_bytes": 64, "delta": True, "arrays": "all"}
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4", "zstd:19", "lz4:9"])
@@ -50,7 +50,7 @@ def test_codecs_and_levels_read_back_bit_exact(tmp_path, codec):
     reader = envrec.TraceReader(tmp_path)
     for ref, ep in zip(reference, reader, strict=True):
         assert_bit_exact(space, ep.observations, ref["obs"])
-    batch = json.load(open(tmp_path / reader.recordings[0].batches[0]["fn"]))
+    batch = load_batch(tmp_path / reader.recordings[0].batches[0]["fn"])
     d = batch["episodes"][0]["observations"]
     assert d["codec"] == codec.split(":")[0] and d["raw_size"] == 7 * 5 * 3 * d["shape"][0]
     assert sum(rows for rows, _ in d["chunks"]) == d["shape"][0] and sum(n for _, n in d["chunks"]) == d["size"]
@@ -59,7 +59,7 @@ def test_codecs_and_levels_read_back_bit_exact(tmp_path, codec):
 def test_atari_like_frames_are_at_least_50x_smaller_and_inspect_shows_the_ratio(tmp_path):
     env = FrameEnv(length=100, frames="game")
     reference, _rec = record(env, tmp_path / "z", episodes=4, compression="zstd")
-    _, _raw = record(FrameEnv(length=100, frames="game"), tmp_path / "raw", episodes=4)
+    _, _raw = record(FrameEnv(length=100, frames="game"), tmp_path / "raw", episodes=4, compression=None)
     s = summarize(str(tmp_path / "z"))
     assert s.ok and s.compression_ratio >= 50, s.compression_ratio
     raw_bytes = summarize(str(tmp_path / "raw")).bytes
@@ -87,7 +87,7 @@ def test_a_damaged_compressed_array_is_refused_naming_its_file(tmp_path):
     record(SpaceEnv(SPACES["box_u8_image"]), tmp_path, episodes=2, compression="zstd")
     reader = envrec.TraceReader(tmp_path)
     entry = reader.recordings[0].batches[0]
-    d = json.load(open(tmp_path / entry["fn"]))["episodes"][0]["observations"]
+    d = load_batch(tmp_path / entry["fn"])["episodes"][0]["observations"]
     with open(tmp_path / entry["bin"], "r+b") as f:  # scramble the first chunk's stored bytes
         f.seek(d["npyoff"])
         f.write(bytes(255 - b for b in f.read(d["chunks"][0][1])))
@@ -103,7 +103,7 @@ def test_a_damaged_compressed_array_is_refused_naming_its_file(tmp_path):
         ("gzip", "not known"),
         ("zstd:99", r"integer in \[-7, 22\]"),
         ("zstd:x", "must be an integer"),
-        (3, "must be None, a codec name"),
+        (3, "must be None, 'auto', a codec name"),
     ],
 )
 def test_bad_compression_settings_are_refused_before_anything_starts(tmp_path, value, message):

@@ -20,7 +20,9 @@ import jsonschema
 import pytest
 
 import envrec
+from envrec.bench.variants import FrameEnv
 
+from .support.batch_json import load_batch
 from .support.envs import SPACES, ColourEnv, SpaceEnv
 from .support.episodes import run_episodes
 
@@ -55,9 +57,10 @@ def validate_folder(folder) -> dict[str, int]:
     """Validate every manifest, batch and clip metadata under ``folder``; how many of each there were."""
     counts = {"manifests": 0, "segments": 0, "batches": 0, "clips": 0}
     problems = []
-    for path in sorted(glob.glob(os.path.join(folder, "**", "*.json"), recursive=True)):
+    paths = glob.glob(os.path.join(folder, "**", "*.json"), recursive=True)
+    for path in sorted(paths + glob.glob(os.path.join(folder, "**", "*.json.zst"), recursive=True)):
         name = os.path.basename(path)
-        doc = _load(path)
+        doc = load_batch(path)
         if name.endswith(".meta.json"):
             validator, kind = CLIP_META, "clips"
         elif name.endswith(".manifest.json"):
@@ -80,13 +83,24 @@ def _cartpole(folder, steps: int, **options) -> None:
     env.close()
 
 
-@pytest.mark.parametrize("compression", [None, "zstd"])
+@pytest.mark.parametrize("compression", [None, "auto", "zstd"])
 def test_cartpole_traces_validate(tmp_path, compression):
     _cartpole(tmp_path, 600, compression=compression, batch_bytes=4096)
     counts = validate_folder(tmp_path)
     assert counts["manifests"] == 1 and counts["batches"] >= 2, counts
     manifest = _load(glob.glob(str(tmp_path / "*.manifest.json"))[0])
     assert manifest["closed_cleanly"] and (manifest["settings"]["compression"] is not None) == (compression is not None)
+
+
+def test_image_traces_under_the_default_validate(tmp_path):
+    """compression="auto": frames zstd with the delta filter, the rest raw, the batch JSON a .json.zst."""
+    env = envrec.RecordTrace(FrameEnv(length=30, frames="game"), str(tmp_path), batch_bytes=1)
+    run_episodes(env, 3)
+    env.close()
+    counts = validate_folder(tmp_path)
+    assert counts["manifests"] == 1 and counts["batches"] == 3, counts
+    batch = load_batch(glob.glob(str(tmp_path / "*.ep*.json.zst"))[0])
+    assert batch["episodes"][0]["observations"]["filter"] == "xor" and "codec" not in batch["episodes"][0]["actions"]
 
 
 def test_closed_manifest_segments_validate(tmp_path):
@@ -150,7 +164,7 @@ def real_documents(tmp_path_factory):
     env.close()
     return {
         "manifest": _load(glob.glob(str(folder / "*.manifest.json"))[0]),
-        "batch": _load(glob.glob(str(folder / "*.ep*.json"))[0]),
+        "batch": load_batch(glob.glob(str(folder / "*.ep*.json*"))[0]),
         "clip": _load(glob.glob(str(folder / "*.meta.json"))[0]),
     }
 

@@ -48,6 +48,7 @@ from envrec.cli import main as cli_main
 from envrec.read.batch_files import TraceError
 from envrec.viewer.catalog import Catalog, NotFound
 
+from .support.batch_json import load_batch
 from .support.episodes import record_cartpole, run_episodes
 from .support.fuzz_mutants import _get, copy_linked, field_paths, fix_checksums, mutants, set_field, wrong_values
 from .support.scripts import write_segmented
@@ -258,7 +259,7 @@ def _first(folder: str, suffix: str, skip: str = "\0") -> str:
 
 
 DOCUMENTS = [  # (recording, which of its JSON files): every kind of document a reader parses
-    ("plain", "cp.manifest.json"), ("plain", ".ep000000000.json"), ("compressed", ".ep000000000.json"),
+    ("plain", "cp.manifest.json"), ("plain", ".ep000000000.json"), ("compressed", ".ep000000000.json.zst"),
     ("spaces", "sp.manifest.json"), ("spaces", ".ep000000000.json"), ("segmented", "bench.manifest.json"),
     ("segmented", ".m000000.manifest.json"), ("clips", ".meta.json"), ("parts", "pt.manifest.json"),
     ("parts", ".ep000000000.json"), ("parts", ".p000001.json"),
@@ -273,7 +274,7 @@ def test_every_field_deleted_or_of_the_wrong_type_is_a_trace_error(recordings, t
     """Systematic where the fuzz is random: each field of each document (a list's first item standing for the
     rest) deleted, made null or of another type, numbers huge or negative, sizes and CRC-32s then made to match."""
     name = _first(recordings[kind], document)
-    doc = json.load(open(os.path.join(recordings[kind], name)))
+    doc = load_batch(os.path.join(recordings[kind], name))
     tried = 0
     for where in field_paths(doc):
         for delete, value in [(True, None), *((False, v) for v in wrong_values(_get(doc, where)))]:

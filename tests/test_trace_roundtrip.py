@@ -106,29 +106,47 @@ def test_batch_files_are_strict_json_with_aligned_little_endian_arrays(tmp_path)
                 assert d["dtype"][0] in "<|"  # explicit little-endian (or byte-sized) dtype strings
 
 
-def test_gym_recording_playback_algorithm_reads_envrec_traces(tmp_path):
-    """Read the way openai/gym-recording's playback.py does, step by step, and compare."""
-    reference, _ = record(SpaceEnv(SPACES["box_u8_image"], action_space=S.Discrete(4)), tmp_path, episodes=3)
+def gym_recording_playback(folder) -> list[tuple]:
+    """(observations, actions, rewards) of each episode, read the way openai/gym-recording's playback.py does."""
     got = []
 
     def load_npy(o, maps):
         fn = o["npyfile"]
         if fn not in maps:
-            with open(os.path.join(tmp_path, fn), "rb") as f:
+            with open(os.path.join(folder, fn), "rb") as f:
                 maps[fn] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return np.ndarray.__new__(np.ndarray, o["shape"], dtype=o["dtype"], buffer=maps[fn], offset=o["npyoff"], order="C")
 
     maps = {}
     hook = lambda o: load_npy(o, maps) if o.get("__type", None) == "ndarray" else o
-    for manifest_fn in glob.glob(os.path.join(tmp_path, "openaigym.trace.*.manifest.json")):
+    for manifest_fn in glob.glob(os.path.join(folder, "openaigym.trace.*.manifest.json")):
         for batch in json.load(open(manifest_fn))["batches"]:
-            for ep in json.load(open(os.path.join(tmp_path, batch["fn"])), object_hook=hook)["episodes"]:
+            for ep in json.load(open(os.path.join(folder, batch["fn"])), object_hook=hook)["episodes"]:
                 got.append((ep["observations"], ep["actions"], ep["rewards"]))
+    return got
+
+
+def test_gym_recording_playback_algorithm_reads_envrec_traces(tmp_path):
+    """Read the way openai/gym-recording's playback.py does, step by step, and compare (image observations:
+    uncompressed only with compression=None)."""
+    reference, _ = record(SpaceEnv(SPACES["box_u8_image"], action_space=S.Discrete(4)), tmp_path, episodes=3, compression=None)
+    got = gym_recording_playback(tmp_path)
     assert len(got) == 3
     for (obs, act, rew), ref in zip(got, reference, strict=True):
         assert obs.tobytes() == np.stack(ref["obs"]).tobytes() and obs.shape == (len(ref["obs"]), 7, 5, 3)
         assert act.tolist() == [int(a) for a in ref["act"]]
         assert rew.tobytes() == np.array(ref["rew"], dtype=np.float64).tobytes()
+
+
+def test_cartpole_under_the_default_compression_is_read_by_gym_recordings_playback(tmp_path):
+    """compression="auto" leaves small vector arrays raw: nothing compressed, plain .json batches."""
+    reference, _ = record(gym.make("CartPole-v1"), tmp_path, episodes=3, seed=5)
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".zst")]
+    got = gym_recording_playback(tmp_path)
+    assert len(got) == 3
+    for (obs, act, rew), ref in zip(got, reference, strict=True):
+        assert obs.tobytes() == np.stack(ref["obs"]).tobytes()
+        assert act.tolist() == [int(a) for a in ref["act"]] and rew.tolist() == [float(r) for r in ref["rew"]]
 
 
 def test_scan_recorded_traces_has_gym_recordings_signature(tmp_path):

@@ -8,6 +8,11 @@ other field goes to a small spill file of its own, appended to the ``.bin``
 leaves) are spilled as JSON text and spliced into the batch's ``.json`` the
 same way. Nothing held in memory grows with the length of an episode.
 
+When the recording compresses arrays, the ``.json`` is written compressed
+too (``.json.zst``): zstd frames, each ended where a checkpoint records the
+file's size (``state``) and at the commit, so a successor that cuts the file
+back to its checkpoint lands on a frame boundary and goes on with new frames.
+
 A batch becomes visible only through ``commit()``: both files fsynced and
 moved into place, the folder fsynced; the manifest (written by the caller)
 is the last to name it.
@@ -22,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from envrec.formats.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir, tmp_path_for
+from envrec.formats.compression import JSON_ZST_SUFFIX, json_compressor
 from envrec.formats.fullwrite import writev_all
 from envrec.formats.trace_format import BatchEntry, batch_names
 
@@ -39,17 +45,22 @@ ALIGN = 8
 class BatchWriter:
     """One batch being written: temporary ``.bin`` and ``.json`` in the output folder."""
 
-    def __init__(self, folder: str, prefix: str, first_episode: int, head_part: dict | None = None) -> None:
+    def __init__(self, folder: str, prefix: str, first_episode: int, head_part: dict | None = None,
+                 compress_json: bool = False) -> None:
         """Args:
             folder, prefix: where, and the recording's prefix.
             first_episode: the index of its first record's episode.
             head_part: ``{"index", "first_step"}`` when its first record continues an episode (a part p >= 1).
+            compress_json: write the batch's JSON as zstd frames (``.json.zst``).
         """
         self.folder = folder
         self.first = first_episode
         self.head_part = head_part
         self.continues = False  # its last record is a part continued in the next batch
         self.json_name, self.bin_name = batch_names(prefix, first_episode, head_part["index"] if head_part else 0)
+        self._zstd: Any = json_compressor() if compress_json else None
+        self._frame: Any = None  # the zstd frame being written (a compressobj)
+        self.json_name += JSON_ZST_SUFFIX if compress_json else ""
         self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
         self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
         self.bin = open(self.bin_tmp, "w+b", buffering=FILE_BUFFER_BYTES)  # read too: a part's last row (read_bin)
@@ -69,6 +80,9 @@ class BatchWriter:
         self.first = state["first"]
         self.head_part, self.continues = state.get("head_part"), state.get("continues", False)
         self.json_name, self.bin_name = batch_names(prefix, self.first, self.head_part["index"] if self.head_part else 0)
+        self._zstd = json_compressor() if state.get("json_zst") else None
+        self._frame = None
+        self.json_name += JSON_ZST_SUFFIX if self._zstd is not None else ""
         self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
         self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
         for old, final, new in (
@@ -87,7 +101,8 @@ class BatchWriter:
         return self
 
     def state(self) -> dict:
-        """Where this batch stands, for a checkpoint (its files flushed first)."""
+        """Where this batch stands, for a checkpoint (its files flushed first, a compressed JSON's frame ended)."""
+        self._end_frame()
         self.bin.flush()
         self.json.flush()
         return {
@@ -101,12 +116,24 @@ class BatchWriter:
             "array_bytes": self.array_bytes,
             **({"head_part": self.head_part} if self.head_part else {}),
             **({"continues": True} if self.continues else {}),
+            "json_zst": self._zstd is not None,
         }
 
     # -- writing ---------------------------------------------------------
-    def _write_json(self, b: bytes) -> None:
+    def _write_json(self, b) -> None:
+        if self._zstd is not None:
+            if self._frame is None:
+                self._frame = self._zstd.compressobj()
+            b = self._frame.compress(b)
         self.json.write(b)
         self.json_size += len(b)
+
+    def _end_frame(self) -> None:
+        if self._frame is not None:
+            frame, self._frame = self._frame, None
+            b = frame.flush()
+            self.json.write(b)
+            self.json_size += len(b)
 
     def write_bin(self, mv) -> None:
         self.bin.write(mv)
@@ -176,7 +203,11 @@ class BatchWriter:
         for tok, jf in tokens.items():
             before, after = text.split(tok, 1)
             self._write_json(before.encode("utf-8") + b"[")
-            self.json_size += jf.spill.append_to(self.json)
+            if self._zstd is None:
+                self.json_size += jf.spill.append_to(self.json)
+            else:
+                for piece in jf.spill.pieces():
+                    self._write_json(piece)
             self._write_json(b"]")
             text = after
         self._write_json(text.encode("utf-8"))
@@ -189,6 +220,7 @@ class BatchWriter:
     def commit(self, fault=lambda name: None) -> BatchEntry:
         """Make the batch durable and visible; return its manifest entry (``fault``: see envrec.contract.faults)."""
         self._write_json(b"]}\n")
+        self._end_frame()
         self.bin.flush()
         fault("commit:bin-written")
         commit_file(self.bin, self.bin_tmp, os.path.join(self.folder, self.bin_name), sync_dir=False)

@@ -30,7 +30,7 @@ import json
 import logging
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from envrec.formats.fullwrite import pwrite_all
@@ -58,6 +58,7 @@ class Checkpoint:
     arrays: list[list[int]]  # [rows, offset, stored bytes] of each array field
     jsons: list[int]  # items of each JSON field
     spills: list[list[Any]]  # [path, logical length] of each spill file
+    filters: list[str | None] = field(default_factory=list)  # each array's delta filter choice (ChunkPacker.filter)
     version: int = CHECKPOINT_VERSION
 
 

@@ -3,8 +3,9 @@
 One ``ArrayField`` per fixed-shape leaf of the observation and action spaces
 plus rewards, terminations and truncations; one ``JsonField`` per Text leaf
 plus the infos. The largest array field is written straight into the batch
-file (``direct``); every other field has a spill file of its own, and with
-compression every array field also has a spill for its chunk index.
+file (``direct``); every other field has a spill file of its own, and every
+compressed array field (all of them, or the image-like ones, as the
+``Compression`` says) also has a spill for its chunk index.
 ``structure`` maps the episode's top-level keys to the nesting of the
 spaces, with field keys as leaves (see ``BatchWriter.write_episode``).
 """
@@ -65,12 +66,17 @@ class EpisodeFields:
             for f in self.arrays:
                 if not f.direct:
                     f.spill = self._spill()
-                if compression is not None:
-                    f.packer = ChunkPacker(compression, f.row_bytes, self._spill())
+                if compression is not None and compression.compresses(f.dtype, f.shape):
+                    f.packer = ChunkPacker(compression, f.row_bytes, self._spill(), delta=compression.filters(f.dtype))
                     f.codec = compression.codec
         except BaseException:
             self.close()
             raise
+
+    @property
+    def compressed(self) -> bool:
+        """Whether any array field is compressed (the batch JSON is then compressed too)."""
+        return any(f.packer is not None for f in self.arrays)
 
     def _spill(self) -> Spill:
         path = tmp_path_for(os.path.join(self.folder, f"{self.prefix}.spill{len(self.spills)}"))

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from envrec.formats.compression import Compression, compressor, decompress_into
+from envrec.formats.compression import Compression, compressor, decompress_into, xor_encode
 from envrec.formats.trace_format import ndarray_descriptor
 
 from .spill import Spill
@@ -29,11 +29,19 @@ class ChunkPacker:
     """Rows of one array field gathered into chunks and compressed (see ``envrec.formats.compression``).
 
     The chunk being filled is the only buffer (its size fixed when the
-    recording starts); the index of the episode's chunks goes to a spill
-    file of its own, so nothing in memory grows with an episode's length.
+    recording starts), with a scratch buffer of the same size for the delta
+    filter while it is used or not yet chosen against; the index of the
+    episode's chunks goes to a spill file of its own, so nothing in memory
+    grows with an episode's length.
+
+    ``filter`` is the delta filter's choice for the recording: None while
+    undecided (a one-row chunk is the same filtered or not, so it decides
+    nothing), then ``"xor"`` or ``""`` (none) from the first chunk of two or
+    more rows on, whichever of the two compressed it smaller. A checkpoint
+    keeps it, so a successor goes on with the same choice.
     """
 
-    def __init__(self, compression: Compression, row_bytes: int, index_spill: Spill) -> None:
+    def __init__(self, compression: Compression, row_bytes: int, index_spill: Spill, delta: bool = False) -> None:
         self.compress = compressor(compression)
         self.row_bytes = row_bytes
         self.rows_per_chunk = compression.chunk_rows(row_bytes)
@@ -41,6 +49,8 @@ class ChunkPacker:
         self.view = memoryview(self.buffer)
         self.rows = 0  # rows waiting in the buffer
         self.index = index_spill
+        self.filter: str | None = None if delta else ""
+        self._scratch = np.empty((self.rows_per_chunk, row_bytes), np.uint8) if delta else None
 
     def add(self, mv) -> bool:
         """Copy one row in; True when the chunk is full."""
@@ -59,10 +69,28 @@ class ChunkPacker:
 
     def take(self) -> bytes:
         """The waiting rows compressed as one chunk (recorded in the index); the buffer is empty after."""
-        data = self.compress(self.view[: self.rows * self.row_bytes])
+        raw = self.view[: self.rows * self.row_bytes]
+        if self.filter == "xor":
+            data = self.compress(self._filtered())
+        elif self.filter is None and self.rows > 1:
+            data, filtered = self.compress(raw), self.compress(self._filtered())
+            self.choose("xor" if len(filtered) < len(data) else "")
+            data = filtered if self.filter else data
+        else:
+            data = self.compress(raw)
         self.index.write(CHUNK_INDEX.pack(self.rows, len(data)))
         self.rows = 0
         return data
+
+    def choose(self, choice: str | None) -> None:
+        """Set the delta filter's choice (``take``'s, or a checkpoint's for a successor)."""
+        self.filter = choice
+        if choice == "":
+            self._scratch = None
+
+    def _filtered(self):
+        rows = np.frombuffer(self.buffer, np.uint8, self.rows * self.row_bytes).reshape(self.rows, self.row_bytes)
+        return xor_encode(rows, self._scratch[: self.rows]).data  # type: ignore[index]  # filtering has its scratch
 
     def chunk_list(self) -> list[list[int]]:
         """The episode's chunks, ``[rows, stored_bytes]`` each, read back from the index spill."""
@@ -145,7 +173,8 @@ class ArrayField:
         if self.buffered:
             return bytes(packer.view[(rows - 1) * n : rows * n])
         raw = bytearray(rows * n)
-        decompress_into(memoryview(raw), memoryview(self._read_stored(sink, self.stored - size, size)), self.codec, [[rows, size]], n)
+        decompress_into(memoryview(raw), memoryview(self._read_stored(sink, self.stored - size, size)), self.codec, [[rows, size]], n,
+                        packer.filter or None)
         return bytes(raw[len(raw) - n :])
 
     def _read_stored(self, sink, start: int, n: int) -> bytes:
@@ -159,6 +188,8 @@ class ArrayField:
             d["codec"] = self.codec
             d["raw_size"] = self.rows * self.row_bytes
             d["chunks"] = self.packer.chunk_list()
+            if self.packer.filter:
+                d["filter"] = self.packer.filter
         return d
 
 

@@ -101,6 +101,7 @@ class Serializer(CheckpointingHandler):
                 arrays=[[f.rows, f.offset, f.stored] for f in self.fields.arrays],
                 jsons=[jf.items for jf in self.fields.jsons],
                 spills=[[path, f.tell() if self.episode_open else 0] for f, path in self.fields.spills],
+                filters=[f.packer.filter if f.packer is not None else None for f in self.fields.arrays],
             )
         )
         self._since_checkpoint = 0
@@ -131,6 +132,9 @@ class Serializer(CheckpointingHandler):
                 af.rows, af.offset, af.stored = rows, offset, stored
             for jf, items in zip(self.fields.jsons, cp.jsons, strict=True):
                 jf.items = items
+            for af, choice in zip(self.fields.arrays, cp.filters, strict=False):  # the recording's delta filters
+                if af.packer is not None:
+                    af.packer.choose(choice)
             for (f, _), (old_path, size) in zip(self.fields.spills, cp.spills, strict=True):
                 f.take_over(old_path, size)
             self.resume_cursor = cp.cursor
@@ -230,7 +234,8 @@ class Serializer(CheckpointingHandler):
     def _open_episode(self, head_part: dict | None) -> None:
         """Start the open episode's fields (or its next part's, ``head_part``: then in a batch of its own)."""
         if self.batch is None:
-            self.batch = BatchWriter(self.cfg.folder, self.cfg.prefix, self.episodes_written, head_part)
+            self.batch = BatchWriter(self.cfg.folder, self.cfg.prefix, self.episodes_written, head_part,
+                                     compress_json=self.fields.compressed)
             self.parts.batch_opened()
         self.batch.pad_bin()
         self.fields.start_episode(self.batch.bin_size)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 
 from envrec.formats.fullwrite import pwrite_all, write_all
 
@@ -105,6 +106,17 @@ class Spill:
             if len(head) != k:
                 raise OSError(f"spill file {self.path} holds {len(head)} of the {k} bytes asked at {start}")
         return head + bytes(self._tail[max(0, start - self._in_file) : max(0, end - self._in_file)])
+
+    def pieces(self) -> Iterator[bytes]:
+        """The whole content in pieces of at most ``COPY_CHUNK_BYTES`` from the file, then the tail."""
+        done = 0
+        while done < self._in_file:
+            piece = os.pread(self._fd, min(COPY_CHUNK_BYTES, self._in_file - done), done)
+            if not piece:
+                raise OSError(f"spill file {self.path} ended after {done} of its {self._in_file} bytes")
+            done += len(piece)
+            yield piece
+        yield bytes(self._tail)
 
     def append_to(self, dst) -> int:
         """Append the content at the end of ``dst`` (a buffered file); how many bytes."""

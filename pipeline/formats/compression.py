@@ -7,6 +7,21 @@ says ``"codec"`` and lists the chunks as ``[rows, stored_bytes]`` pairs, so a
 reader can decompress one array without touching the others, and the
 batch's CRC-32 covers the stored (compressed) bytes.
 
+Integer and bool arrays may also be *delta filtered* before compression
+(``"filter": "xor"`` in the descriptor): in each chunk every row is XORed
+with the row before it, the chunk's first row kept as it is, so consecutive
+frames that share most of their pixels become mostly zeros and every chunk
+still decodes alone. The serializer chooses it per array, once per
+recording, by compressing its first chunk of two or more rows both ways
+(``Compression(delta=False)`` never filters).
+
+``compression="auto"`` (the recorders' default) compresses image-like arrays
+only (``IMAGE_ROW_BYTES``): integer, at least two dimensions, rows of at
+least 1 KiB; small vector arrays (CartPole's) stay raw and readable by
+gym-recording. When any array of a recording is compressed, its batches'
+JSON is compressed as well (``.json.zst``, zstd frames, see
+``decompress_frames``).
+
 The compression happens in the serializer worker, never in the env process.
 ``zstd`` (the ``zstandard`` package) is a dependency; ``lz4`` (the ``lz4``
 package, ``pip install envrec[lz4]``) trades ratio for speed.
@@ -18,11 +33,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from ..errors import ConfigError
 
-__all__ = ["CODECS", "Compression", "compressor", "decompress_into", "parse_compression"]
+__all__ = [
+    "ARRAY_SELECTIONS", "CODECS", "FILTERS", "IMAGE_ROW_BYTES", "JSON_ZST_SUFFIX", "Compression", "compressor",
+    "decompress_frames", "decompress_into", "json_compressor", "parse_compression", "xor_decode", "xor_encode",
+]
 
 CODECS = ("zstd", "lz4")
+FILTERS = ("xor",)
+ARRAY_SELECTIONS = ("all", "image-like")
+IMAGE_ROW_BYTES = 1024  # "image-like": integer rows of at least this many bytes in at least two dimensions
+JSON_LEVEL = 3  # zstd level of compressed batch JSON
+JSON_ZST_SUFFIX = ".zst"  # a compressed batch JSON is PREFIX.epNNNNNNNNN.json.zst
+XOR_LOOP_ROW_BYTES = 2048  # wider rows decode row by row (numpy's accumulate is slow along axis 0 of wide rows)
 DEFAULT_LEVELS = {"zstd": 3, "lz4": 0}
 LEVEL_RANGES = {"zstd": (-7, 22), "lz4": (0, 16)}  # lz4: 0 is the fast mode, 3-16 its high-compression levels
 DEFAULT_CHUNK_BYTES = 4 << 20
@@ -33,7 +59,8 @@ MAX_CHUNK_ROWS = 1024  # small rows (rewards, flags): a chunk per 1,024 rows at 
 class Compression:
     """How a trace's arrays are compressed: ``codec`` at ``level``, in chunks of about ``chunk_bytes``.
 
-    Recorders also take the short form ``compression="zstd"`` or ``"zstd:LEVEL"``.
+    Recorders also take the short forms ``compression="auto"`` (their default:
+    ``Compression(arrays="image-like")``), ``"zstd"`` or ``"zstd:LEVEL"``.
 
     Args:
         codec: ``"zstd"`` (the default; the ``zstandard`` package) or ``"lz4"``
@@ -43,15 +70,24 @@ class Compression:
         chunk_bytes: about how many bytes of whole rows go into one
             independently compressed chunk, a positive integer. Default 4 MiB
             (at most 1,024 rows a chunk).
+        delta: whether integer and bool arrays may be XOR-filtered row by row
+            within each chunk before compression (chosen per array, when it
+            makes the array's first chunk smaller). Default True.
+        arrays: which arrays are compressed: ``"all"`` (the default) or
+            ``"image-like"`` (integer arrays of at least two dimensions whose
+            rows are at least 1 KiB; the others stay raw).
 
     Raises:
         ConfigError: an unknown codec, a level out of its range, a chunk size
-            that is not a positive integer, or the codec's package not installed.
+            that is not a positive integer, a ``delta`` that is not a bool, an
+            unknown ``arrays``, or the codec's package not installed.
     """
 
     codec: str = "zstd"
     level: int | None = None
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    delta: bool = True
+    arrays: str = "all"
 
     def __post_init__(self) -> None:
         if self.codec not in CODECS:
@@ -62,6 +98,10 @@ class Compression:
                 raise ConfigError(f"{self.codec} compression level must be an integer in [{lo}, {hi}], not {self.level!r}")
         if not isinstance(self.chunk_bytes, int) or self.chunk_bytes <= 0:
             raise ConfigError(f"compression chunk_bytes must be a positive integer, not {self.chunk_bytes!r}")
+        if not isinstance(self.delta, bool):
+            raise ConfigError(f"compression delta must be True or False, not {self.delta!r}")
+        if self.arrays not in ARRAY_SELECTIONS:
+            raise ConfigError(f"compression arrays must be one of {', '.join(map(repr, ARRAY_SELECTIONS))}, not {self.arrays!r}")
         _module(self.codec)  # a missing package is a configuration error, raised where the recorder is built
 
     @property
@@ -72,16 +112,32 @@ class Compression:
         """Rows per chunk for rows of ``row_bytes``."""
         return max(1, min(MAX_CHUNK_ROWS, self.chunk_bytes // max(1, row_bytes)))
 
+    def compresses(self, dtype: str, shape: tuple[int, ...]) -> bool:
+        """Whether an array of rows of ``shape`` and ``dtype`` is compressed (``arrays``)."""
+        if self.arrays == "all":
+            return True
+        dt = np.dtype(dtype)
+        return dt.kind in "iu" and len(shape) >= 2 and dt.itemsize * int(np.prod(shape)) >= IMAGE_ROW_BYTES
+
+    def filters(self, dtype: str) -> bool:
+        """Whether the delta filter may be tried on an array of ``dtype`` (integer or bool, with ``delta``)."""
+        return self.delta and np.dtype(dtype).kind in "biu"
+
     def describe(self) -> dict:
-        return {"codec": self.codec, "level": self.effective_level, "chunk_bytes": self.chunk_bytes}
+        """What the manifest's ``settings.compression`` says."""
+        return {"codec": self.codec, "level": self.effective_level, "chunk_bytes": self.chunk_bytes, "delta": self.delta,
+                "arrays": self.arrays}
 
 
 def parse_compression(value: str | Compression | None) -> Compression | None:
-    """``None``, a codec name (``"zstd"``, ``"zstd:9"``: codec and level) or a ``Compression``."""
+    """``None``, ``"auto"`` (image-like arrays only), a codec name (``"zstd"``, ``"zstd:9"``: codec and level) or a
+    ``Compression``."""
     if value is None or isinstance(value, Compression):
         return value
     if not isinstance(value, str):
-        raise ConfigError(f"compression must be None, a codec name such as 'zstd' or a Compression, not {value!r}")
+        raise ConfigError(f"compression must be None, 'auto', a codec name such as 'zstd' or a Compression, not {value!r}")
+    if value == "auto":
+        return Compression(arrays="image-like")
     codec, _, level = value.partition(":")
     try:
         number = int(level) if level else None
@@ -129,11 +185,59 @@ def _decompressor(codec: str) -> Callable[[Any, int], bytes]:
     return _decompressors[codec]
 
 
-def decompress_into(out: memoryview, stored: memoryview, codec: str, chunks: list, row_bytes: int) -> None:
+def _words(rows: np.ndarray) -> np.ndarray:
+    """A (n, row_bytes) uint8 array seen as rows of the widest unsigned integers its rows divide into."""
+    for dt in (np.uint64, np.uint32, np.uint16):
+        if rows.shape[1] % np.dtype(dt).itemsize == 0:
+            return rows.view(dt)
+    return rows
+
+
+def xor_encode(rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """The delta filter of one chunk: ``out[0] = rows[0]``, ``out[i] = rows[i] ^ rows[i - 1]``; ``out``.
+
+    Args:
+        rows: the chunk, a C-contiguous (n, row_bytes) uint8 array.
+        out: where the filtered rows go, an array like ``rows`` (not overlapping it).
+    """
+    a, o = _words(rows), _words(out)
+    if len(a):
+        o[0] = a[0]
+        np.bitwise_xor(a[1:], a[:-1], out=o[1:])
+    return out
+
+
+def xor_decode(rows: np.ndarray) -> None:
+    """Undo ``xor_encode`` in place: each row XORed with the decoded row before it.
+
+    Args:
+        rows: a filtered chunk, a C-contiguous writable (n, row_bytes) uint8 array.
+    """
+    w = _words(rows)
+    if rows.shape[1] >= XOR_LOOP_ROW_BYTES:
+        for i in range(1, len(w)):
+            np.bitwise_xor(w[i], w[i - 1], out=w[i])
+    elif len(w) > 1:
+        np.bitwise_xor.accumulate(w, axis=0, out=w)
+
+
+def decompress_into(out: memoryview, stored: memoryview, codec: str, chunks: list, row_bytes: int,
+                    row_filter: str | None = None) -> None:
     """Decompress an array's chunks (``[rows, stored_bytes]`` pairs) from ``stored`` into ``out`` (raw bytes).
 
-    Raises ``ValueError`` when a chunk does not decompress to its rows' size.
+    Args:
+        out: where the array's raw bytes go (as many as the chunks' rows make).
+        stored: the array's stored bytes.
+        codec: one of ``CODECS``.
+        chunks: ``[rows, stored_bytes]`` of each chunk, in order.
+        row_bytes: the bytes of one row.
+        row_filter: the descriptor's ``"filter"`` (``"xor"``) or None.
+
+    Raises:
+        ValueError: a chunk does not decompress to its rows' size, or an unknown filter.
     """
+    if row_filter is not None and row_filter not in FILTERS:
+        raise ValueError(f"unknown filter {row_filter!r}")
     decompress = _decompressor(codec)
     src = dst = 0
     for rows, nbytes in chunks:
@@ -142,7 +246,39 @@ def decompress_into(out: memoryview, stored: memoryview, codec: str, chunks: lis
         if len(raw) != want:
             raise ValueError(f"a {codec} chunk decompressed to {len(raw)} bytes, its {rows} rows need {want}")
         out[dst : dst + want] = raw
+        if row_filter is not None and rows > 1:
+            xor_decode(np.frombuffer(out[dst : dst + want], np.uint8).reshape(rows, row_bytes))
         src += nbytes
         dst += want
     if dst != len(out) or src != len(stored):
         raise ValueError(f"the chunks cover {dst} of {len(out)} bytes ({src} of {len(stored)} stored)")
+
+
+def json_compressor() -> Any:
+    """The zstd compressor of a batch's JSON (a ``zstandard.ZstdCompressor``; its ``compressobj()`` makes one frame)."""
+    return _module("zstd").ZstdCompressor(level=JSON_LEVEL)
+
+
+def decompress_frames(data: bytes, limit: int) -> bytes:
+    """Concatenated zstd frames (a ``.json.zst``) decompressed, at most ``limit`` bytes of them.
+
+    Args:
+        data: the stored bytes.
+        limit: the most bytes they may decompress to (a bound against a decompression bomb).
+
+    Raises:
+        ValueError: not zstd frames, or more than ``limit`` bytes. (Frames cut short give what they hold: the
+            text then does not parse, which the caller's JSON parser says.)
+    """
+    zstd = _module("zstd")
+    out, size = [], 0
+    try:
+        with zstd.ZstdDecompressor().stream_reader(data, read_across_frames=True) as reader:
+            while piece := reader.read(1 << 20):
+                size += len(piece)
+                if size > limit:
+                    raise ValueError(f"it decompresses to more than {limit} bytes")
+                out.append(piece)
+    except zstd.ZstdError as exc:
+        raise ValueError(f"not zstd frames ({exc})") from None
+    return b"".join(out)

@@ -15,7 +15,10 @@ Bounds, each larger than anything envrec writes:
 * arrays: ``MAX_DIMS`` dimensions, dtypes numpy can map without objects
   (bool, integers, floats, complex, bytes, str), little-endian;
 * a compressed chunk decompresses to at most ``MAX_RATIO`` times its stored
-  bytes (zstd's own ceiling, an RLE block, is about 43,690x; lz4's 255x).
+  bytes (zstd's own ceiling, an RLE block, is about 43,690x; lz4's 255x);
+  a compressed array's ``filter`` is one of ``FILTERS`` (``"xor"``);
+* a compressed batch JSON (``.json.zst``) decompresses to at most
+  ``MAX_BATCH_JSON_BYTES`` and at most ``MAX_RATIO`` times its stored bytes.
 """
 
 from __future__ import annotations
@@ -28,17 +31,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceError
-from .compression import CODECS
+from .compression import CODECS, FILTERS
 from .inside import name_parts
 from .part_checks import check_entry_parts
 
 __all__ = [
-    "MAX_JSON_DEPTH", "check_array", "check_batch", "check_manifest", "check_space", "check_types", "parse_json", "spec_dtype",
+    "MAX_BATCH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_RATIO", "check_array", "check_batch", "check_manifest", "check_space", "check_types", "parse_json", "spec_dtype",
 ]
 
 MAX_JSON_DEPTH = 200  # levels; envrec's own documents nest < 10 plus the infos' own nesting
 MAX_DIMS = 32  # numpy allows 64
 MAX_RATIO = 1 << 17  # decompressed bytes per stored byte, above any codec's physical ceiling
+MAX_BATCH_JSON_BYTES = 1 << 30  # a batch's JSON decompressed (envrec's are about batch_bytes at most)
 MAX_LEAF_ELEMENTS = 1 << 28  # elements of one space leaf (a 720p RGB frame has 2.8 M)
 INT64 = 1 << 63
 MAX_SEGMENTS = 1 << 24  # closed manifest segments a head may count (each holds 256 batches)
@@ -305,11 +309,15 @@ def check_array(desc: Any, where: str) -> None:
     if int(np.prod([n for n in shape if n], dtype=object)) * dt.itemsize >= INT64 // 2:  # numpy's limit, empty or not
         raise TraceError(f"{where}.shape: {list(shape)} of {dt.str} is larger than any array numpy can make")
     if "codec" not in desc:
+        if "filter" in desc:
+            raise TraceError(f"{where}.filter: a filter on an array that names no codec")
         if nbytes != desc["size"]:
             raise TraceError(f"{where}.size: {desc['size']} bytes, but shape {list(shape)} of {dt.str} is {nbytes}")
         return
     if desc["codec"] not in CODECS or not shape:
         raise TraceError(f"{where}.codec: {_short(desc['codec'])} (on shape {list(shape)}) is not a codec of trace arrays")
+    if "filter" in desc and desc["filter"] not in FILTERS:
+        raise TraceError(f"{where}.filter: {_short(desc['filter'])} is not a filter of trace arrays ({', '.join(FILTERS)})")
     _int(desc, "raw_size", where, required=False)
     if desc.get("raw_size", nbytes) != nbytes:
         raise TraceError(f"{where}.raw_size: {desc['raw_size']} bytes, but shape {list(shape)} of {dt.str} is {nbytes}")

@@ -18,7 +18,8 @@ envrec traces unchanged when the default prefix is kept:
 * ``PREFIX.epNNNNNNNNN.json``: ``{"episodes": [...]}`` where every array is
   ``{"__type": "ndarray", "shape", "order", "dtype", "npyfile", "npyoff",
   "size"}`` pointing into ``PREFIX.epNNNNNNNNN.bin`` (little-endian, offsets
-  aligned to 8 bytes).
+  aligned to 8 bytes). A recording that compresses any array writes it as
+  ``PREFIX.epNNNNNNNNN.json.zst`` (zstd; see ``envrec.formats.compression``).
 
 Per episode: ``observations`` (reset observation first, N+1 rows),
 ``actions``, ``rewards``, ``terminations``, ``truncations`` (N rows),

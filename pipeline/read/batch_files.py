@@ -2,7 +2,8 @@
 
 ``BatchFiles`` is the part of reading that needs no manifest index: given a
 batch entry it checks the batch's files against the sizes and CRC-32s the
-manifest names, parses the batch's ``.json``, memory-maps the ``.bin``
+manifest names, parses the batch's ``.json`` (a ``.json.zst`` decompressed
+first, at most ``MAX_BATCH_JSON_BYTES`` of it), memory-maps the ``.bin``
 (arrays handed out are read-only views, no copy) and decompresses compressed
 arrays when their episode is read, keeping a small cache of decoded arrays.
 ``TraceReader`` indexes recordings on top of it; exporters (Arrow, Minari, a
@@ -29,11 +30,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceError
-from ..formats.compression import decompress_into
+from ..formats.compression import JSON_ZST_SUFFIX, decompress_frames, decompress_into
 from ..formats.infos import decode_json
 from ..formats.inside import open_inside
 from ..formats.part_checks import check_parts, part_of
-from ..formats.trace_checks import check_batch, parse_json
+from ..formats.trace_checks import MAX_BATCH_JSON_BYTES, MAX_RATIO, check_batch, parse_json
 from ..formats.trace_format import BatchEntry, Manifest
 
 __all__ = ["BatchFiles", "Episode", "Part", "TraceError"]
@@ -174,6 +175,11 @@ class BatchFiles:
                 data = f.read()
         except FileNotFoundError:
             raise TraceError(f"batch {what} in {self.directory} is damaged: {what}: missing") from None
+        if what.endswith(JSON_ZST_SUFFIX):
+            try:
+                data = decompress_frames(data, min(MAX_BATCH_JSON_BYTES, MAX_RATIO * len(data)))
+            except ValueError as exc:
+                raise TraceError(f"batch {what} in {self.directory} is damaged: {what}: {exc}") from None
         episodes = check_batch(parse_json(data, what), manifest or {}, what, entry["len"])
         check_parts(episodes, entry, what)
         return [self._arrays(raw, f"{what}: episodes[{i}]", (what, i)) for i, raw in enumerate(episodes)]
@@ -209,6 +215,16 @@ class BatchFiles:
             parts=(Part(batch, record, part, first_step, length, continues),),
             extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS and k not in (_WHERE, _FROM)},
         )
+
+    def array_codecs(self, entry: BatchEntry, manifest: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """How each array of the batch's first episode is stored: ``{"observations": "zstd+xor", "actions": "raw", ...}``
+        (Dict/Tuple leaves as ``observations.key``, ``observations[0]``); empty for a batch of no episode."""
+        raws = self.load(entry, manifest)
+        out: dict[str, str] = {}
+        if raws:
+            for key in _ARRAY_FIELDS:
+                _codecs(raws[0].get(key), key, out)
+        return out
 
     def close(self) -> None:
         """Forget the memory maps and decoded arrays (arrays handed out keep theirs alive)."""
@@ -271,7 +287,7 @@ class BatchFiles:
         row_bytes = arr.nbytes // shape[0] if shape[0] else 0
         with memoryview(self._map(o["npyfile"], where)) as whole, whole[o["npyoff"] : o["npyoff"] + o["size"]] as stored:
             try:
-                decompress_into(arr.data.cast("B"), stored, o["codec"], o["chunks"], row_bytes)
+                decompress_into(arr.data.cast("B"), stored, o["codec"], o["chunks"], row_bytes, o.get("filter"))
             except Exception as exc:  # the codecs' errors have no common base class
                 raise TraceError(
                     f"{where}: a {o['codec']} array at offset {o['npyoff']} of {o['npyfile']} does not decompress: {exc}"
@@ -295,6 +311,19 @@ class BatchFiles:
                 raise TraceError(f"{where}.npyfile: {name} is missing") from None
             self._maps[name] = mm
         return mm
+
+
+def _codecs(value: Any, where: str, out: dict[str, str]) -> None:
+    if isinstance(value, _Packed):
+        out[where] = value.desc["codec"] + (f"+{value.desc['filter']}" if "filter" in value.desc else "")
+    elif isinstance(value, np.ndarray):
+        out[where] = "raw"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _codecs(v, f"{where}.{k}", out)
+    elif isinstance(value, list) and not all(isinstance(v, str) for v in value):
+        for i, v in enumerate(value):
+            _codecs(v, f"{where}[{i}]", out)
 
 
 def _crc32(f: Any, size: int) -> int:

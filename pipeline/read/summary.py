@@ -5,6 +5,8 @@ manifest or batch is listed in ``damaged`` (and in ``problems``) while the
 figures count every intact batch. Episodes written in parts count once,
 stitched (``TraceReader``): ``parts`` and ``first_steps`` say, per episode,
 how many parts it was read from and the step number of its first step kept.
+Each recording's ``arrays`` says how its newest batch stores each array
+(``"zstd+xor"``, ``"lz4"``, ``"raw"``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import numpy as np
 
 from ..formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
 from ..formats.inside import open_inside
-from .reader import Damaged, TraceError, TraceReader
+from .batch_files import BatchFiles
+from .reader import Damaged, Recording, TraceError, TraceReader
 from .stitch import joins
 
 __all__ = ["TraceSummary", "summarize"]
@@ -80,7 +83,17 @@ def summarize(directory: str) -> TraceSummary:
     return s
 
 
+def _array_codecs(files: BatchFiles, rec: Recording) -> dict[str, str]:
+    for entry in reversed(rec.batches):  # the newest intact batch says how the recording stores its arrays now
+        try:
+            return files.array_codecs(entry, rec.manifest)
+        except TraceError:
+            continue  # damaged: the reader lists it
+    return {}
+
+
 def _add_recordings(s: TraceSummary, reader: TraceReader) -> None:
+    files = BatchFiles(reader.directory, verify=False)
     for rec in reader.recordings:
         m = rec.manifest
         s.recordings.append(
@@ -94,6 +107,7 @@ def _add_recordings(s: TraceSummary, reader: TraceReader) -> None:
                 "episodes": sum(b["len"] for b in rec.batches) - sum(joins(rec.batches)),  # parts stitched count once
                 "parts": sum(b["len"] for b in rec.batches),  # episode records, parts included
                 "compression": (m.get("settings") or {}).get("compression"),
+                "arrays": _array_codecs(files, rec),
                 "evicted": m.get("evicted"),
                 "bytes": sum(b.get("json_bytes", 0) + b.get("bin_bytes", 0) for b in rec.batches),
                 "raw_bytes": sum(b.get("array_bytes", b.get("bin_bytes", 0)) + b.get("json_bytes", 0) for b in rec.batches),
@@ -104,6 +118,7 @@ def _add_recordings(s: TraceSummary, reader: TraceReader) -> None:
         s.batches += len(rec.batches)
         if m.get("error"):
             s.problems.append(f"{m.get('prefix')}: the recorder reported an error: {m['error']}")
+    files.close()
 
 
 def _add_clips(s: TraceSummary, directory: str) -> None:

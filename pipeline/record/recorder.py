@@ -147,7 +147,7 @@ class TraceRecorder:
         name_prefix: str | None = None,
         env_id: str | None = None,
         batch_bytes: int = 5_000_000,
-        compression: str | Compression | None = None,
+        compression: str | Compression | None = "auto",
         max_bytes: int | None = None,
         on_batch_committed: BatchCallback | None = None,
         commit_interval: float | None = 5.0,

@@ -83,7 +83,7 @@ class RecordVectorTrace(VectorWrapper):
         name_prefix: the file prefix before ``.envI``. Default None: a fresh
             ``openaigym.trace.<n>.<pid>``.
         batch_bytes: about how many bytes of records make one batch. Default 5,000,000.
-        compression: as for ``RecordTrace``. Default None.
+        compression: as for ``RecordTrace``. Default ``"auto"``.
         max_bytes: as for ``RecordTrace``; the budget holds for each sub-env's trace.
         commit_interval: as for ``RecordTrace``, for each sub-env's trace. Default 5.0.
         options: a ``StreamOptions``; its fields may also come as keyword
@@ -107,7 +107,7 @@ class RecordVectorTrace(VectorWrapper):
         *,
         name_prefix: str | None = None,
         batch_bytes: int = 5_000_000,
-        compression: str | Compression | None = None,
+        compression: str | Compression | None = "auto",
         max_bytes: int | None = None,
         commit_interval: float | None = 5.0,
         options: StreamOptions | None = None,

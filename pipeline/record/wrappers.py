@@ -48,9 +48,14 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             gym-recording's playback reads the files as they are.
         batch_bytes: about how many bytes of records make one batch (one
             commit). Default 5,000,000.
-        compression: ``"zstd"``, ``"zstd:LEVEL"``, ``"lz4"`` or a
-            ``Compression``: arrays stored compressed in chunks, in the
-            worker. Default None: uncompressed, readable by gym-recording.
+        compression: ``"auto"``, ``"zstd"``, ``"zstd:LEVEL"``, ``"lz4"``, a
+            ``Compression`` or None: arrays stored compressed in chunks (delta
+            filtered where that makes them smaller), in the worker. Default
+            ``"auto"``: image-like arrays (integer, at least two dimensions,
+            rows of at least 1 KiB) zstd-3 with the delta filter, the others
+            raw, so a recording of small vectors (CartPole's) stays readable
+            by gym-recording; None: every array raw. When any array is
+            compressed the batch JSON is too (``.json.zst``).
         max_bytes: a disk budget for this recording's batches: beyond it the
             oldest whole batches are evicted (``batches_evicted`` in
             ``stats()``); at least two batches. Default None: no budget.
@@ -91,7 +96,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         *,
         name_prefix: str | None = None,
         batch_bytes: int = 5_000_000,
-        compression: str | Compression | None = None,
+        compression: str | Compression | None = "auto",
         max_bytes: int | None = None,
         on_batch_committed: BatchCallback | None = None,
         commit_interval: float | None = 5.0,

@@ -1,6 +1,7 @@
 """Compressed traces against raw ones on Atari-like frames, side by side in one run.
 
-Two measurements per codec (raw, zstd-1, zstd-3, lz4), interleaved over
+Two measurements per codec (raw, zstd-1, zstd-3, zstd-3 without the delta filter ``zstd-3-nof``,
+the default ``auto``, lz4), interleaved over
 ``--rounds`` rounds, medians printed with ratios to raw:
 
 * throughput: the env (210x160x3 frames, no work of its own) steps as fast as
@@ -29,7 +30,8 @@ import time
 import envrec
 from envrec.bench.variants import FrameEnv
 
-CODECS = {"raw": None, "zstd-1": "zstd:1", "zstd-3": "zstd", "lz4": "lz4"}
+CODECS = {"raw": None, "zstd-1": "zstd:1", "zstd-3": "zstd", "zstd-3-nof": envrec.Compression(delta=False), "auto": "auto",
+          "lz4": "lz4"}
 
 
 def throughput(folder: str, compression, seconds: float) -> tuple[float, float]:
@@ -98,9 +100,9 @@ def main() -> None:
     med = {k: (statistics.median(tput[k]), statistics.median(size[k]), statistics.median(cost[k])) for k in CODECS}
     raw = med["raw"]
     print(f"Atari-like 210x160x3 frames, medians of {args.rounds} interleaved rounds of {args.seconds:g} s")
-    print(f"{'codec':>8} {'steps/s':>9} {'vs raw':>7} {'bytes/step':>11} {'smaller':>8} {'env µs/step':>12} {'vs raw':>7}")
+    print(f"{'codec':>10} {'steps/s':>9} {'vs raw':>7} {'bytes/step':>11} {'smaller':>8} {'env µs/step':>12} {'vs raw':>7}")
     for k, (sps, per_step, us) in med.items():
-        print(f"{k:>8} {sps:9.0f} {sps / raw[0]:6.2f}x {per_step:11.0f} {raw[1] / per_step:7.0f}x {us:12.1f} {us / raw[2]:6.2f}x")
+        print(f"{k:>10} {sps:9.0f} {sps / raw[0]:6.2f}x {per_step:11.0f} {raw[1] / per_step:7.0f}x {us:12.1f} {us / raw[2]:6.2f}x")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,8 @@ def main() -> None:
     args = p.parse_args()
     folder = args.out or tempfile.mkdtemp(prefix="envrec-memory-")
     try:
-        env = envrec.RecordTrace(FrameEnv(210, 160, length=None), folder)
+        # raw (compression=None): the read-back then maps the ~10 GB of frames instead of decompressing them into memory
+        env = envrec.RecordTrace(FrameEnv(210, 160, length=None), folder, compression=None)
         env.reset()
         procs = {"env": psutil.Process(), "serializer": psutil.Process(env.stats()["worker_pid"])}
         samples = []

@@ -1,5 +1,6 @@
 """What the tests share, one module a job; a test imports what it needs, e.g. ``from .support.episodes import run_episodes``.
 
+* ``batch_json``: a batch's JSON read and rewritten whether it is ``.json`` or ``.json.zst`` (``load_batch``).
 * ``episodes``: the episode loop (``run_episodes``, ``episode_lengths``) and the recorder feeder (``feed``).
 * ``envs``: small real envs (``SpaceEnv`` for every space shape, ``ColourEnv`` rendering known pictures) and ``Capture``.
 * ``processes``: child processes: the environment they inherit (``child_env``), the ``tests/child_*.py``

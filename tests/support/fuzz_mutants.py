@@ -5,7 +5,8 @@ file and renames it over the old one, so the original is never touched)
 with one or two of these applied to one of its files:
 
 * bytes: a byte flipped, the file truncated, bytes appended;
-* JSON: a field deleted or replaced by a value of the wrong type, a huge or
+* JSON (a ``.json.zst`` decompressed, changed and compressed again): a
+  field deleted or replaced by a value of the wrong type, a huge or
   negative number, a name leaving the folder, deep nesting, a malformed
   info tag; an array descriptor's size and chunks then made consistent
   with its new shape when the draw says so;
@@ -27,7 +28,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+import zstandard
 from hypothesis import strategies as st
+
+from .batch_json import batch_text, stored_bytes
 
 DEEP = "__deep__"  # spliced in as JSON nested 5,000 levels deep
 EVIL: list[Any] = [
@@ -121,11 +125,14 @@ def _consistent(desc: Any) -> None:
         desc["size"] = nbytes
 
 
+JSON_NAMES = (".json", ".json.zst")
+
+
 def _mutate_json(draw: Any, path: str, m: Mutant) -> None:
     try:
-        doc = json.loads(open(path, "rb").read())
-    except (ValueError, RecursionError):
-        return  # already not JSON, or nested too deep to change (an earlier mutation)
+        doc = json.loads(batch_text(path))
+    except (ValueError, RecursionError, zstandard.ZstdError):
+        return  # already not JSON (or not zstd), or nested too deep to change (an earlier mutation)
     paths = _json_paths(doc)
     by_depth: dict[int, list[tuple]] = {}
     for p in paths:
@@ -153,7 +160,7 @@ def _mutate_json(draw: Any, path: str, m: Mutant) -> None:
                     _consistent(holder)
                     break
     m.ops.append(f"json {op} {os.path.basename(path)}:{list(where)}")
-    replace(path, _dumps(doc))
+    replace(path, stored_bytes(path, _dumps(doc)))
 
 
 def _mutate_bytes(draw: Any, path: str, m: Mutant) -> None:
@@ -186,13 +193,16 @@ def _repoint(draw: Any, folder: str, name: str, copy: str, m: Mutant) -> bool:
     target = draw(st.sampled_from([copy, os.path.join("..", os.path.basename(os.path.dirname(copy)), name)]))
     found = False
     for doc_name in _files(folder):
-        if not doc_name.endswith(".json"):
+        if not doc_name.endswith(JSON_NAMES):
             continue
         path = os.path.join(folder, doc_name)
-        text = open(path, "rb").read()
+        try:
+            text = batch_text(path)
+        except zstandard.ZstdError:
+            continue  # no longer zstd (an earlier mutation)
         needle = json.dumps(name).encode()
         if needle in text:
-            replace(path, text.replace(needle, json.dumps(target).encode()))
+            replace(path, stored_bytes(path, text.replace(needle, json.dumps(target).encode())))
             found = True
     if found:
         m.ops.append(f"repoint {name} -> {target}")
@@ -237,7 +247,7 @@ def mutants(draw: Any, folder: str, outside: str) -> Mutant:
             continue
         if op == "escape" and m.escaped is None:
             _escape(draw, folder, outside, name, m)
-        elif op == "json" and name.endswith(".json"):
+        elif op == "json" and name.endswith(JSON_NAMES):
             _mutate_json(draw, path, m)
         else:
             _mutate_bytes(draw, path, m)
@@ -281,11 +291,11 @@ def wrong_values(value: Any) -> list[Any]:
 
 
 def set_field(path: str, where: tuple, value: Any, delete: bool) -> None:
-    """Rewrite the JSON file ``path`` with the field at ``where`` deleted or set to ``value``."""
-    doc = json.loads(open(path, "rb").read())
+    """Rewrite the JSON file ``path`` (or ``.json.zst``) with the field at ``where`` deleted or set to ``value``."""
+    doc = json.loads(batch_text(path))
     parent = _get(doc, where[:-1])
     if delete:
         del parent[where[-1]]
     else:
         parent[where[-1]] = value
-    replace(path, _dumps(doc))
+    replace(path, stored_bytes(path, _dumps(doc)))
