@@ -78,7 +78,7 @@ class EpisodeParts:
         self._raw_step = sum(f.row_bytes for f in raw)
         self._raw_row0 = sum(f.row_bytes for f in raw if any(f is o for o in self.obs))
         self._packed = [f for f in fields.arrays if f.packer is not None]
-        self._packers = [f.packer for f in self._packed]
+        self._packers = [f.packer for f in fields.arrays if f.packer is not None]
         self._spills = [jf.spill for jf in fields.jsons]
         # what a step of a run adds to the episode's bytes until a chunk is compressed (its info: empty)
         self._step_bytes = self._raw_step + INFO_ITEM_BYTES
