@@ -18,7 +18,8 @@ import envrec
 
 
 def trace(folder: str) -> dict:
-    rec = envrec.TraceRecorder(folder, spaces.Box(0, 255, (32, 32, 3), np.uint8), spaces.Discrete(2), batch_bytes=20_000)
+    rec = envrec.TraceRecorder(folder, spaces.Box(0, 255, (32, 32, 3), np.uint8), spaces.Discrete(2),
+                               batch_bytes=40_000)  # whole episodes (34 KB each) in every batch
     obs = np.zeros((32, 32, 3), np.uint8)
     raised = None
     try:

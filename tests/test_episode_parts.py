@@ -21,6 +21,11 @@ from gymnasium import spaces
 import envrec
 from envrec.bench.variants import FrameEnv
 from envrec.contract.faults import FaultSpec
+from envrec.contract.records import TraceLayout
+from envrec.formats.compression import parse_compression
+from envrec.formats.schema import describe_space
+from envrec.workers.batch_writer import BatchWriter
+from envrec.workers.episode_fields import EpisodeFields
 
 from .support.episodes import feed
 from .support.processes import start_child
@@ -245,6 +250,21 @@ def test_a_serializer_killed_in_a_part_commit_is_continued_by_its_successor(tmp_
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp") or "checkpoint" in n]
 
 
+@pytest.mark.parametrize("how", ["kill", "raise"])
+def test_a_compressing_serializer_killed_cutting_a_part_is_continued(tmp_path, how):
+    """Compressed, a successor that cuts before writing a row reads the part's last row from its last chunk."""
+    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, name_prefix="zk", batch_bytes=150, commit_interval=None,
+                               compression="zstd", faults=FaultSpec(at="part:cut", after=2, how=how), hang_timeout_s=2.0)
+    _endless(rec, 80, pause_s=0.01)  # idle checkpoints compress the rows so far: the stored size grows by them
+    assert wait_for(lambda: rec._stream.check() or rec.stats()["restarts"] == 1, 15)
+    _endless(rec, 20, start=80, pause_s=0.01)
+    rec.close()
+    assert rec.stats()["restarts"] == 1 and rec.stats()["records_lost"] == 0
+    reader = envrec.TraceReader(tmp_path)
+    assert len(check_parts(reader)) >= 4
+    assert len(reader) == 1 and _step_values(reader[0]) == list(range(100))
+
+
 def test_the_env_process_killed_mid_part_leaves_every_committed_part_readable(tmp_path):
     child = start_child("child_endless.py", str(tmp_path), "300", "wait")
     worker_pid = int(child.stdout.readline())
@@ -294,3 +314,31 @@ def test_a_reset_right_after_an_idle_cut_leaves_no_empty_part(tmp_path):
     assert [e["fn"] for e, _ in docs] == ["reset.ep000000000.json", "reset.ep000000001.json"]
     assert docs[0][1]["episodes"][0]["part"]["continues"] and "part" not in docs[1][1]["episodes"][0]
     assert [e.length for e in envrec.TraceReader(tmp_path)] == [5, 3]
+
+
+@pytest.mark.parametrize("compression", [None, "zstd", "lz4"])
+def test_a_parts_last_row_is_read_back_from_where_it_went(tmp_path, compression):
+    """The row carried over to the next part: from the chunk buffer, the batch file, a spill, or (a successor
+    that wrote none of the chunk) the last chunk decompressed."""
+    obs_space = spaces.Dict({"img": OBS, "vec": spaces.Box(-1, 1, (3,), np.float32)})
+    obs, act = describe_space(obs_space), describe_space(ACT)
+    fields = EpisodeFields(str(tmp_path), "lr", TraceLayout.from_specs(obs, act), obs, act, parse_compression(compression))
+    batch = BatchWriter(str(tmp_path), "lr", 0)
+    try:
+        fields.start_episode(batch.bin_size)
+        img, vec = fields.sinks[("observations", "img")], fields.sinks[("observations", "vec")]
+        rows = np.random.default_rng(0).integers(0, 256, (7, img.row_bytes), np.uint8)
+        for i, row in enumerate(rows):
+            img.write(row.tobytes(), batch)
+            vec.write(np.full(3, i, np.float32).tobytes(), batch)
+            fields.infos.write({"i": i})
+        assert img.last_row(batch) == rows[-1].tobytes() and fields.infos.last_item() == b'{"i":6}'
+        assert vec.last_row(batch) == np.full(3, 6, np.float32).tobytes()
+        for f in fields.arrays:
+            f.flush_chunk(batch)  # what a checkpoint does
+            f.buffered = False  # as in a successor, which wrote none of the chunk
+        fields.flush()
+        assert img.last_row(batch) == rows[-1].tobytes() and vec.last_row(batch) == np.full(3, 6, np.float32).tobytes()
+    finally:
+        batch.abort()
+        fields.close()
