@@ -101,6 +101,16 @@ class EpisodeFields:
         for jf in self.jsons:
             jf.items = 0
 
+    def restore(self, arrays: list[list[int]], jsons: list[int], filters: list[str | None]) -> None:
+        """Where each field stood at a checkpoint (``Checkpoint.arrays``, ``.jsons``, ``.filters``)."""
+        for af, (rows, offset, stored) in zip(self.arrays, arrays, strict=True):
+            af.rows, af.offset, af.stored = rows, offset, stored
+        for jf, items in zip(self.jsons, jsons, strict=True):
+            jf.items = items
+        for af, choice in zip(self.arrays, filters, strict=False):  # the recording's delta filters
+            if af.packer is not None:
+                af.packer.choose(choice)
+
     def flush(self) -> None:
         for f, _ in self.spills:
             f.flush()

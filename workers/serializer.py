@@ -128,13 +128,7 @@ class Serializer(CheckpointingHandler):
                 self.batch = BatchWriter.reopen(self.cfg.folder, self.cfg.prefix, cp.batch)
                 self.parts.batch_opened()
             self.episode_open, self._ep = cp.episode_open, self.parts.resume_ep(cp.ep)
-            for af, (rows, offset, stored) in zip(self.fields.arrays, cp.arrays, strict=True):
-                af.rows, af.offset, af.stored = rows, offset, stored
-            for jf, items in zip(self.fields.jsons, cp.jsons, strict=True):
-                jf.items = items
-            for af, choice in zip(self.fields.arrays, cp.filters, strict=False):  # the recording's delta filters
-                if af.packer is not None:
-                    af.packer.choose(choice)
+            self.fields.restore(cp.arrays, cp.jsons, cp.filters)
             for (f, _), (old_path, size) in zip(self.fields.spills, cp.spills, strict=True):
                 f.take_over(old_path, size)
             self.resume_cursor = cp.cursor

@@ -48,14 +48,12 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             gym-recording's playback reads the files as they are.
         batch_bytes: about how many bytes of records make one batch (one
             commit). Default 5,000,000.
-        compression: ``"auto"``, ``"zstd"``, ``"zstd:LEVEL"``, ``"lz4"``, a
-            ``Compression`` or None: arrays stored compressed in chunks (delta
-            filtered where that makes them smaller), in the worker. Default
-            ``"auto"``: image-like arrays (integer, at least two dimensions,
-            rows of at least 1 KiB) zstd-3 with the delta filter, the others
-            raw, so a recording of small vectors (CartPole's) stays readable
-            by gym-recording; None: every array raw. When any array is
-            compressed the batch JSON is too (``.json.zst``).
+        compression: ``"auto"`` (the default: image-like arrays, integer
+            with at least two dimensions and rows of at least 1 KiB, zstd-3
+            with the delta filter, the others raw, so CartPole-like recordings
+            stay readable by gym-recording), ``"zstd"``, ``"zstd:LEVEL"``,
+            ``"lz4"``, a ``Compression`` (every array), or None (all raw).
+            Compressed in the worker; then the batch JSON is too (``.json.zst``).
         max_bytes: a disk budget for this recording's batches: beyond it the
             oldest whole batches are evicted (``batches_evicted`` in
             ``stats()``); at least two batches. Default None: no budget.
