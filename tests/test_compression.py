@@ -73,13 +73,19 @@ def test_atari_like_frames_are_at_least_50x_smaller_and_inspect_shows_the_ratio(
 
 
 def test_random_access_and_the_decompressed_cache(tmp_path):
-    record(SpaceEnv(SPACES["box_f64_2d"], nan=False), tmp_path, episodes=6, batch_bytes=1, compression="lz4")
-    reader = envrec.TraceReader(tmp_path)
+    """A part per step (``batch_bytes=1``): random access stitches; whole episodes: decompressed once, then cached."""
+    record(SpaceEnv(SPACES["box_f64_2d"], nan=False), tmp_path / "parts", episodes=6, batch_bytes=1, compression="lz4")
+    reader = envrec.TraceReader(tmp_path / "parts")
     every = [ep.observations.copy() for ep in reader]
     for i in (5, 0, 3, 5, -1):
         ep = reader[i]
+        assert len(ep.parts) == ep.length > 1
         assert ep.observations.tobytes() == every[i].tobytes()
         assert not ep.observations.flags.writeable  # read-only, as memory-mapped arrays are
+    record(SpaceEnv(SPACES["box_f64_2d"], nan=False), tmp_path / "whole", episodes=6, compression="lz4")
+    reader = envrec.TraceReader(tmp_path / "whole")
+    assert [len(ep.parts) for ep in reader] == [1] * 6
+    assert not reader[4].observations.flags.writeable
     assert reader[2].observations is reader[2].observations  # decompressed once, then from the cache
 
 

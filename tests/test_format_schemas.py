@@ -94,12 +94,13 @@ def test_cartpole_traces_validate(tmp_path, compression):
 
 def test_image_traces_under_the_default_validate(tmp_path):
     """compression="auto": frames zstd with the delta filter, the rest raw, the batch JSON a .json.zst."""
-    env = envrec.RecordTrace(FrameEnv(length=30, frames="game"), str(tmp_path), batch_bytes=1)
+    env = envrec.RecordTrace(FrameEnv(length=30, frames="game"), str(tmp_path), commit_interval=None)
     run_episodes(env, 3)
     env.close()
     counts = validate_folder(tmp_path)
-    assert counts["manifests"] == 1 and counts["batches"] == 3, counts
+    assert counts["manifests"] == 1 and counts["batches"] == 1, counts
     batch = load_batch(glob.glob(str(tmp_path / "*.ep*.json.zst"))[0])
+    assert len(batch["episodes"]) == 3
     assert batch["episodes"][0]["observations"]["filter"] == "xor" and "codec" not in batch["episodes"][0]["actions"]
 
 

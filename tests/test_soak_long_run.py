@@ -19,7 +19,7 @@ def test_60_seconds_of_compressed_traces_and_video_under_disk_budgets(tmp_path):
     faulthandler.dump_traceback_later(290)  # the suite's 110 s stack dump is for hangs; this test runs 60 s
     budget = 24 << 20
     r = soak.soak(str(tmp_path), minutes=1.0, every_s=2.5, batch_bytes=1_000_000, max_bytes=budget, keep_last_clips=3,
-                  long_every=3, long_factor=5)
+                  long_every=3, long_factor=5, commit_interval=1.0)
     assert len(r["rows"]) >= 20
     failed = {k: what for k, (ok, what) in r["checks"].items() if not ok}
     assert not failed, failed

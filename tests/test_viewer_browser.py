@@ -231,7 +231,8 @@ def test_a_clip_of_a_long_episode_whose_first_parts_were_evicted_stays_synced(tm
     sync_playwright = _browser_or_skip()
     env = envrec.RecordVideo(FrameEnv(32, 32, length=None, frames="game"), str(tmp_path), episode_trigger=lambda e: e == 0,
                              fps=FPS)
-    env = envrec.RecordTrace(env, tmp_path, name_prefix="fr", batch_bytes=20_000, max_bytes=150_000, commit_interval=None)
+    env = envrec.RecordTrace(env, tmp_path, name_prefix="fr", batch_bytes=20_000, max_bytes=150_000,
+                             commit_interval=None, compression=None)  # raw frames: the budget must evict
     env.reset(seed=1)
     for _ in range(300):
         env.step(0)

@@ -73,7 +73,9 @@ def _join(values: list[Any], drop_first: bool) -> Any:
         return list(first) + [x for v in values[1:] for x in v[skip:]]
     if first is None:
         return None
-    return np.concatenate([first, *(np.asarray(v)[skip:] for v in values[1:])])
+    joined = np.concatenate([first, *(np.asarray(v)[skip:] for v in values[1:])])
+    joined.flags.writeable = False  # as read-only as a whole episode's arrays
+    return joined
 
 
 def _total(parts: Sequence[Episode]) -> float | None:

@@ -69,13 +69,14 @@ def folder_bytes(folder: str) -> int:
 
 def soak(out: str, minutes: float, every_s: float, episode_len: int = 1000, video_every: int = 10,
          max_bytes: int = 512 << 20, keep_last_clips: int = 20, batch_bytes: int = 5_000_000,
-         long_every: int = 7, long_factor: int = 20) -> dict:
+         long_every: int = 7, long_factor: int = 20, commit_interval: float | None = 5.0) -> dict:
     data = os.path.join(out, "recording")
     shutil.rmtree(data, ignore_errors=True)  # RecordVideo warns about a folder that exists
     env = base = FrameEnv(length=episode_len, frames="game")
     planned = lambda episode: episode_len * (long_factor if episode % long_every == long_every - 1 else 1)
     video = env = envrec.RecordVideo(env, data, episode_trigger=lambda e: e % video_every == 0, keep_last_clips=keep_last_clips)
-    trace = env = envrec.RecordTrace(env, data, compression="zstd", max_bytes=max_bytes, batch_bytes=batch_bytes)
+    trace = env = envrec.RecordTrace(env, data, compression="zstd", max_bytes=max_bytes, batch_bytes=batch_bytes,
+                                      commit_interval=commit_interval)
     rows: list[dict] = []
     csv_path = os.path.join(out, "soak.csv")
     with open(csv_path, "w", newline="") as f:
