@@ -48,7 +48,7 @@ def recording_env_creator(
     ``make_env(config)`` builds the env (or give a registered env id; it is
     made with ``render_mode="rgb_array"`` when ``video`` is on). ``trace``
     records traces (``options`` go to ``RecordTrace``: ``compression``,
-    ``max_bytes``, ``batch_bytes``, stream options); ``video=True`` adds
+    ``max_bytes``, ``batch_bytes``, ``commit_interval``, stream options); ``video=True`` adds
     ``RecordVideo`` with its defaults, a mapping gives its keyword arguments.
     Clips go to the runner folder's ``videos`` subfolder.
     """

@@ -27,6 +27,7 @@ from envrec.formats.schema import describe_space
 from envrec.workers.batch_writer import BatchWriter
 from envrec.workers.episode_fields import EpisodeFields
 
+from .support.batch_json import load_batch
 from .support.episodes import feed
 from .support.processes import start_child
 from .support.waiting import wait_for
@@ -215,6 +216,40 @@ def _committed_steps(folder) -> int:
     except envrec.TraceError:
         return 0
     return sum(e.length for e in reader)
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_pause_right_after_a_reset_commits_the_episodes_before_it(tmp_path, compression):
+    """The interval runs out while the episode just reset has no step: its reset row moves to the next batch,
+    the finished episodes are committed, and the episode reads back whole (no part key) from the next batch."""
+    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, name_prefix="lift", batch_bytes=10_000_000, commit_interval=0.3,
+                               compression=compression)
+    feed(rec, 2, steps=6)
+    rec.add_reset(np.full(OBS.shape, 9, np.uint8), {"first": True}, seed=2)  # then nothing for a while
+    assert wait_for(lambda: _committed_steps(tmp_path) == 12, 15)
+    assert [e["len"] for e in envrec.TraceReader(tmp_path).recordings[0].batches] == [2]
+    obs = np.full(OBS.shape, 9, np.uint8)
+    for t in range(5):
+        obs.flat[0] = t
+        rec.add_step(0, obs, 1.0, t == 4, False)
+    rec.close()
+    reader = envrec.TraceReader(tmp_path)
+    assert [e.length for e in reader] == [6, 6, 5] and [len(e.parts) for e in reader] == [1, 1, 1]
+    last = reader[2]
+    assert last.seed == 2 and last.infos[0] == {"first": True} and last.observations[0, 0, 0, 1] == 9
+    assert last.observations[1:, 0, 0, 0].tolist() == [0, 1, 2, 3, 4] and last.complete
+    batches = envrec.TraceReader(tmp_path).recordings[0].batches
+    assert all("part" not in ep for b in batches for ep in load_batch(tmp_path / b["fn"])["episodes"])
+
+
+def test_an_episode_shorter_than_the_interval_is_not_cut_by_it(tmp_path):
+    """Whole episodes wait in the open batch for the one running; only an episode (or part) older than
+    commit_interval is cut."""
+    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, name_prefix="short", batch_bytes=10_000_000, commit_interval=0.5)
+    feed(rec, 6, steps=70, during=lambda k, t: time.sleep(0.0015) if t % 2 else None)  # ~50 ms an episode
+    rec.close()
+    reader = envrec.TraceReader(tmp_path)
+    assert [len(e.parts) for e in reader] == [1] * 6 and [e.length for e in reader] == [70] * 6
 
 
 def test_a_paused_episode_that_ended_is_written_whole(tmp_path):

@@ -158,6 +158,13 @@ class BatchWriter:
             raise OSError(f"{self.bin_tmp} holds {len(data)} of the {n} bytes asked at {offset}")
         return data
 
+    def truncate_bin(self, size: int) -> None:
+        """Cut the .bin back to ``size`` bytes (an episode just reset leaving the batch: see ``episode_parts``)."""
+        self.bin.flush()
+        self.bin.truncate(size)
+        self.bin.seek(size)
+        self.bin_size = size
+
     def pad_bin(self) -> None:
         pad = -self.bin_size % ALIGN
         if pad:

@@ -37,6 +37,7 @@ class IdleCommit(enum.Enum):
     COMMIT = "commit"  # no episode is open: the batch is committed as it is
     CUT = "cut"  # the open episode is cut, the batch committed
     END_EPISODE = "end"  # its last step ended it (its reset is still to come): it is written whole, then committed
+    LIFT_RESET = "lift"  # an episode just reset, no step yet, holds back whole ones: its reset row moves to the next batch
     WAIT = "wait"  # an episode with no step yet holds the batch: look again an interval later
 
 
@@ -64,7 +65,8 @@ class EpisodeParts:
         fields: the episode's fields.
         obs_keys: the field keys of the observation's leaves, in record order.
         batch_bytes: an episode's bytes in one batch that make it a part.
-        commit_interval: seconds the open batch may hold data uncommitted; None: no limit.
+        commit_interval: seconds an episode (or part) may run before it is cut, and whole episodes may wait in
+            the open batch; None: no limit.
     """
 
     def __init__(self, fields: EpisodeFields, obs_keys: list[tuple], batch_bytes: int, commit_interval: float | None) -> None:
@@ -73,6 +75,7 @@ class EpisodeParts:
         self.batch_bytes = batch_bytes
         self.interval = commit_interval
         self.opened_at = 0.0  # when the open batch was started (time.monotonic)
+        self.episode_at = 0.0  # when the open episode (or its part) was started
         self._countdown = TIME_CHECK_STEPS
         raw = [f for f in fields.arrays if f.packer is None]  # their bytes: their rows' (N a step, and row 0)
         self._raw_step = sum(f.row_bytes for f in raw)
@@ -110,30 +113,40 @@ class EpisodeParts:
         self.opened_at = time.monotonic()
         self._countdown = TIME_CHECK_STEPS
 
+    def episode_opened(self) -> None:
+        self.episode_at = time.monotonic()
+
     def time_due(self, steps: int) -> bool:
-        """Whether the open batch is older than the commit interval; the clock is read only every
-        ``TIME_CHECK_STEPS`` steps (``steps``: how many are about to be written)."""
+        """Whether the open episode (its part) has run longer than the commit interval, so it is cut; the clock
+        is read only every ``TIME_CHECK_STEPS`` steps (``steps``: how many are about to be written). An
+        episode shorter than the interval is never cut by time: whole episodes before it wait for its end."""
         if self.interval is None:
             return False
         self._countdown -= steps
         if self._countdown > 0:
             return False
         self._countdown = TIME_CHECK_STEPS
-        return time.monotonic() - self.opened_at >= self.interval
+        return time.monotonic() - self.episode_at >= self.interval
+
+    def batch_due(self) -> bool:
+        """Whether the open batch is older than the commit interval (looked at when an episode ends)."""
+        return self.interval is not None and time.monotonic() - self.opened_at >= self.interval
 
     def due_in(self, batch: BatchWriter | None, episode_open: bool) -> float | None:
-        """Seconds until the open batch is older than the commit interval; None without an interval or when
-        nothing could be committed (no batch; only an episode just reset, waiting for its first step)."""
-        if self.interval is None or batch is None or not (batch.episodes or (episode_open and self.fields.rewards.rows)):
+        """Seconds until a commit is due while no record comes: the open episode's cut, or the open batch's
+        commit when no step of an episode is open; None without an interval or with nothing to commit."""
+        if self.interval is None or batch is None:
             return None
-        return self.opened_at + self.interval - time.monotonic()
+        if episode_open and self.fields.rewards.rows:
+            return self.episode_at + self.interval - time.monotonic()
+        return self.opened_at + self.interval - time.monotonic() if batch.episodes else None
 
     def idle_action(self, batch: BatchWriter | None, episode_open: bool, ep: dict) -> IdleCommit:
         """What to do when ``due_in`` says the commit is due and no record came."""
         if episode_open and self.fields.rewards.rows:
             return IdleCommit.END_EPISODE if ep["terminated"] or ep["truncated"] else IdleCommit.CUT
-        if batch is not None and batch.episodes and not episode_open:
-            return IdleCommit.COMMIT
+        if batch is not None and batch.episodes:
+            return IdleCommit.LIFT_RESET if episode_open else IdleCommit.COMMIT
         self.batch_opened()  # held back by an episode with no step yet
         return IdleCommit.WAIT
 
@@ -147,6 +160,16 @@ class EpisodeParts:
         self.fields.rewind()
         part, first_step = ep.get("part", 0) + 1, ep.get("first_step", 0) + length
         return {**ep, "return": 0.0, "part": part, "first_step": first_step, "carry": carry}
+
+    def lift_reset(self, batch: BatchWriter, ep: dict) -> dict:
+        """Take the open episode, reset but with no step yet, out of ``batch`` (its reset row carried to the next
+        batch, as a part's row 0), so the whole episodes before it can be committed; its state, as ``close_part``'s."""
+        carry = self.read_carry(batch)
+        start = next((f.offset for f in self.fields.arrays if f.direct), batch.bin_size)
+        batch.truncate_bin(min(start, batch.bin_size))
+        self.fields.rewind()
+        self.fields.start_episode(0)
+        return {**ep, "carry": carry}
 
     # -- the row carried over ----------------------------------------------------
     def read_carry(self, batch: BatchWriter) -> dict:

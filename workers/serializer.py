@@ -25,7 +25,7 @@ from envrec.formats.trace_format import BatchEntry, manifest_name, read_manifest
 from .batch_writer import BatchWriter
 from .checkpoint import Checkpoint, CheckpointFile, read_checkpoint
 from .episode_fields import EpisodeFields
-from .episode_parts import TIME_CHECK_STEPS, EpisodeParts, IdleCommit, episode_record
+from .episode_parts import EpisodeParts, IdleCommit, episode_record
 from .field_sinks import ArrayField
 from .manifest_writer import ManifestWriter
 from .resources import resources
@@ -217,7 +217,7 @@ class Serializer(CheckpointingHandler):
     def _on_reset(self, rec) -> None:
         if self.episode_open:
             self._end_episode("reset")
-        if self.batch is not None and self.batch.episodes and self.parts.time_due(TIME_CHECK_STEPS):
+        if self.batch is not None and self.batch.episodes and self.parts.batch_due():
             self._commit(self.position)
         self._open_episode(None)
         self._ep = {"episode_id": rec.episode, "return": 0.0, "terminated": False, "truncated": False}
@@ -233,6 +233,7 @@ class Serializer(CheckpointingHandler):
             self.parts.batch_opened()
         self.batch.pad_bin()
         self.fields.start_episode(self.batch.bin_size)
+        self.parts.episode_opened()
 
     def _on_meta(self, mv) -> None:
         meta = unpack_info(mv)
@@ -280,16 +281,17 @@ class Serializer(CheckpointingHandler):
         """Whether the open episode is to be cut before the next ``steps`` steps (never an empty part)."""
         return self.fields.rewards.rows > 0 and (self.parts.full() or self.parts.time_due(steps))
 
-    def _cut_part(self, cursor: int) -> None:
-        """Cut the open episode, commit its batch, start its next part (``cursor``: as ``_commit``'s)."""
-        self._ep = self.parts.close_part(self.batch, self._ep)  # type: ignore[arg-type]  # an open episode has its batch
+    def _cut_part(self, cursor: int, lift: bool = False) -> None:
+        """Cut the open episode, commit its batch, start its next part (``lift``: no step yet, moved whole: ``lift_reset``)."""
+        self._ep = (self.parts.lift_reset if lift else self.parts.close_part)(self.batch, self._ep)  # type: ignore[arg-type]
         self.faults.point("part:cut")
         self._commit(cursor)  # its checkpoint holds the carry: a successor starts the next part from it
         self._start_part()
         self.faults.point("part:next")
 
     def _start_part(self) -> None:
-        self._open_episode({"index": self._ep["part"], "first_step": self._ep["first_step"]})
+        part = self._ep.get("part")
+        self._open_episode({"index": part, "first_step": self._ep["first_step"]} if part else None)
         self.parts.write_carry(self._ep.pop("carry"), self.batch)  # type: ignore[arg-type]  # just opened
 
     def idle_in(self) -> float | None:
@@ -300,8 +302,8 @@ class Serializer(CheckpointingHandler):
         action = self.parts.idle_action(self.batch, self.episode_open, self._ep)
         if action is IdleCommit.END_EPISODE:
             self._end_episode("reset", cursor)  # it is over, its reset yet to come: written whole
-        if action is IdleCommit.CUT:
-            self._cut_part(cursor)
+        if action in (IdleCommit.CUT, IdleCommit.LIFT_RESET):
+            self._cut_part(cursor, lift=action is IdleCommit.LIFT_RESET)
         elif action is not IdleCommit.WAIT and self.batch is not None:
             self._commit(cursor)
 

@@ -53,6 +53,7 @@ __all__ = [
     "Manifest",
     "Segment",
     "batch_names",
+    "batch_position",
     "check_prefix",
     "checkpoint_names",
     "default_prefix",
@@ -60,6 +61,7 @@ __all__ = [
     "manifest_document",
     "manifest_name",
     "ndarray_descriptor",
+    "position_after",
     "read_manifest",
     "segment_document",
     "segment_name",
@@ -150,6 +152,22 @@ PREFIX = Accepts(
 
 def manifest_name(prefix: str) -> str:
     return prefix + MANIFEST_SUFFIX
+
+
+def batch_position(entry: BatchEntry) -> tuple[int, int]:
+    """Where a batch stands in its recording: its first record's episode and part (0 for an episode's start).
+    Strictly increasing over a recording's batches, oldest first (an episode's parts share ``first``)."""
+    head = entry.get("head_part")
+    return entry["first"], int(head["index"]) if head else 0
+
+
+def position_after(entry: BatchEntry) -> tuple[int, int]:
+    """The ``batch_position`` of the batch that comes right after ``entry``'s."""
+    if not entry.get("continues"):
+        return entry["first"] + entry["len"], 0
+    head = entry.get("head_part")
+    last = int(head["index"]) if head is not None and entry["len"] == 1 else 0  # its last record's part
+    return entry["first"] + entry["len"] - 1, last + 1
 
 
 def batch_names(prefix: str, first_episode: int, part: int = 0) -> tuple[str, str]:

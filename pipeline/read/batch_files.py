@@ -57,7 +57,8 @@ class Part:
     """Where one part of an episode lies: ``Episode.parts`` holds one per part it was read from.
 
     Attributes:
-        batch: the batch's ``.json`` file, relative to the reader's folder.
+        batch: the batch's JSON file (``.json``, or ``.json.zst`` when compressed: the manifest entry's
+            ``fn``), relative to the reader's folder.
         record: the record's position in the batch's ``episodes`` list.
         index: the part's number in its episode (0 for the first part, and for an episode written whole).
         first_step: the episode step number of the part's first action.

@@ -19,16 +19,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import TraceError
-from ..formats.trace_format import BatchEntry, Manifest
+from ..formats.trace_format import BatchEntry, Manifest, batch_position, position_after
 from .batch_files import Episode, Part
 
 __all__ = ["Part", "check_follows", "joins", "recording_ended", "settled", "stitch"]
-
-
-def _last_part(entry: BatchEntry) -> int:
-    """The part index of an entry's last record, as far as the entry tells (the head part when it is the only one)."""
-    head = entry.get("head_part")
-    return int(head["index"]) if head is not None and entry["len"] == 1 else 0
 
 
 def joins(entries: Sequence[BatchEntry]) -> list[bool]:
@@ -44,7 +38,7 @@ def joins(entries: Sequence[BatchEntry]) -> list[bool]:
         before = entries[k - 1] if k else None
         out.append(
             head is not None and before is not None and bool(before.get("continues"))
-            and entry["first"] == before["first"] + before["len"] - 1 and head["index"] == _last_part(before) + 1
+            and batch_position(entry) == position_after(before)
         )
     return out
 

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from ..formats.trace_format import BatchEntry, read_manifest, recording_batches
+from ..formats.trace_format import BatchEntry, batch_position, position_after, read_manifest, recording_batches
 
 __all__ = ["BatchCallback", "CommitWatcher"]
 
@@ -30,7 +30,7 @@ class CommitWatcher:
         self.manifest_path = manifest_path
         self.callback = callback
         self._seen_count = 0  # batches committed, as last polled
-        self._next_first = 0  # the episode index the next unseen batch starts at
+        self._next = (0, 0)  # the batch_position of the next unseen batch
 
     def poll(self, committed: int) -> None:
         """``committed``: the serializer's count of committed batches."""
@@ -43,12 +43,12 @@ class CommitWatcher:
             return
         self._seen_count = committed
         for entry in entries:
-            self._next_first = entry["first"] + entry["len"]
+            self._next = position_after(entry)
             self.callback(os.path.join(self.directory, entry["fn"]), entry)
 
     def _entries_since(self) -> list[BatchEntry]:
         head = read_manifest(self.manifest_path)
         batches = head.get("batches", [])
-        if not batches or batches[0]["first"] > self._next_first:  # new ones went into a closed segment
+        if not batches or batch_position(batches[0]) > self._next:  # new ones went into a closed segment
             batches = recording_batches(self.directory, head)
-        return [b for b in batches if b["first"] >= self._next_first]
+        return [b for b in batches if batch_position(b) >= self._next]
