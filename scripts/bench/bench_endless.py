@@ -9,7 +9,8 @@ steps it samples:
 * the bytes of every file in the folder (committed batches, the open batch,
   spills, manifests) and the bytes the manifest names, against ``max_bytes``;
 * what a ``TraceReader`` opened then sees: steps, the episode's ``first_step``
-  (it moves forward as a budget evicts the oldest parts) and its parts;
+  (it moves forward as a budget evicts the oldest parts) and its parts, and
+  how many times it had to read again because a batch was evicted under it;
 * how far behind the env the reader is, in steps and in seconds.
 
 Variants run side by side, interleaved over ``--rounds``: no recording,
@@ -48,21 +49,28 @@ def folder_bytes(folder: str) -> int:
 
 
 def look(folder: str) -> dict:
-    """What a reader opened now sees."""
-    try:
-        reader = envrec.TraceReader(folder)
-    except envrec.TraceError:
-        return {"steps": 0, "first_step": None, "parts": 0, "named_bytes": 0}
-    with reader:
-        steps = sum(ep.length for ep in reader)
-        last = reader[-1] if len(reader) else None
-        named = sum(m["counters"]["bytes"] for m in reader.manifests)
+    """What a reader opened now sees (read again when a budget evicts a batch under it, as ``refresh()`` would;
+    ``looks``: how many reads that took)."""
+    for looks in range(1, 51):
+        try:
+            reader = envrec.TraceReader(folder, verify=False)
+        except envrec.TraceError:
+            return {"steps": 0, "first_step": None, "parts": 0, "named_bytes": 0, "looks": looks}  # nothing committed yet
+        try:
+            with reader:
+                steps = sum(ep.length for ep in reader)
+                last = reader[-1] if len(reader) else None
+                named = sum(m["counters"]["bytes"] for m in reader.manifests)
+        except envrec.TraceError:
+            continue  # evicted while read: look again
         return {
             "steps": steps,
             "first_step": last.first_step if last is not None else None,
             "parts": len(last.parts) if last is not None else 0,
             "named_bytes": named,
+            "looks": looks,
         }
+    raise RuntimeError(f"{folder}: 50 looks in a row were overtaken by an eviction")
 
 
 def one_run(folder: str, variant: str, args: argparse.Namespace) -> dict:
@@ -119,7 +127,7 @@ def main() -> None:
               "[first_step, parts], behind by")
         for s in r["samples"]:
             print(f"  {s['step']:>6}: {s['disk_mb']:6.1f} / {s['named_bytes'] / MB:5.1f} MB   {s['steps']:>6} steps "
-                  f"[{s['first_step']}, {s['parts']}]   behind {s['behind_steps']} steps ({s['behind_s']:.2f} s)")
+                  f"[{s['first_step']}, {s['parts']}]   behind {s['behind_steps']} steps ({s['behind_s']:.2f} s), {s['looks']} look(s)")
         worst = max(s["disk_mb"] for s in r["samples"])
         print(f"  largest on disk: {worst:.1f} MB = {worst / 5:.2f}x max_bytes; after close: {r['final']}")
 
