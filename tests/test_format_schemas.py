@@ -105,7 +105,7 @@ def test_image_traces_under_the_default_validate(tmp_path):
 
 
 def test_closed_manifest_segments_validate(tmp_path):
-    _cartpole(tmp_path, 600, batch_bytes=1)  # a batch per step (episodes in parts): more than one segment of 256 batches
+    _cartpole(tmp_path, 300, batch_bytes=1)  # a batch per step (episodes in parts): more than one segment of 256 batches
     counts = validate_folder(tmp_path)
     assert counts["segments"] >= 1 and counts["batches"] > 256, counts
 

@@ -1,4 +1,4 @@
-"""The 60-second version of scripts/soak/soak_long_run.py: nothing grows, the budgets hold, every kept frame reads back,
+"""The 45-second version of scripts/soak/soak_long_run.py: nothing grows, the budgets hold, every kept frame reads back,
 episodes long enough to be committed in parts among the others."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from .support.scripts import load_script
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_60_seconds_of_compressed_traces_and_video_under_disk_budgets(tmp_path):
+def test_45_seconds_of_compressed_traces_and_video_under_disk_budgets(tmp_path):
     soak = load_script("soak/soak_long_run.py")
-    faulthandler.dump_traceback_later(290)  # the suite's 110 s stack dump is for hangs; this test runs 60 s
-    budget = 24 << 20
-    r = soak.soak(str(tmp_path), minutes=1.0, every_s=2.5, batch_bytes=1_000_000, max_bytes=budget, keep_last_clips=3,
+    faulthandler.dump_traceback_later(290)  # the suite's 110 s stack dump is for hangs; this test runs 45 s
+    budget = 6 << 20  # a few thousand frames kept: reading them all back stays short
+    r = soak.soak(str(tmp_path), minutes=0.75, every_s=1.5, batch_bytes=1_000_000, max_bytes=budget, keep_last_clips=2,
                   long_every=3, long_factor=5, commit_interval=1.0)
     assert len(r["rows"]) >= 20
     failed = {k: what for k, (ok, what) in r["checks"].items() if not ok}
@@ -33,7 +33,7 @@ def test_60_seconds_of_compressed_traces_and_video_under_disk_budgets(tmp_path):
     data = tmp_path / "recording"
     trace_bytes = sum(os.path.getsize(data / n) for n in os.listdir(data) if ".ep" in n)
     assert trace_bytes <= budget
-    assert len([n for n in os.listdir(data) if n.endswith(".mp4")]) == 3
+    assert len([n for n in os.listdir(data) if n.endswith(".mp4")]) == 2
     with open(tmp_path / "soak.csv") as f:
         assert len(list(csv.DictReader(f))) == len(r["rows"])
     assert (tmp_path / "soak.png").stat().st_size > 10_000

@@ -33,6 +33,7 @@ OBS = spaces.Box(0, 255, (16, 16, 3), np.uint8)
 ACT = spaces.Discrete(2)
 PREFIX = "t"
 EPISODES, STEPS = 6, 10
+BATCH_PER_EPISODE = 9_000  # an episode (8.6 KB of rows) is never cut, its batch (9.5 KB with its JSON) committed at its end
 CLIPS = ["c0", "c1", "c2"]
 ERRNO_TEXT = {"EIO": "Input/output error", "ENOSPC": "No space left on device"}
 
@@ -116,7 +117,7 @@ def _named_by(manifest) -> set[str]:
 def test_serializer_syscall_fault(case_dir, monkeypatch, caplog, fault):
     folder, where = case_dir
     _under_strace(monkeypatch, where, fault, trace_paths(folder, PREFIX))
-    rec = envrec.TraceRecorder(folder, OBS, ACT, batch_bytes=1, name_prefix=PREFIX, max_restarts=1)
+    rec = envrec.TraceRecorder(folder, OBS, ACT, batch_bytes=BATCH_PER_EPISODE, name_prefix=PREFIX, max_restarts=1)
     _record_trace(rec)  # raises nothing: the env never sees the fault
     if fault.persistent:
         assert wait_for(lambda: rec._stream.check() or rec.broken is not None, 20)
