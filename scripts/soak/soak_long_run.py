@@ -160,7 +160,7 @@ def read_back(folder: str, planned) -> dict:
     episodes = mismatches = frames = parted = 0
     for ep in reader:
         episodes += 1
-        parted += len(ep.parts) > 1
+        parted += len(ep.parts) > 1 or ep.first_step > 0  # stitched from parts, or its first ones evicted
         seed = ep.seed if ep.seed is not None else 0
         for t in range(0, ep.length + 1, 50):  # every 50th frame: the whole hour would take as long again to compare
             frames += 1
