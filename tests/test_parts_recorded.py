@@ -89,7 +89,6 @@ def test_evicted_parts_leave_the_newest_with_their_true_step_numbers(evicted):
 
 
 def test_arrow_rows_carry_the_true_step_numbers(evicted):
-    pytest.importorskip("pyarrow")
     from envrec.export import to_arrow
 
     first = envrec.TraceReader(evicted)[0]
@@ -101,7 +100,6 @@ def test_arrow_rows_carry_the_true_step_numbers(evicted):
 
 
 def test_minari_skips_an_unfinished_episode_with_a_warning(evicted, tmp_path, monkeypatch, caplog):
-    pytest.importorskip("minari")
     from envrec.export import to_minari
 
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
