@@ -226,6 +226,8 @@ def test_episodes_start_from_snapshots_at_the_reset_or_mid_episode(tmp_path):
     env = envrec.RecordTrace(gym.make(register_drift(), episode_len=10), tmp_path, snapshot=DRIFT_SNAPSHOT, snapshot_every=3)
     _record_into(env, [4, None])
     assert [(v.status, v.start) for v in verify(tmp_path)] == [("reproduced", "seed"), ("reproduced", "snapshot")]
+    with pytest.raises(ConfigError, match="tests.support.envs:NOPE"):
+        verify(tmp_path, snapshot="tests.support.envs:NOPE")
     reader = envrec.TraceReader(tmp_path)
     manifest, ep = reader.recordings[0].manifest, reader[1]
     hook, made = snapshot_hook(manifest), recreate_env(manifest)
