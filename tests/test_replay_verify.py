@@ -15,7 +15,7 @@ import envrec
 from envrec.cli import main
 from envrec.errors import ConfigError, TraceError
 from envrec.replay import Verdict, select_episodes, verify
-from envrec.replay.selection import EpisodeRef, parse_selection
+from envrec.replay.selection import EpisodeRef, episode_refs, parse_selection
 from envrec.replay.verdicts import read_verdicts, verdict_path
 
 from .support.envs import register_drift
@@ -93,6 +93,8 @@ def test_two_jobs_give_the_verdicts_of_one_and_selection_picks_by_outcome(cartpo
     reader = envrec.TraceReader(folder)
     terminated = [ep.episode_id for ep in reader if ep.ended_by == "terminated"]
     assert [v.episode_id for v in one] == terminated  # CartPole's random episodes all fail before step 500
+    read = [EpisodeRef(ep.index, ep.episode_id, ep.total_reward, ep.ended_by, ep.length, ep.first_step) for ep in reader]
+    assert episode_refs(reader) == read  # listed from the batches' records, as reading each episode gives them
 
 
 def test_hidden_randomness_is_found_at_its_step_and_field(drift, capsys):
