@@ -117,7 +117,8 @@ def test_an_env_that_cannot_be_recreated_names_make_and_make_then_works(vanished
     folder, _ = vanished
     assert main(["verify", str(folder)]) == 1
     out = capsys.readouterr().out
-    assert out.count(": cannot replay: cannot recreate the env") == 3 and "ModuleNotFoundError" in out and "--make module:function" in out
+    assert out.count(": cannot replay: ") == 3 and "'envrec-test/Vanishing-v0' is not registered here" in out, out
+    assert "--make module:function" in out
     assert main(["verify", str(folder), "--make", "tests.support.envs:make_drift", "--infos", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [v["status"] for v in printed["verdicts"]] == ["reproduced"] * 3

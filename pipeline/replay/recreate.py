@@ -28,6 +28,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
 from ..errors import ConfigError
+from .spec_trust import untrusted_reason
 
 __all__ = ["KEEP", "MAKE_HINT", "CannotRecreate", "describe_source", "load_callable", "recreate_env"]
 
@@ -148,15 +149,21 @@ def _spec(manifest: Mapping[str, Any]) -> EnvSpec | None:
         why = env.get("spec_error") or "the env had no spec (made by code, not gym.make)"
         raise CannotRecreate(f"{_prefix(manifest)} has no env spec to recreate the env from: {why}")
     try:
-        return EnvSpec.from_json(json.dumps(spec))
+        made = EnvSpec.from_json(json.dumps(spec))
     except Exception as exc:  # from_json raises several types on a malformed spec
         raise CannotRecreate(f"{_prefix(manifest)}: its recorded env spec is not a Gymnasium EnvSpec: {exc}") from exc
+    why = untrusted_reason(made)
+    if why is not None:
+        raise CannotRecreate(f"{_prefix(manifest)}: the recorded env spec is not made here: {why}")
+    return made
 
 
 def _env_id(manifest: Mapping[str, Any]) -> str:
     env_id = manifest.get("env_id")
     if not isinstance(env_id, str) or not env_id:
         raise CannotRecreate(f"{_prefix(manifest)} names no env: no env spec and no env id (the env was made by code)")
+    if ":" in env_id:  # gym.make("module:Id") would import the module a folder names
+        raise CannotRecreate(f"{_prefix(manifest)}: its env id {env_id!r} names a module to import, which is not done for a folder")
     return env_id
 
 
