@@ -9,5 +9,6 @@ compared with the recording step by step (``compare``); the verdicts are stored 
 
 from .selection import select_episodes
 from .verdicts import Verdict
+from .verify import verify
 
-__all__ = ["Verdict", "select_episodes"]
+__all__ = ["Verdict", "select_episodes", "verify"]

@@ -118,13 +118,15 @@ def parse_selection(text: str) -> list[Term]:
     return terms
 
 
-def select_episodes(episodes: Sequence[E], selection: str = "all") -> list[E]:
+def select_episodes(episodes: Sequence[E], selection: str = "all", *, missing_ok: bool = False) -> list[E]:
     """The episodes a selection picks, in the order given (their union, each once).
 
     Args:
         episodes: the episodes of one recording in order: ``Episode`` or ``EpisodeRef`` objects (anything
             with ``episode_id``, ``total_reward`` and ``ended_by``).
         selection: the SEL text (see the module docstring).
+        missing_ok: an id or range term picks the ids it finds (for one recording of several) instead of
+            raising for the others.
 
     Raises:
         ConfigError: a bad term, or an id (of an id or range term) that is not among ``episodes``.
@@ -133,11 +135,11 @@ def select_episodes(episodes: Sequence[E], selection: str = "all") -> list[E]:
     chosen: set[int] = set()  # positions in episodes
     position = {ep.episode_id: i for i, ep in enumerate(episodes)}
     for term in terms:
-        chosen.update(_pick(term, episodes, position))
+        chosen.update(_pick(term, episodes, position, missing_ok))
     return [episodes[i] for i in sorted(chosen)]
 
 
-def _pick(term: Term, episodes: Sequence[_Ranked], position: dict[int, int]) -> Iterable[int]:
+def _pick(term: Term, episodes: Sequence[_Ranked], position: dict[int, int], missing_ok: bool) -> Iterable[int]:
     n = len(episodes)
     if term.kind == "all":
         return range(n)
@@ -152,6 +154,8 @@ def _pick(term: Term, episodes: Sequence[_Ranked], position: dict[int, int]) -> 
         sign = 1.0 if term.kind == "worst" else -1.0
         ranked.sort(key=lambda i: (sign * float(episodes[i].total_reward or 0.0), i))
         return ranked[: term.count]
+    if missing_ok:
+        return [i for k, i in position.items() if term.first <= k <= term.last]
     missing = [k for k in range(term.first, term.last + 1) if k not in position]
     if missing:
         shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
