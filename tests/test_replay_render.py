@@ -6,6 +6,7 @@ import json
 import os
 
 import gymnasium as gym
+import jsonschema
 import numpy as np
 import pytest
 
@@ -18,6 +19,8 @@ from .support.picture_env import register
 from .support.video import decode, meta
 
 os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+with open(os.path.join(os.path.dirname(__file__), os.pardir, "docs", "schemas", "clip-meta.schema.json")) as _f:
+    CLIP_META = jsonschema.Draft202012Validator(json.load(_f))
 
 EPISODES = 6
 CAP = 15  # steps: CartPole's random episodes then end either way, terminated or truncated
@@ -57,8 +60,9 @@ def cartpole(tmp_path_factory):
 @pytest.mark.timeout(60)
 def test_rendered_clips_have_the_live_clips_frames_and_step_ranges(cartpole, tmp_path):
     d, episodes = cartpole
-    clips = render(d, "1,4", out=tmp_path)
-    assert [c.episode_id for c in clips] == [1, 4]
+    closed = []
+    clips = render(d, "1,4", out=tmp_path, on_clip_closed=lambda path, m: closed.append((path, m["episode_id"])))
+    assert [c.episode_id for c in clips] == [1, 4] and closed == [(c.path, c.episode_id) for c in clips]
     for clip in clips:
         name = f"rl-video-episode-{clip.episode_id}"
         assert clip.verdict == "reproduced" and clip.path == str(tmp_path / f"{name}.mp4"), clip
@@ -67,6 +71,7 @@ def test_rendered_clips_have_the_live_clips_frames_and_step_ranges(cartpole, tmp
         assert replayed["frames_written"] == clip.frames == length + 1  # one frame per observation
         assert replayed["step_range"] == live["step_range"] and live["step_range"][1] - live["step_range"][0] == length
         assert replayed["episode_id"] == clip.episode_id and replayed["fps"] == live["fps"]
+        CLIP_META.validate(replayed)
         assert replayed["replay"]["verdict"] == "reproduced" and replayed["replay"]["diverged_at"] is None
         ours, theirs = decode(clip.path, 600, 400), decode(d / "live" / f"{name}.mp4", 600, 400)
         assert len(ours) == length + 1 and np.array_equal(ours, theirs)  # x264 with one thread: the same pixels
@@ -102,6 +107,7 @@ def test_a_diverging_replay_still_writes_its_whole_clip(pictures, tmp_path):
     [clip] = render(pictures / "hidden", "0", out=tmp_path)
     assert (clip.verdict, clip.diverged_at, clip.field) == ("diverged", 5, "observations"), clip
     m = meta(tmp_path, "rl-video-episode-0")
+    CLIP_META.validate(m)
     assert m["replay"]["verdict"] == "diverged" and m["replay"]["diverged_at"] == 5 and m["replay"]["where"] == "[1]"
     assert m["frames_written"] == 13 == len(decode(clip.path, 64, 48)) and m["step_range"] == [0, 12]
 
@@ -139,4 +145,4 @@ def test_bad_input_is_named(cartpole, tmp_path, capsys):
         assert _status(["render", str(d), "--out", str(tmp_path), *argv]) == 2, argv
         assert words in capsys.readouterr().err, argv
     assert not os.listdir(tmp_path)  # nothing was rendered
-    assert json.loads(json.dumps(parse_env_kwargs([]))) == {}
+    assert parse_env_kwargs([]) == {}

@@ -36,7 +36,7 @@ from ..formats.clip_meta import meta_path, read_clip_meta
 from ..formats.ffmpeg import VideoSettings
 from ..formats.trace_format import check_prefix
 from ..read.reader import Episode, TraceReader
-from ..record.video import VideoRecorder
+from ..record.video import ClipCallback, VideoRecorder
 
 __all__ = ["RenderOptions", "RenderedClip", "parse_env_kwargs", "render", "render_task", "reset_steps"]
 
@@ -122,6 +122,7 @@ def render(
     make: str | Callable[..., gym.Env] | None = None,
     settings: VideoSettings | None = None,
     snapshot: Any = None,
+    on_clip_closed: ClipCallback | None = None,
 ) -> list[RenderedClip]:
     """Replay the selected episodes of a recording with rendering on and write their clips.
 
@@ -140,6 +141,8 @@ def render(
         settings: the encoder's ``VideoSettings``. Default: its defaults (as ``RecordVideo``'s).
         snapshot: the snapshot hook restoring the recorded states (a ``Snapshot`` or ``"module:qualname"``).
             Default None: the one the recording names.
+        on_clip_closed: ``callback(video_path, meta)`` per clip written, as ``RecordVideo``'s (W&B, TensorBoard,
+            an upload), called in this process once the clips are done, in episode order. Default None.
 
     Returns:
         One ``RenderedClip`` per selected episode, in episode order.
@@ -163,8 +166,13 @@ def render(
     def failed(item: tuple[int, int], why: str) -> RenderedClip:
         return RenderedClip(recording, item[1], None, None, "cannot_replay", reason=why)
 
-    return run_jobs(render_task, os.fspath(directory), recording, items, {"render": options}, jobs=jobs, ray=ray,
-                    on_failure=failed)
+    clips = run_jobs(render_task, os.fspath(directory), recording, items, {"render": options}, jobs=jobs, ray=ray,
+                     on_failure=failed)
+    if on_clip_closed is not None:
+        for clip in clips:
+            if clip.meta_path is not None and os.path.exists(clip.meta_path):
+                on_clip_closed(clip.path, read_clip_meta(clip.meta_path))
+    return clips
 
 
 def _options(directory, out, env_kwargs, fps, name_prefix, make, settings, snapshot) -> RenderOptions:
@@ -238,7 +246,7 @@ def _make_env(manifest: Mapping[str, Any], options: RenderOptions) -> gym.Env:
         env = recreate_env(manifest, make=options.make, render_mode="rgb_array", env_kwargs=options.env_kwargs)
     except CannotRecreate as exc:
         if options.env_kwargs:
-            shown = " ".join(f"{k}={json.dumps(v)}" for k, v in options.env_kwargs.items())
+            shown = " ".join(f"{k}={json.dumps(v, default=repr)}" for k, v in options.env_kwargs.items())
             raise ConfigError(f"cannot make the env with the env kwargs {shown} (--env-kwargs): {exc.reason}") from exc
         raise
     modes = env.metadata.get("render_modes") or []
