@@ -14,6 +14,7 @@ import envrec
 from envrec.cli import main
 from envrec.errors import ConfigError
 from envrec.replay.render import parse_env_kwargs, render
+from envrec.viewer.catalog import Catalog
 
 from .support.picture_env import register
 from .support.video import decode, meta
@@ -88,8 +89,10 @@ def test_selection_by_outcome_on_the_command_line(cartpole, tmp_path, capsys):
     rendered = {int(n.split("-")[-1].split(".")[0]) for n in os.listdir(tmp_path) if n.endswith(".mp4")}
     assert rendered == failed | {worst}, out
     assert f"{len(rendered)} reproduced" in out
-    assert main(["render", str(d), "--out", str(tmp_path / "last")]) == 0  # default: last:1
-    assert os.listdir(tmp_path / "last") and {n.split(".")[0] for n in os.listdir(tmp_path / "last")} == {f"rl-video-episode-{EPISODES - 1}"}
+    assert main(["render", str(d)]) == 0  # the last episode, into DIR/videos: where the viewer finds it
+    assert {n.split(".")[0] for n in os.listdir(d / "videos")} == {f"rl-video-episode-{EPISODES - 1}"}
+    listed = {e["episode_id"]: e["clip"] for e in Catalog(str(d)).index()["episodes"]}
+    assert listed == {e: f"rl-video-episode-{e}" if e == EPISODES - 1 else None for e in episodes}
 
 
 @pytest.fixture(scope="module")
