@@ -3,6 +3,7 @@ compared step by step; the verdicts, the file they are stored in, the selection 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -22,10 +23,14 @@ from .support.envs import register_drift
 pytestmark = pytest.mark.timeout(120)
 
 
-def _record(folder, env, seeds, action_seed=0):
+def _record(folder, env, seeds):
     """Record one episode per seed (None: an unseeded reset) of ``env`` with sampled actions; the prefix."""
-    env = envrec.RecordTrace(env, folder)
-    env.action_space.seed(action_seed)
+    return _record_into(envrec.RecordTrace(env, folder), seeds)
+
+
+def _record_into(env, seeds):
+    """Step ``env`` (a ``RecordTrace``) through one episode per seed, then close it; its prefix."""
+    env.action_space.seed(0)
     for seed in seeds:
         env.reset(seed=seed)
         done = False
@@ -107,7 +112,7 @@ def test_hidden_randomness_is_found_at_its_step_and_field(drift, capsys):
 
 
 def test_an_env_that_cannot_be_recreated_names_make_and_make_then_works(vanished, capsys):
-    folder, prefix = vanished
+    folder, _ = vanished
     assert main(["verify", str(folder)]) == 1
     out = capsys.readouterr().out
     assert out.count(": cannot replay: cannot recreate the env") == 3 and "ModuleNotFoundError" in out and "--make module:function" in out
@@ -127,7 +132,10 @@ def test_a_job_whose_process_dies_gives_cannot_replay_for_that_episode_only(vani
 def test_selection_grammar():
     refs = [EpisodeRef(i, i + 10, r, e, 5, 0) for i, (r, e) in enumerate(
         [(3.0, "terminated"), (1.0, "truncated"), (None, "terminated"), (9.0, "truncated"), (1.0, "terminated")])]
-    ids = lambda sel: [r.episode_id for r in select_episodes(refs, sel)]  # noqa: E731
+
+    def ids(sel):
+        return [r.episode_id for r in select_episodes(refs, sel)]
+
     assert ids("all") == ids("10-14") == [10, 11, 12, 13, 14]
     assert ids("13,11") == [11, 13] and ids(" 12 , 12-13 ") == [12, 13]
     assert ids("worst:2") == [11, 14] and ids("best:1") == [13] and ids("worst:9") == [10, 11, 13, 14]
@@ -199,3 +207,35 @@ def test_ray_tasks_give_the_verdicts_of_one_process(cartpole):
     finally:
         ray.shutdown()
     assert [v.to_json() for v in on_ray] == [v.to_json() for v in verify(folder, "0-5")]
+
+
+def test_episodes_start_from_snapshots_at_the_reset_or_mid_episode(tmp_path):
+    from envrec.replay.engine import CannotReplay, Replay, compare, plan_start, snapshot_hook
+    from envrec.replay.recreate import recreate_env
+
+    from .support.envs import DRIFT_SNAPSHOT
+
+    env = envrec.RecordTrace(gym.make(register_drift(), episode_len=10), tmp_path, snapshot=DRIFT_SNAPSHOT, snapshot_every=3)
+    _record_into(env, [4, None])
+    assert [(v.status, v.start) for v in verify(tmp_path)] == [("reproduced", "seed"), ("reproduced", "snapshot")]
+    reader = envrec.TraceReader(tmp_path)
+    manifest, ep = reader.recordings[0].manifest, reader[1]
+    hook, made = snapshot_hook(manifest), recreate_env(manifest)
+    assert hook is DRIFT_SNAPSHOT and [s.step for s in ep.snapshots] == [3, 6, 9]
+
+    def replayed(episode, **how):
+        start = plan_start(episode, hook, **how)
+        steps = list(Replay(made, episode, start, hook))
+        return start.from_step, [s.step for s in steps], [compare(s) for s in steps]
+
+    assert replayed(ep, from_step=7) == (6, [6, 7, 8, 9, 10], [None] * 5)
+    rows = slice(4, None)  # as when a disk budget evicted the first 4 steps: the first kept snapshot is step 6
+    evicted = dataclasses.replace(ep, observations=ep.observations[rows], actions=ep.actions[rows], rewards=ep.rewards[rows],
+                                  terminations=ep.terminations[rows], truncations=ep.truncations[rows],
+                                  infos=ep.infos[rows], first_step=4, length=ep.length - 4)
+    assert replayed(evicted) == (6, [6, 7, 8, 9, 10], [None] * 5)
+    with pytest.raises(CannotReplay, match="first 4 steps were not kept"):
+        plan_start(dataclasses.replace(evicted, snapshots=()), hook)
+    no_rng = dataclasses.replace(ep, snapshots=tuple(dataclasses.replace(s, rng=None) for s in ep.snapshots))
+    steps = Replay(made, no_rng, plan_start(no_rng, hook, from_step=3), hook)  # np_random not restored: step 4 differs
+    assert next(d for s in steps if (d := compare(s))).step == 4

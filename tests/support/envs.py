@@ -179,3 +179,18 @@ def make_drift(render_mode=None, **kwargs):
 def make_crashing(render_mode=None):
     """A ``DriftEnv`` whose process dies in the episode reset with seed 1."""
     return make_drift(render_mode, crash_seed=1)
+
+
+class DriftSnapshot:
+    """A snapshot hook for ``DriftEnv``: its step count (``np_random`` is recorded beside a snapshot)."""
+
+    name = "tests.support.envs:DRIFT_SNAPSHOT"
+
+    def take(self, env):
+        return np.array([env.unwrapped.t], np.int64)
+
+    def restore(self, env, state):
+        env.unwrapped.t = int(state[0])
+
+
+DRIFT_SNAPSHOT = DriftSnapshot()
