@@ -210,7 +210,9 @@ def _select(directory: str | os.PathLike, prefix: str | None, selection: str,
 
 
 def render_task(directory: str, prefix: str | None, items: list[tuple[int, int]], options: dict[str, Any]) -> list[RenderedClip]:
-    """A render job (``envrec.replay.jobs``): film episodes of one recording, one env and one encoder for them all.
+    """A render job (``envrec.replay.jobs``): film episodes of one recording through one encoder, each episode in
+    an env made for it (an ALE game keeps its sticky-action RNG across resets: a clip must not depend on the
+    episodes filmed before it).
 
     Args:
         directory: the folder of the recording.
@@ -223,19 +225,26 @@ def render_task(directory: str, prefix: str | None, items: list[tuple[int, int]]
             changed since the episodes were chosen.
     """
     opts: RenderOptions = options["render"]
+    filmed = []
     with TraceReader(directory, prefix=prefix) as reader:
         rec = reader.recordings[0]
         episodes = [_episode(reader, index, eid) for index, eid in items]
         starts = reset_steps(reader, episodes)
-        env = _make_env(rec.manifest, opts)
+        hook, name = _hook(rec.manifest, opts.snapshot), str(rec.manifest.get("prefix"))
+        env = _make_env(rec.manifest, opts)  # the first episode's: its metadata gives the clips' fps
         try:
             fps = opts.fps or env.metadata.get("render_fps") or 30
-            hook = _hook(rec.manifest, opts.snapshot)
-            with VideoRecorder(opts.out, fps=fps, settings=opts.settings, env_id=rec.manifest.get("env_id")) as recorder:
-                name = str(rec.manifest.get("prefix"))
-                filmed = [_film(_Job(env, recorder, name, hook, opts), ep, starts[ep.episode_id]) for ep in episodes]
-        finally:
+            recorder = VideoRecorder(opts.out, fps=fps, settings=opts.settings, env_id=rec.manifest.get("env_id"))
+        except BaseException:
             env.close()
+            raise
+        with recorder:
+            for k, ep in enumerate(episodes):
+                env = env if k == 0 else _make_env(rec.manifest, opts)  # one for each: none films what one before left
+                try:
+                    filmed.append(_film(_Job(env, recorder, name, hook, opts), ep, starts[ep.episode_id]))
+                finally:
+                    env.close()
     return [_finished(opts.out, clip) for clip in filmed]
 
 
