@@ -13,7 +13,7 @@ import pytest
 import envrec
 from envrec.cli import main
 from envrec.errors import ConfigError
-from envrec.replay.render import parse_env_kwargs, render
+from envrec.replay.render import parse_env_kwargs, render, reset_steps
 from envrec.viewer.catalog import Catalog
 
 from .support.picture_env import register
@@ -27,15 +27,19 @@ EPISODES = 6
 CAP = 15  # steps: CartPole's random episodes then end either way, terminated or truncated
 
 
-def _run(env, episodes: int, seed_all: bool) -> None:
+def _run(env, episodes: int, seed_all: bool) -> list[int]:
+    """Step random actions through ``episodes`` episodes; their lengths."""
     env.action_space.seed(0)
+    lengths = []
     for e in range(episodes):
         env.reset(seed=e if seed_all or e == 0 else None)
-        done = False
+        done, n = False, 0
         while not done:
             _, _, term, trunc, _ = env.step(env.action_space.sample())
-            done = term or trunc
+            done, n = term or trunc, n + 1
+        lengths.append(n)
     env.close()
+    return lengths
 
 
 def _status(argv: list[str]) -> int:
@@ -127,6 +131,21 @@ def test_env_kwargs_set_the_frame_size_in_parallel_jobs(pictures, tmp_path, caps
         assert m["replay"]["env_kwargs"] == {"width": 40, "height": 30} and m["replay"]["verdict"] == "reproduced"
         assert len(decode(tmp_path / f"rl-video-episode-{e}.mp4", 40, 30)) == 13
     assert os.getpid() not in pids  # filmed by the jobs' interpreters
+
+
+@pytest.mark.timeout(60)
+def test_step_ranges_count_evicted_steps_and_an_evicted_start_cannot_be_filmed(tmp_path):
+    """A part per step under a disk budget: the oldest episodes and the start of the last are evicted."""
+    env = envrec.RecordTrace(gym.make(register()), tmp_path, batch_bytes=1, max_bytes=6000, commit_interval=None)
+    lengths = _run(env, 6, True)
+    with envrec.TraceReader(tmp_path) as reader:
+        kept = list(reader)
+        assert kept and kept[0].first_step > 0 and reader.recordings[0].manifest["evicted"]["steps"] > 0
+        starts = reset_steps(reader, kept)
+    assert starts == {ep.episode_id: sum(lengths[: ep.episode_id]) for ep in kept}
+    [clip] = render(tmp_path, str(kept[0].episode_id), out=tmp_path / "videos")
+    assert clip.verdict == "cannot_replay" and "evicted" in clip.reason and clip.path is clip.meta_path is None
+    assert not os.listdir(tmp_path / "videos")
 
 
 @pytest.mark.timeout(60)

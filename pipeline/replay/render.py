@@ -12,12 +12,13 @@ the trace and ``on_clip_closed``-style consumers take it as they take a live one
 
 The replay is compared with the recording as it goes (``envrec.replay.compare``, as verify compares).
 A replay that diverges still films every recorded action; its metadata says where, under ``"replay"``:
-``{"recording", "verdict": "reproduced" | "diverged", "diverged_at", "field", "where", "from_step",
-"start", "env_kwargs"}``. An episode that cannot be replayed (``cannot_replay``: no reset state recorded)
+``{"recording", "verdict": "reproduced" | "diverged", "diverged_at", "field", "where", "recorded",
+"replayed", "difference", "start", "from_step", "env_kwargs", "error"}`` (``error``: the env raised, the
+clip ends there; its verdict is then ``cannot_replay`` unless it had diverged before). An episode that cannot be replayed (``cannot_replay``: no reset state recorded)
 gets no clip: its ``RenderedClip`` says why.
 
 Episodes are rendered in one process (``jobs=1``), in ``jobs`` fresh interpreters or as Ray tasks
-(``envrec.replay.jobs``); each job recreates the env once and films its episodes through one encoder.
+(``envrec.replay.jobs``); a job films its episodes through one encoder, each in an env made for it.
 """
 
 from __future__ import annotations
@@ -340,7 +341,9 @@ def reset_steps(reader: TraceReader, episodes: Sequence[Episode]) -> dict[int, i
     step counter was at that reset, so the first number of its clip's ``step_range``.
 
     Counted from the manifest: the steps of evicted batches, of the batches before the episode's first kept
-    part, and of the records before it in its batch, less the steps of its own start that were evicted.
+    part, and of the records before it in its batch, less the steps of its own start that were evicted
+    (``RecordVideo`` counts every step since it wrapped the env: the same count when it and ``RecordTrace``
+    wrapped the env from the start).
 
     Args:
         reader: a reader of one recording.
@@ -354,13 +357,14 @@ def reset_steps(reader: TraceReader, episodes: Sequence[Episode]) -> dict[int, i
     for entry in rec.batches:
         before[entry["fn"]] = total
         total += int(entry["steps"])
-    out = {}
+    out, loaded = {}, {}
     files = BatchFiles(reader.directory, verify=False)
     try:
         for ep in episodes:
             part = ep.parts[0]
-            records = files.load(next(e for e in rec.batches if e["fn"] == part.batch), rec.manifest)
-            in_batch = sum(int(r.get("length", 0)) for r in records[: part.record])
+            if part.batch not in loaded:
+                loaded[part.batch] = files.load(next(e for e in rec.batches if e["fn"] == part.batch), rec.manifest)
+            in_batch = sum(int(r.get("length", 0)) for r in loaded[part.batch][: part.record])
             out[ep.episode_id] = before[part.batch] + in_batch - part.first_step
     finally:
         files.close()
