@@ -122,7 +122,9 @@ def test_a_diverging_replay_still_writes_its_whole_clip(pictures, tmp_path):
 @pytest.mark.timeout(90)
 def test_env_kwargs_set_the_frame_size_in_parallel_jobs(pictures, tmp_path, capsys):
     argv = ["render", str(pictures / "plain"), "--episodes", "all", "--out", str(tmp_path), "--jobs", "2"]
-    assert main([*argv, "--env-kwargs", "width=40", "height=30"]) == 0, capsys.readouterr()
+    assert main([*argv, "--env-kwargs", "width=40", "height=30", "--json"]) == 0, capsys.readouterr()
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["reproduced"] == 2 and [c["episode_id"] for c in printed["clips"]] == [0, 1]
     pids = set()
     for e, step_range in ((0, [0, 12]), (1, [12, 24])):
         m = meta(tmp_path, f"rl-video-episode-{e}")
