@@ -15,7 +15,7 @@ import envrec
 from envrec.cli import main
 from envrec.errors import ConfigError, TraceError
 from envrec.replay import Verdict, select_episodes, verify
-from envrec.replay.selection import EpisodeRef, parse_selection
+from envrec.replay.selection import EpisodeRef, episode_refs, parse_selection
 from envrec.replay.verdicts import read_verdicts, verdict_path
 
 from .support.envs import register_drift
@@ -93,6 +93,8 @@ def test_two_jobs_give_the_verdicts_of_one_and_selection_picks_by_outcome(cartpo
     reader = envrec.TraceReader(folder)
     terminated = [ep.episode_id for ep in reader if ep.ended_by == "terminated"]
     assert [v.episode_id for v in one] == terminated  # CartPole's random episodes all fail before step 500
+    read = [EpisodeRef(ep.index, ep.episode_id, ep.total_reward, ep.ended_by, ep.length, ep.first_step) for ep in reader]
+    assert episode_refs(reader) == read  # listed from the batches' records, as reading each episode gives them
 
 
 def test_hidden_randomness_is_found_at_its_step_and_field(drift, capsys):
@@ -116,7 +118,7 @@ def test_an_env_that_cannot_be_recreated_names_make_and_make_then_works(vanished
     assert main(["verify", str(folder)]) == 1
     out = capsys.readouterr().out
     assert out.count(": cannot replay: cannot recreate the env") == 3 and "ModuleNotFoundError" in out and "--make module:function" in out
-    assert main(["verify", str(folder), "--make", "tests.support.envs:make_drift", "--json"]) == 0
+    assert main(["verify", str(folder), "--make", "tests.support.envs:make_drift", "--infos", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [v["status"] for v in printed["verdicts"]] == ["reproduced"] * 3
 
@@ -127,6 +129,14 @@ def test_a_job_whose_process_dies_gives_cannot_replay_for_that_episode_only(vani
     verdicts = verify(folder, jobs=2, make="tests.support.envs:make_crashing")
     assert [v.status for v in verdicts] == ["reproduced", "cannot_replay", "reproduced"]
     assert "process died" in verdicts[1].reason
+
+
+@pytest.mark.timeout(60)
+def test_a_job_that_hangs_is_given_up_on_after_its_timeout(vanished):
+    folder, _ = vanished
+    verdicts = verify(folder, jobs=2, make="tests.support.envs:make_hanging", timeout=3)
+    assert [v.status for v in verdicts] == ["reproduced", "cannot_replay", "reproduced"]
+    assert "no result within 3 s" in verdicts[1].reason
 
 
 def test_selection_grammar():
@@ -218,6 +228,8 @@ def test_episodes_start_from_snapshots_at_the_reset_or_mid_episode(tmp_path):
     env = envrec.RecordTrace(gym.make(register_drift(), episode_len=10), tmp_path, snapshot=DRIFT_SNAPSHOT, snapshot_every=3)
     _record_into(env, [4, None])
     assert [(v.status, v.start) for v in verify(tmp_path)] == [("reproduced", "seed"), ("reproduced", "snapshot")]
+    with pytest.raises(ConfigError, match="tests.support.envs:NOPE"):
+        verify(tmp_path, snapshot="tests.support.envs:NOPE")
     reader = envrec.TraceReader(tmp_path)
     manifest, ep = reader.recordings[0].manifest, reader[1]
     hook, made = snapshot_hook(manifest), recreate_env(manifest)
@@ -239,3 +251,24 @@ def test_episodes_start_from_snapshots_at_the_reset_or_mid_episode(tmp_path):
     no_rng = dataclasses.replace(ep, snapshots=tuple(dataclasses.replace(s, rng=None) for s in ep.snapshots))
     steps = Replay(made, no_rng, plan_start(no_rng, hook, from_step=3), hook)  # np_random not restored: step 4 differs
     assert next(d for s in steps if (d := compare(s))).step == 4
+
+
+def test_the_first_difference_names_where_and_by_how_much():
+    import numpy as np
+
+    from envrec.formats.infos import Unrepresentable
+    from envrec.replay.compare import first_difference
+
+    nan = float("nan")
+    recorded = {"pos": np.array([0.5, 1.0, nan], np.float32), "id": 3, "names": ("a", "b")}
+    assert first_difference(recorded, {"pos": np.array([0.5, 1.0, nan]), "id": 3, "names": ["a", "b"]}) is None
+    assert first_difference(recorded, {**recorded, "pos": np.array([0.5, 1.25, 1.0])}) == ("['pos'][1]", 1.0, 1.25, 0.25)
+    assert first_difference(recorded, {**recorded, "pos": np.array([0.5, 1.0, 1.0])}) == ("['pos'][2]", "nan", 1.0, None)
+    assert first_difference(recorded["pos"], np.array([0.5, 3.0, 1.0]))[3] == 2.0  # the largest finite
+    assert first_difference(recorded, {**recorded, "pos": np.array([0.5, 1.25, nan])}, atol=0.3) is None
+    assert first_difference(recorded, {**recorded, "names": ("a", "c")}) == ("['names'][1]", "b", "c", None)
+    assert first_difference(recorded, {**recorded, "pos": np.zeros(2)}) == ("['pos']", "shape (3,)", "shape (2,)", None)
+    assert first_difference(recorded, {"pos": recorded["pos"], "id": 3}) == ("['names']", ["a", "b"], "<missing>", None)
+    assert first_difference(np.arange(6).reshape(2, 3), np.array([[0, 1, 2], [3, 9, 5]])) == ("[1, 1]", 4, 9, 5.0)
+    assert first_difference(2**62 + 1, 2**62) == ("", 2**62 + 1, 2**62, 1.0)  # exact beyond float64
+    assert first_difference({"fn": Unrepresentable("builtins.function", "<fn>")}, {"fn": print}) is None

@@ -126,6 +126,11 @@ def run_verify(args: argparse.Namespace) -> int:
     except (ConfigError, TraceError) as exc:
         print(f"envrec verify: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:
+        if args.ray and exc.name == "ray":
+            print("envrec verify: --ray needs Ray: pip install 'envrec[ray]'", file=sys.stderr)
+            return 2
+        raise
     counts = Counter(v.status for v in verdicts)
     if args.json:
         print(json.dumps({"reproduced": counts["reproduced"], "diverged": counts["diverged"],
@@ -167,6 +172,11 @@ def run_render(args: argparse.Namespace) -> int:
     except (ConfigError, TraceError) as exc:
         print(f"envrec render: {exc}", file=sys.stderr)
         return 2
+    except ImportError as exc:
+        if args.ray and exc.name == "ray":
+            print("envrec render: --ray needs Ray: pip install 'envrec[ray]'", file=sys.stderr)
+            return 2
+        raise
     counts = Counter(clip.verdict for clip in clips)
     if args.json:
         print(json.dumps({"reproduced": counts["reproduced"], "diverged": counts["diverged"],

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from ..errors import ConfigError
+from ..read.batch_files import BatchFiles
+from ..read.reader import TraceReader
 
 __all__ = ["GRAMMAR", "EpisodeRef", "Term", "episode_refs", "parse_selection", "select_episodes"]
 
@@ -168,13 +170,39 @@ def _finite(x: Any) -> bool:
     return x is not None and math.isfinite(float(x))
 
 
-def episode_refs(reader: Any) -> list[EpisodeRef]:
+def episode_refs(reader: TraceReader) -> list[EpisodeRef]:
     """Every episode of ``reader`` (a ``TraceReader``, usually of one recording) as an ``EpisodeRef``.
 
+    A recording with no episode in parts is listed from its batches' episode records (no array is
+    decompressed: listing a long recording of frames to render its last episode reads little); one with
+    parts is read episode by episode, as the reader stitches them.
+
     Args:
-        reader: the reader to list; its episodes are read one by one and not kept.
+        reader: the reader to list (opened with ``on_damaged="raise"``, the default).
 
     Raises:
         TraceError: a batch is damaged (as the reader raises it).
     """
+    quick = _from_records(reader)
+    if quick is not None:
+        return quick
     return [EpisodeRef(ep.index, ep.episode_id, ep.total_reward, ep.ended_by, ep.length, ep.first_step) for ep in reader]
+
+
+def _from_records(reader: TraceReader) -> list[EpisodeRef] | None:
+    """The refs from the raw episode records, None when a recording has parts (stitched by the reader only)."""
+    if reader.on_damaged != "raise" or any("head_part" in e or e.get("continues") for r in reader.recordings for e in r.batches):
+        return None
+    files, refs = BatchFiles(reader.directory, reader.verify), list[EpisodeRef]()
+    try:
+        for recording in reader.recordings:
+            for entry in recording.batches:
+                for raw in files.load(entry, recording.manifest):
+                    if "part" in raw:
+                        return None
+                    n = len(refs)
+                    refs.append(EpisodeRef(n, raw.get("episode_id", n), raw.get("return"), raw.get("ended_by", "unknown"),
+                                           raw.get("length", 0), 0))
+    finally:
+        files.close()
+    return refs

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ConfigError, TraceError
 from ..read.reader import TraceReader
-from .engine import CannotReplay, Replay, compare, plan_start, snapshot_hook
+from .engine import CannotReplay, Replay, Start, compare, plan_start, snapshot_hook
 from .jobs import JOB_TIMEOUT_S, Item, run_jobs
 from .recreate import KEEP, CannotRecreate, recreate_env
 from .selection import episode_refs, parse_selection, select_episodes
@@ -43,7 +43,7 @@ class _Session:
     """What a job keeps between episodes of one recording: the reader (and the env of the episode it replays)."""
 
     def __init__(self, directory: str, prefix: str, options: Mapping[str, Any]) -> None:
-        self.key = (directory, prefix, repr(options.get("make")), repr(options.get("snapshot")))
+        self.key = _key(directory, prefix, options)
         self.reader = TraceReader(directory, prefix)
         self.manifest = self.reader.recordings[0].manifest
         self.options = options
@@ -77,6 +77,10 @@ class _Session:
 _SESSION: _Session | None = None  # a worker's session, kept for its next task
 
 
+def _key(directory: str, prefix: str, options: Mapping[str, Any]) -> tuple[str, ...]:
+    return directory, prefix, repr(options.get("make")), repr(options.get("snapshot"))
+
+
 def _render_mode(manifest: Mapping[str, Any]) -> Any:
     """Verify keeps the recorded render mode (a wrapper may observe frames) but opens no window: ``"human"``
     becomes None; no recorded mode: ``KEEP`` (a ``make`` function is then called without one)."""
@@ -97,12 +101,12 @@ def verify_task(directory: str, prefix: str | None, items: list[Item], options: 
         options: ``atol``, ``infos``, ``make``, ``snapshot``, and ``keep`` (keep the session for the next task).
     """
     global _SESSION
-    assert prefix is not None
-    key = (directory, prefix, repr(options.get("make")), repr(options.get("snapshot")))
-    if _SESSION is None or _SESSION.key != key:
+    if prefix is None:
+        raise ConfigError("verify_task replays one recording: name its prefix")
+    if _SESSION is None or _SESSION.key != _key(directory, prefix, options):
         if _SESSION is not None:
             _SESSION.close()
-        _SESSION = None
+            _SESSION = None
         _SESSION = _Session(directory, prefix, options)
     session = _SESSION
     try:
@@ -123,9 +127,8 @@ def _verify_one(s: _Session, index: int, episode_id: int) -> Verdict:
         ep = s.reader[index]
         if ep.episode_id != episode_id:
             raise TraceError(f"episode {index} of the recording is episode {ep.episode_id}, not {episode_id}")
-        hook = snapshot_hook(s.manifest, s.options.get("snapshot"))
-        start = plan_start(ep, hook)
-    except (CannotReplay, TraceError) as exc:
+        hook, start = _plan(s, ep)
+    except (CannotReplay, TraceError, IndexError) as exc:
         return Verdict(**base, status="cannot_replay", reason=getattr(exc, "reason", str(exc)), hint=getattr(exc, "hint", None))
     try:
         env = s.env()
@@ -147,6 +150,21 @@ def _verify_one(s: _Session, index: int, episode_id: int) -> Verdict:
         return Verdict(**common, status="cannot_replay", steps=max(0, at - start.from_step),
                        reason=f"replaying raised {type(exc).__name__} after step {at}: {exc}")
     return Verdict(**common, status="reproduced", steps=replay.steps)
+
+
+def _plan(s: _Session, ep: Any) -> tuple[Any, Start]:
+    """The snapshot hook and the start of ``ep``; a hook that cannot be loaded matters only to an episode
+    that needs it (a seeded one still replays from its seed)."""
+    try:
+        hook = snapshot_hook(s.manifest, s.options.get("snapshot"))
+    except CannotReplay as missing:
+        try:
+            start = plan_start(ep, None)
+        except CannotReplay:
+            raise missing from None
+        logger.warning("%s: %s; episode %d replays from its %s without it", s.key[1], missing.reason, ep.episode_id, start.how)
+        return None, start
+    return hook, plan_start(ep, hook)
 
 
 def _is_ale(manifest: Mapping[str, Any]) -> bool:
@@ -217,10 +235,16 @@ def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str |
         One ``Verdict`` per selected episode, by recording and in episode order.
 
     Raises:
-        ConfigError: a bad argument or selection (an unknown term, an id recorded nowhere).
+        ConfigError: a bad argument or selection (an unknown term, an id recorded nowhere), or worker
+            interpreters that cannot start.
         TraceError: the folder holds no readable recording, or a verdict file there is not one.
     """
     _check(jobs, atol, make)
+    if snapshot is not None:
+        try:
+            snapshot_hook({}, snapshot)
+        except CannotReplay as exc:
+            raise ConfigError(f"snapshot={snapshot!r}: {exc.reason}") from exc
     directory = os.fspath(directory)
     terms = parse_selection(episodes)
     with TraceReader(directory, prefix) as reader:
