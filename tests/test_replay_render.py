@@ -117,6 +117,8 @@ def test_a_diverging_replay_still_writes_its_whole_clip(pictures, tmp_path):
     CLIP_META.validate(m)
     assert m["replay"]["verdict"] == "diverged" and m["replay"]["diverged_at"] == 5 and m["replay"]["where"] == "[1]"
     assert m["frames_written"] == 13 == len(decode(clip.path, 64, 48)) and m["step_range"] == [0, 12]
+    [again] = render(pictures / "hidden", "0", out=tmp_path)  # a clip rendered before is replaced
+    assert again.diverged_at == 5 and meta(tmp_path, "rl-video-episode-0")["recorder"] != m["recorder"]
 
 
 @pytest.mark.timeout(90)
@@ -158,6 +160,8 @@ def test_bad_input_is_named(cartpole, tmp_path, capsys):
         parse_env_kwargs(["width640"])
     with pytest.raises(ConfigError, match=r"id\(s\) 99 not recorded"):
         render(d, "2,99", out=tmp_path)
+    with pytest.raises(ConfigError, match=r"filmed live of the episodes to render \(rl-video-episode-1.meta.json\)"):
+        render(d, "1", out=d / "live")  # what the env really showed is not replaced
     with pytest.raises(ConfigError, match="--env-kwargs.*width"):
         render(d, "0", out=tmp_path, env_kwargs={"width": 64})  # CartPole takes no width
     for argv, words in (

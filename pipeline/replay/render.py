@@ -150,7 +150,8 @@ def render(
 
     Raises:
         ConfigError: a bad selection or option, an episode id not recorded, several recordings and no
-            ``prefix``, an env that cannot be recreated (naming ``--make``) or does not take ``env_kwargs``.
+            ``prefix``, an env that cannot be recreated (naming ``--make``) or does not take ``env_kwargs``, a
+            clip filmed live of a selected episode in ``out`` (it is not replaced).
         TraceError: the recording is damaged.
     """
     from .jobs import run_jobs
@@ -162,6 +163,7 @@ def render(
     if not items:
         logger.info("envrec render: the selection %r picks no episode of %s", episodes, recording)
         return []
+    _keep_live_clips(options, [eid for _, eid in items])
     os.makedirs(options.out, exist_ok=True)
 
     def failed(item: tuple[int, int], why: str) -> RenderedClip:
@@ -188,6 +190,23 @@ def _options(directory, out, env_kwargs, fps, name_prefix, make, settings, snaps
     folder = os.fspath(out) if out is not None else os.path.join(os.fspath(directory), "videos")
     return RenderOptions(os.path.abspath(folder), dict(env_kwargs or {}), fps, check_prefix(name_prefix), make, settings,
                          snapshot)
+
+
+def _keep_live_clips(options: RenderOptions, episode_ids: Sequence[int]) -> None:
+    """ConfigError when a clip of these episodes filmed live (its metadata has no ``"replay"``) is in the way:
+    it is what the env really showed, and a replay that diverged would replace it with something else."""
+    live = []
+    for eid in episode_ids:
+        path = meta_path(options.out, f"{options.name_prefix}-episode-{eid}")
+        try:
+            if "replay" not in read_clip_meta(path):
+                live.append(os.path.basename(path))
+        except (OSError, ValueError):
+            continue  # none there (or not one envrec can read: replaced like any file in the way)
+    if live:
+        shown = ", ".join(live[:3]) + (f" and {len(live) - 3} more" if len(live) > 3 else "")
+        raise ConfigError(f"{options.out} holds clips filmed live of the episodes to render ({shown}): they are not "
+                          "replaced; render into another folder (out=, --out) or move them")
 
 
 def _select(directory: str | os.PathLike, prefix: str | None, selection: str,
@@ -302,7 +321,7 @@ def _film(job: _Job, episode: Episode, reset_step: int) -> RenderedClip:
         return RenderedClip(job.recording, eid, None, None, "cannot_replay", reason=str(exc))
     name = f"{job.options.name_prefix}-episode-{eid}"
     if os.path.exists(meta_path(job.options.out, name)):
-        logger.warning("envrec render: replacing the clip %s in %s", name, job.options.out)
+        logger.info("envrec render: replacing the clip %s in %s, rendered before", name, job.options.out)
     job.recorder.start_clip(name, episode_id=eid)
     difference, frames, step, error = None, 0, start.from_step, None
     try:
