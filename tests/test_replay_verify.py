@@ -167,6 +167,8 @@ def test_bad_arguments_exit_2(cartpole, capsys):
     assert "unknown episode selection term 'nope:3'" in capsys.readouterr().err
     assert main(["verify", str(folder), "--episodes", "99"]) == 2
     assert main(["verify", str(folder / "missing")]) == 2
+    assert main(["verify", str(folder), "--make", "nosuch_module:make"]) == 2
+    assert "cannot import 'nosuch_module'" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_:
         main(["verify", str(folder), "--jobs", "0"])
     assert exit_.value.code == 2

@@ -17,8 +17,9 @@ Stable API (``envrec render`` builds on it):
 
 * ``plan_start(episode, snapshot=None, from_step=None) -> Start`` (raises ``CannotReplay``), no env needed;
 * ``Replay(env, episode, start, snapshot=None)``: iterating it resets the env and steps every recorded
-  action, yielding a ``ReplayStep`` first for the start (step ``start.from_step``: the reset observation;
-  replayed observation ``UNKNOWN`` when started from a snapshot) and then one per step;
+  action, yielding a ``ReplayStep`` first for the start (step ``start.from_step``: the reset observation
+  and info, reward, terminated and truncated None on both sides; the replayed observation and info are
+  ``UNKNOWN`` when started from a snapshot) and then one per step;
 * ``compare(step, atol=0.0, infos=False) -> Difference | None``: the first difference in that step;
 * ``snapshot_hook(manifest, snapshot=None)``: the recording's snapshot hook, or None.
 """

@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 KEEP: Any = type("Keep", (), {"__repr__": lambda self: "KEEP"})()  # render_mode: as recorded
 MAKE_HINT = ("pass --make module:function (make='module:function' or a callable in Python): a function that "
-             "builds the env as the recording made it, called with render_mode=... and any env kwargs")
+             "builds the env as the recording made it")
 
 
 class CannotRecreate(ConfigError):

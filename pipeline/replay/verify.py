@@ -26,7 +26,7 @@ from ..errors import ConfigError, TraceError
 from ..read.reader import TraceReader
 from .engine import CannotReplay, Replay, Start, compare, plan_start, snapshot_hook
 from .jobs import JOB_TIMEOUT_S, Item, run_jobs
-from .recreate import KEEP, CannotRecreate, recreate_env
+from .recreate import KEEP, CannotRecreate, load_callable, recreate_env
 from .selection import episode_refs, parse_selection, select_episodes
 from .verdicts import Verdict, write_verdicts
 
@@ -240,6 +240,8 @@ def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str |
         TraceError: the folder holds no readable recording, or a verdict file there is not one.
     """
     _check(jobs, atol, make)
+    if isinstance(make, str):
+        load_callable(make)  # a make that does not import is a bad argument, not a verdict per episode
     if snapshot is not None:
         try:
             snapshot_hook({}, snapshot)
