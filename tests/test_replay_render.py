@@ -169,6 +169,8 @@ def test_bad_input_is_named(cartpole, tmp_path, capsys):
         (["--episodes", "worst"], "unknown episode selection term 'worst'"),
         (["--env-kwargs", "=3"], "KEY=VALUE"),
         (["--jobs", "0"], "--jobs: '0': at least 1"),
+        (["--snapshot", "no.such.module:hook"], "snapshot='no.such.module:hook'"),
+        (["--make", "no.such.module:make"], "cannot import 'no.such.module'"),
     ):
         assert _status(["render", str(d), "--out", str(tmp_path), *argv]) == 2, argv
         assert words in capsys.readouterr().err, argv

@@ -187,6 +187,9 @@ def _options(directory, out, env_kwargs, fps, name_prefix, make, settings, snaps
         raise ConfigError(f"fps must be a positive number, not {fps!r}")
     if settings is not None and not isinstance(settings, VideoSettings):
         raise ConfigError(f"settings must be a VideoSettings, not {type(settings).__name__}")
+    hook = _hook({}, snapshot) if snapshot is not None else None
+    if isinstance(hook, Exception):  # a bad argument, not a verdict per episode
+        raise ConfigError(f"snapshot={snapshot!r}: {hook}") from hook
     folder = os.fspath(out) if out is not None else os.path.join(os.fspath(directory), "videos")
     return RenderOptions(os.path.abspath(folder), dict(env_kwargs or {}), fps, check_prefix(name_prefix), make, settings,
                          snapshot)
