@@ -7,8 +7,9 @@ compared with the recording step by step (``compare``); the verdicts are stored 
 (``verdicts``), episodes replayed in parallel by fresh interpreters or Ray tasks (``jobs``).
 """
 
+from .render import RenderedClip, render
 from .selection import select_episodes
 from .verdicts import Verdict
 from .verify import verify
 
-__all__ = ["Verdict", "select_episodes", "verify"]
+__all__ = ["RenderedClip", "Verdict", "render", "select_episodes", "verify"]

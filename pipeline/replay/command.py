@@ -1,8 +1,9 @@
-"""``envrec verify DIR`` (and ``envrec render DIR``): the replay commands, registered by ``envrec.cli``.
+"""``envrec verify DIR`` and ``envrec render DIR``: the replay commands, registered by ``envrec.cli``.
 
 ``add_parser(sub)`` registers every command of ``SUBCOMMANDS`` on the CLI's subparsers; each entry
 adds its own subparser and sets its ``func``. Exit status of ``envrec verify``: 0 when every selected
-episode reproduced, 1 when one diverged or cannot be replayed, 2 for bad arguments or an unreadable folder.
+episode reproduced, 1 when one diverged or cannot be replayed, 2 for bad arguments or an unreadable folder;
+the same for ``envrec render`` (a clip that diverged is written all the same).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SUBCOMMANDS", "add_parser", "run_verify"]
+__all__ = ["SUBCOMMANDS", "add_parser", "run_render", "run_verify"]
 
 
 def _count(text: str) -> int:
@@ -71,8 +72,21 @@ def _add_verify(sub: Any) -> None:
     v.set_defaults(func=run_verify)
 
 
-# Each adds one replay command to the CLI's subparsers. ``envrec render`` is added here, after verify.
-SUBCOMMANDS: list[Callable[[Any], None]] = [_add_verify]
+def _add_render(sub: Any) -> None:
+    r = sub.add_parser("render", help="replay recorded episodes with rendering on and write their clips, as RecordVideo's")
+    add_common(r, "last:1")
+    r.add_argument("--out", default=None, metavar="DIR", help="where the clips go (default DIR/videos)")
+    r.add_argument("--env-kwargs", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="keyword arguments for the env, winning over the recorded ones; values read as JSON, else "
+                        "as strings: width=640 height=480 camera_id=1")
+    r.add_argument("--fps", type=float, default=None, help="frames per second of the clips (default: the env's render_fps)")
+    r.add_argument("--name-prefix", default="rl-video", help="the clips' file prefix (default rl-video, as RecordVideo's)")
+    r.add_argument("--json", action="store_true", help="print the clips as JSON")
+    r.set_defaults(func=run_render)
+
+
+# Each adds one replay command to the CLI's subparsers.
+SUBCOMMANDS: list[Callable[[Any], None]] = [_add_verify, _add_render]
 
 
 def add_parser(sub: Any) -> None:
@@ -130,3 +144,49 @@ def run_verify(args: argparse.Namespace) -> int:
     if not verdicts:
         print("envrec verify: no episode selected", file=sys.stderr)
     return 0 if counts["reproduced"] == len(verdicts) else 1
+
+
+def _clip_line(clip: Any) -> str:
+    """One line for a ``RenderedClip``: what ``envrec render`` prints per episode."""
+    head = f"{clip.recording} episode {clip.episode_id}"
+    video = clip.path or "no video" + (f" ({clip.reason})" if clip.reason else "")
+    if clip.verdict == "reproduced":
+        return f"{head}: reproduced, {clip.frames} frames: {video}"
+    if clip.verdict == "diverged":
+        return f"{head}: diverged at step {clip.diverged_at} ({clip.field}), filmed all the same ({clip.frames} frames): {video}"
+    return f"{head}: cannot replay: {clip.reason}" + (f"; {clip.frames} frames: {video}" if clip.frames else "")
+
+
+def run_render(args: argparse.Namespace) -> int:
+    """``envrec render``: print the clips written, 0 only if every selected episode reproduced."""
+    headless()
+    from dataclasses import asdict
+
+    from ..errors import ConfigError, TraceError
+    from .render import parse_env_kwargs, render
+
+    try:
+        clips = render(args.directory, args.episodes, prefix=args.prefix, out=args.out,
+                       env_kwargs=parse_env_kwargs(args.env_kwargs), fps=args.fps, name_prefix=args.name_prefix,
+                       jobs=args.jobs, ray=args.ray, make=args.make, snapshot=args.snapshot)
+    except (ConfigError, TraceError) as exc:
+        print(f"envrec render: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        if args.ray and exc.name == "ray":
+            print("envrec render: --ray needs Ray: pip install 'envrec[ray]'", file=sys.stderr)
+            return 2
+        raise
+    counts = Counter(clip.verdict for clip in clips)
+    if args.json:
+        print(json.dumps({"reproduced": counts["reproduced"], "diverged": counts["diverged"],
+                          "cannot_replay": counts["cannot_replay"], "clips": [asdict(c) for c in clips]}, indent=1))
+    else:
+        for clip in clips:
+            print(_clip_line(clip))
+        out = args.out or os.path.join(args.directory, "videos")
+        print(f"render: {len(clips)} episode(s) into {out}: {counts['reproduced']} reproduced, "
+              f"{counts['diverged']} diverged, {counts['cannot_replay']} cannot replay")
+    if not clips:
+        print("envrec render: no episode selected", file=sys.stderr)
+    return 0 if counts["reproduced"] == len(clips) else 1
