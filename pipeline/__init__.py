@@ -72,7 +72,7 @@ from .version import __version__
 
 _EXPORTS = {
     "RecordTrace": ".record.wrappers",
-    "RecordVideo": ".record.wrappers",
+    "RecordVideo": ".record.record_video",
     "RecordVectorTrace": ".record.vector",
     "RecordVectorVideo": ".record.vector",
     "VideoRecorder": ".record.video",

@@ -1,4 +1,4 @@
-"""The ``envrec`` command: ``envrec record`` (the main job), ``inspect``, ``export`` and ``bench``."""
+"""The ``envrec`` command: ``envrec record`` (the main job), ``inspect``, ``export``, ``view``, ``verify`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -246,8 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     from envrec.export.command import add_parser as add_export
     from envrec.viewer.command import add_parser as add_view
 
+    from .replay.command import add_parser as add_replay
+
     add_export(sub)
     add_view(sub)
+    add_replay(sub)
     b = sub.add_parser("bench", help="measure what recording costs an environment, side by side")
     b.add_argument("--env", default=None, help="Gymnasium env id (default CartPole-v1)")
     b.add_argument("--frames", default=None, metavar="HxW", help="a synthetic env of HxWx3 frames instead, e.g. 210x160 or 720x1280")
@@ -278,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         args = parser.parse_args(["record", *(argv or [])])
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if getattr(args, "episodes", 1) < 1 or getattr(args, "steps", 0) < 0 or getattr(args, "video_every", 0) < 0:
+    if args.func is _record and (args.episodes < 1 or getattr(args, "steps", 0) < 0 or getattr(args, "video_every", 0) < 0):
         parser.error("--episodes must be at least 1, --steps and --video-every at least 0")
     try:
         return args.func(args)

@@ -2,7 +2,8 @@
 
 Rooms of ``envrec`` (pipeline/): the leaves at the top (``errors``, ``option_checks``,
 ``version``), ``formats`` (what is on disk), ``contract`` (what both processes share),
-``record`` and ``supervision`` (the env side), ``read`` (the read side), ``bench``, and the
+``record`` and ``supervision`` (the env side), ``read`` (the read side), ``replay`` (replays
+recordings: it may use the env and read sides, not the public face), ``bench``, and the
 public face at the top (``__init__``, ``cli``, ``options``, ``env_ids``, ``ray``).
 ``envrec.workers`` (workers/) is the worker side; ``envrec.export`` and ``envrec.viewer`` read.
 """
@@ -21,6 +22,7 @@ MAY_IMPORT = {
     "envrec.formats": (),
     "envrec.contract": ("envrec.formats",),
     "envrec.workers": ("envrec.contract", "envrec.formats"),
+    "envrec.replay": ("envrec.read", "envrec.record", "envrec.formats", "envrec.supervision"),
 }
 
 

@@ -278,6 +278,7 @@ class Encoder(Handler):
         dropped_env = int(env_side.get("frames_dropped", 0))
         if "env_process" in env_side:
             clip.extra["env_process"] = env_side["env_process"]
+        clip.extra.update(env_side.get("extra") or {})  # keys known only at the clip's end (end_clip(extra=...))
         if clip.started_at is not None and clip.frames:
             clip.extra["encode_wall_s"] = time.monotonic() - clip.started_at
         path = self._video_path(clip)

@@ -21,6 +21,8 @@ import enum
 import math
 import time
 
+from envrec.formats.replay_fields import EPISODE_KEYS
+
 from .batch_writer import BatchWriter
 from .episode_fields import EpisodeFields
 from .field_sinks import ArrayField
@@ -55,6 +57,7 @@ def episode_record(ep: dict, length: int, ended_by: str | None, continues: bool)
     }
     if continues or ep.get("part"):  # an episode written in one piece has no "part" key at all
         meta["part"] = {"index": ep.get("part", 0), "first_step": ep.get("first_step", 0), "continues": continues}
+    meta.update((k, ep[k]) for k in EPISODE_KEYS if ep.get(k))  # what replay needs, when it was taken
     return meta
 
 
@@ -159,7 +162,8 @@ class EpisodeParts:
         batch.continues = True
         self.fields.rewind()
         part, first_step = ep.get("part", 0) + 1, ep.get("first_step", 0) + length
-        return {**ep, "return": 0.0, "part": part, "first_step": first_step, "carry": carry}
+        kept = {k: v for k, v in ep.items() if k not in EPISODE_KEYS}  # the reset's belong to part 0, snapshots to their part
+        return {**kept, "return": 0.0, "part": part, "first_step": first_step, "carry": carry}
 
     def lift_reset(self, batch: BatchWriter, ep: dict) -> dict:
         """Take the open episode, reset but with no step yet, out of ``batch`` (its reset row carried to the next

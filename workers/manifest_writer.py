@@ -98,7 +98,7 @@ class ManifestWriter:
         counters = {**asdict(self.named), "orphan_steps": orphan_steps, "records_poisoned": self.poisoned.count}
         manifest = manifest_document(
             prefix=cfg.prefix, env_id=cfg.env_id, observation_space=cfg.observation_space,
-            action_space=cfg.action_space, settings=cfg.settings, counters=counters, **doc,
+            action_space=cfg.action_space, settings=cfg.settings, counters=counters, env=cfg.env, **doc,
         )
         manifest.update(self.head_fields())
         write_manifest(path, manifest)

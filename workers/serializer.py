@@ -19,7 +19,6 @@ from envrec.contract.protocol import CheckpointingHandler, Kind, SerializerConfi
 from envrec.contract.records import TraceLayout
 from envrec.contract.ring_reader import RUN, RecordRun
 from envrec.formats.atomic import remove_stale_tmp
-from envrec.formats.infos import encode_json, unpack_info
 from envrec.formats.trace_format import BatchEntry, manifest_name, read_manifest
 
 from .batch_writer import BatchWriter
@@ -29,7 +28,7 @@ from .episode_parts import EpisodeParts, IdleCommit, episode_record
 from .field_sinks import ArrayField
 from .manifest_writer import ManifestWriter
 from .resources import resources
-from .step_runs import StepRunWriter, write_info, write_rst
+from .step_runs import StepRunWriter, read_reset_meta, write_info, write_rst
 
 __all__ = ["Serializer"]
 
@@ -154,8 +153,8 @@ class Serializer(CheckpointingHandler):
         """One function per record part, in the order of the parts (see ``TraceLayout``)."""
         special = {
             ("rst",): lambda mv: write_rst(self.fields, mv, self.batch, self._ep),
-            ("infos",): lambda mv: write_info(self.fields.infos, mv),
-            ("meta",): self._on_meta,
+            ("infos",): lambda mv: write_info(self.fields.infos, mv, self._ep),
+            ("meta",): lambda mv: self._ep.update(read_reset_meta(mv)),
         }
         sinks = self.fields.sinks
         handler = lambda key: special.get(key) or self._leaf_handler(sinks[key])
@@ -234,11 +233,6 @@ class Serializer(CheckpointingHandler):
         self.batch.pad_bin()
         self.fields.start_episode(self.batch.bin_size)
         self.parts.episode_opened()
-
-    def _on_meta(self, mv) -> None:
-        meta = unpack_info(mv)
-        self._ep["seed"] = meta.get("seed")
-        self._ep["options"] = encode_json(meta.get("options"))
 
     def _on_step(self, rec) -> None:
         if not self.episode_open or rec.episode != self._ep["episode_id"]:

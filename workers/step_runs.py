@@ -17,13 +17,14 @@ import numpy as np
 from envrec.contract.faults import FaultSpec
 from envrec.contract.records import RecordLayout, TraceLayout
 from envrec.formats.infos import encode_json, unpack_info
+from envrec.formats.replay_fields import episode_keys, pop_snapshot
 from envrec.formats.schema import decode_reward
 
 from .batch_writer import BatchWriter
 from .episode_fields import EpisodeFields
 from .field_sinks import ArrayField, JsonField
 
-__all__ = ["EMPTY_INFO_JSON", "StepRunWriter", "write_info", "write_rst"]
+__all__ = ["EMPTY_INFO_JSON", "StepRunWriter", "read_reset_meta", "write_info", "write_rst"]
 
 EMPTY_INFO_JSON = b"{}"
 
@@ -38,8 +39,9 @@ def write_rst(fields: EpisodeFields, mv, batch: BatchWriter | None, ep: dict) ->
     ep["truncated"] = mv[9] != 0
 
 
-def write_info(infos: JsonField, mv) -> None:
-    """One step's (or reset's) packed info into the infos field, as JSON."""
+def write_info(infos: JsonField, mv, ep: dict) -> None:
+    """One step's (or reset's) packed info into the infos field, as JSON; a snapshot it carried
+    (``envrec.formats.replay_fields``) taken out of it into ``ep``'s (the serializer's open episode's)."""
     if not len(mv):  # the common case, an empty info: its JSON is known
         infos.write_json_text(EMPTY_INFO_JSON)
         return
@@ -47,7 +49,16 @@ def write_info(infos: JsonField, mv) -> None:
         info = unpack_info(mv)
     except Exception as exc:  # noqa: BLE001  (never let a strange info stop the recording)
         info = {"__envrec_error__": f"info could not be read: {exc!r}"}
+    snapshot = pop_snapshot(info)
+    if snapshot is not None:
+        ep.setdefault("snapshots", []).append(snapshot)
     infos.write(encode_json(info))
+
+
+def read_reset_meta(mv) -> dict:
+    """A RESET's meta part: the episode record's ``seed``, ``options`` and replay keys."""
+    meta = unpack_info(mv)
+    return {"seed": meta.get("seed"), "options": encode_json(meta.get("options")), **episode_keys(meta)}
 
 
 class StepRunWriter:

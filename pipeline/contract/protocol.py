@@ -197,6 +197,7 @@ class SerializerConfig:
     max_bytes: int | None = None  # disk budget: the oldest batches are evicted beyond it
     suspect: Suspect | None = None  # a successor's: the record its predecessor failed on
     commit_interval: float | None = 5.0  # seconds a handled record may stay uncommitted (None: by size only)
+    env: dict | None = None  # the manifest's "env": what replay needs to recreate the env (None: not known)
 
 
 @dataclass(frozen=True)

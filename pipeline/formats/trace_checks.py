@@ -34,6 +34,7 @@ from ..errors import TraceError
 from .compression import CODECS, FILTERS
 from .inside import name_parts
 from .part_checks import check_entry_parts
+from .replay_fields import check_env, check_episode_keys
 
 __all__ = [
     "MAX_BATCH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_RATIO", "check_array", "check_batch", "check_manifest", "check_space", "check_types", "parse_json", "spec_dtype",
@@ -218,6 +219,8 @@ def check_manifest(doc: Any, what: str) -> dict:
     for key in ("observation_space", "action_space"):
         if key in doc:
             check_space(doc[key], f"{what}: {key}")
+    if doc.get("env") is not None:
+        check_env(doc["env"], what)
     return doc
 
 
@@ -396,6 +399,7 @@ def _check_episode(raw: Any, manifest: Mapping[str, Any], where: str) -> None:
     for i, info in enumerate(raw.get("infos", [])):
         if not isinstance(info, dict):
             raise TraceError(f"{where}.infos[{i}]: {_short(info)} is not an info (a JSON object)")
+    check_episode_keys(raw, where)
 
 
 def check_batch(doc: Any, manifest: Mapping[str, Any], what: str, count: int) -> list:

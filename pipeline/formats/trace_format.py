@@ -117,6 +117,7 @@ class Manifest(TypedDict, total=False):
     writer: dict
     segment_of: str  # a closed segment: the prefix of its head
     segment: int  # and its index
+    env: dict  # what replay needs to recreate the env (envrec.formats.replay_fields)
 
 
 Segment = Manifest  # a closed segment is a manifest with ``segment_of``, ``segment`` and ``batches``
@@ -223,9 +224,10 @@ def manifest_document(
     segments: dict | None = None,
     evicted: dict | None = None,
     terminated_by: str | None = None,
+    env: dict | None = None,
 ) -> Manifest:
     """A manifest, with every key a reader may look for (the serializer's, or the env process's own
-    when its serializer never started)."""
+    when its serializer never started); ``env``: what replay needs to recreate the env (``envrec.formats.replay_fields``)."""
     from ..version import __version__
 
     batches = batches or []
@@ -249,6 +251,7 @@ def manifest_document(
         "terminated_by": terminated_by,  # the signal that ended the job (SIGTERM), if one did
         "poisoned": [],  # records skipped because they made the serializer fail every time (the serializer's)
         "writer": {"envrec": __version__, "pid": os.getpid()},
+        **({"env": env} if env is not None else {}),
     }
 
 

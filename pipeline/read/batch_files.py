@@ -34,22 +34,39 @@ from ..formats.compression import JSON_ZST_SUFFIX, decompress_frames, decompress
 from ..formats.infos import decode_json
 from ..formats.inside import open_inside
 from ..formats.part_checks import check_parts, part_of
+from ..formats.replay_fields import EPISODE_KEYS
 from ..formats.trace_checks import MAX_BATCH_JSON_BYTES, MAX_RATIO, check_batch, parse_json
 from ..formats.trace_format import BatchEntry, Manifest
 
-__all__ = ["BatchFiles", "Episode", "Part", "TraceError"]
+__all__ = ["BatchFiles", "Episode", "Part", "SavedState", "TraceError"]
 
 DECODED_CACHE_BYTES = 256 << 20  # decompressed arrays kept for episodes read again
 
 _KNOWN_KEYS = frozenset({
     "observations", "actions", "rewards", "terminations", "truncations", "infos", "episode_id",
-    "seed", "options", "length", "return", "ended_by", "complete", "part",
+    "seed", "options", "length", "return", "ended_by", "complete", "part", *EPISODE_KEYS,
 })
 _WHERE = "__where"  # the batch and episode a raw record came from, for messages
 _FROM = "__from"  # (batch .json, record number): the record's Part
 _ARRAY_FIELDS = ("observations", "actions", "rewards", "terminations", "truncations")
 # what the info decoder raises on a tagged object it cannot decode (a bad tag's fields)
 _DECODE_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError, struct.error)
+
+
+@dataclass(frozen=True)
+class SavedState:
+    """A simulator's state recorded mid-episode (``RecordTrace(snapshot=..., snapshot_every=N)``).
+
+    Attributes:
+        step: the steps taken when it was taken: it is the state of observation ``step`` (after
+            action ``step - 1``), counted from the episode's reset.
+        rng: the state of ``env.unwrapped.np_random``'s bit generator then (None when the env had none).
+        state: what the snapshot hook's ``take`` returned.
+    """
+
+    step: int
+    rng: dict | None
+    state: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -91,6 +108,10 @@ class Episode:
         rewards, terminations, truncations: N rows each.
         infos: N+1 dicts, the reset info (or the info of step ``first_step - 1``) first.
         seed, options: what ``reset`` was given (None when nothing).
+        rng: the state of ``env.unwrapped.np_random``'s bit generator just before an unseeded reset (None:
+            seeded, or recorded by an older envrec); replay starts the episode from it.
+        reset_snapshot: a snapshot hook's state taken just before the reset (None: no hook).
+        snapshots: the states taken mid-episode every ``snapshot_every`` steps (``SavedState``), oldest first.
         length: N, the number of steps read.
         total_reward: the sum of ``rewards``; None when it is not finite.
         ended_by: "terminated", "truncated", or why the recording stopped inside it: "reset" (reset
@@ -121,6 +142,9 @@ class Episode:
     first_step: int = 0
     parts: tuple[Part, ...] = ()
     extra: dict = field(default_factory=dict)
+    rng: dict | None = None
+    reset_snapshot: np.ndarray | None = None
+    snapshots: tuple[SavedState, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -215,6 +239,12 @@ class BatchFiles:
             first_step=first_step,
             parts=(Part(batch, record, part, first_step, length, continues),),
             extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS and k not in (_WHERE, _FROM)},
+            rng=raw.get("rng"),
+            reset_snapshot=_decode_array(raw.get("reset_snapshot"), raw, "reset_snapshot"),
+            snapshots=tuple(
+                SavedState(s["step"], s.get("rng"), _state(s["state"], raw, f"snapshots[{i}].state"))
+                for i, s in enumerate(raw.get("snapshots") or ())
+            ),
         )
 
     def array_codecs(self, entry: BatchEntry, manifest: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -341,6 +371,22 @@ def _decode(value: Any, raw: dict, field: str) -> Any:
         return decode_json(value)
     except _DECODE_ERRORS as exc:
         raise TraceError(f"{raw.get(_WHERE, 'an episode')}.{field}: not an envrec info ({type(exc).__name__}: {exc})") from None
+
+
+def _decode_array(value: Any, raw: dict, field: str) -> np.ndarray | None:
+    """A recorded snapshot state, decoded (None stays None); ``TraceError`` naming it when it is not an array."""
+    if value is None:
+        return None
+    array = _decode(value, raw, field)
+    if not isinstance(array, np.ndarray):
+        raise TraceError(f"{raw.get(_WHERE, 'an episode')}.{field}: not an array")
+    return array
+
+
+def _state(value: Any, raw: dict, field: str) -> np.ndarray:
+    array = _decode_array(value, raw, field)
+    assert array is not None  # check_episode_keys: a snapshot has a state
+    return array
 
 
 def _shape(value: Any, spec: dict | None) -> Any:

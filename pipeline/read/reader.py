@@ -42,10 +42,10 @@ from typing import Any, Self
 
 from ..errors import ConfigError, TraceError
 from ..formats.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
-from .batch_files import BatchFiles, Episode, Part
+from .batch_files import BatchFiles, Episode, Part, SavedState
 from .stitch import check_follows, joins, settled, stitch
 
-__all__ = ["ON_DAMAGED", "Damaged", "Episode", "Part", "Recording", "TraceError", "TraceReader", "scan_recorded_traces"]
+__all__ = ["ON_DAMAGED", "Damaged", "Episode", "Part", "Recording", "SavedState", "TraceError", "TraceReader", "scan_recorded_traces"]
 
 ON_DAMAGED = ("raise", "skip")
 

@@ -84,7 +84,8 @@ def stitch(parts: Sequence[Episode]) -> Episode:
     """One ``Episode`` of consecutive parts (each as ``BatchFiles.episode`` reads it, checked by ``check_follows``).
 
     Arrays are concatenated (copied: the result holds the whole episode in memory); a single part is returned
-    as it is. The first part gives the index, ids, seed, options and ``first_step``; the last how it ended.
+    as it is. The first part gives the index, ids, seed, options, ``rng``, ``reset_snapshot`` and ``first_step``; the last how it
+    ended; each its ``snapshots``.
     """
     if len(parts) == 1:
         return parts[0]
@@ -103,6 +104,7 @@ def stitch(parts: Sequence[Episode]) -> Episode:
         ended_by=last.ended_by,
         complete=last.complete,
         parts=tuple(q for p in parts for q in p.parts),
+        snapshots=tuple(s for p in parts for s in p.snapshots),
     )
 
 

@@ -20,6 +20,7 @@ from ..errors import ClosedError, ConfigError
 from ..formats.atomic import remove_stale_tmp
 from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
+from ..formats.replay_fields import SNAPSHOT_INFO_KEY
 from ..formats.schema import describe_space
 from ..formats.trace_format import (
     PREFIX,
@@ -120,6 +121,8 @@ class TraceRecorder:
         env_id: the env's id, written into the manifest. Default None.
         batch_bytes: about how many bytes of records make one batch. Default 5,000,000.
         compression, max_bytes, commit_interval, on_batch_committed: as for ``RecordTrace``.
+        env_description: the manifest's ``env``, what replay needs to recreate the env
+            (``envrec.record.replay_capture.describe_env``; ``RecordTrace`` passes it). Default None.
         options: a ``StreamOptions``; its fields may also come as keyword
             arguments (``**stream_options``), which win. ``backpressure``
             says what happens when the ring is full: ``"block"`` waits for
@@ -151,6 +154,7 @@ class TraceRecorder:
         max_bytes: int | None = None,
         on_batch_committed: BatchCallback | None = None,
         commit_interval: float | None = 5.0,
+        env_description: dict | None = None,
         options: StreamOptions | None = None,
         faults: FaultSpec | None = None,
         start_method: str | None = None,
@@ -185,7 +189,7 @@ class TraceRecorder:
         self._cfg = cfg = SerializerConfig(
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),
             faults=faults or from_env() or NO_FAULT, compression=compression, max_bytes=max_bytes,
-            commit_interval=commit_interval,
+            commit_interval=commit_interval, env=env_description,
         )
         self._stream = Stream(
             "serializer",
@@ -238,12 +242,16 @@ class TraceRecorder:
         return self._stream.broken
 
     # -- recording ---------------------------------------------------------
-    def add_reset(self, observation, info: dict | None = None, *, seed: int | None = None, options: dict | None = None) -> None:
+    def add_reset(
+        self, observation, info: dict | None = None, *, seed: int | None = None, options: dict | None = None,
+        replay: dict | None = None,
+    ) -> None:
         """Start a new episode with its reset observation (ends the previous one).
 
         If the observation is refused (``RecordError``), the episode still
         begins: its steps are counted by the serializer as orphans, not
-        attached to the previous episode.
+        attached to the previous episode. ``replay``: the reset's ``rng`` and
+        ``reset_snapshot`` (``envrec.record.replay_capture``), or None.
         """
         t0 = perf_counter_ns()
         self._stream.check_open()
@@ -251,13 +259,19 @@ class TraceRecorder:
             self.poll()
         self._episode += 1
         self._step = 0
-        meta = pack_info({"seed": seed, "options": options}) if seed is not None or options is not None else b""  # b"": both None
+        if seed is None and options is None and not replay:
+            meta = b""  # the common case: nothing to say
+        else:
+            meta = pack_info({"seed": seed, "options": options, **(replay or {})})
         self._stream.send(self._packer.write_reset, self._episode, observation, meta, pack_info(info) if info else b"")
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
-    def add_step(self, action, observation, reward, terminated, truncated, info: dict | None = None) -> None:
-        """Record one step of the current episode."""
+    def add_step(
+        self, action, observation, reward, terminated, truncated, info: dict | None = None, snapshot: dict | None = None
+    ) -> None:
+        """Record one step of the current episode; ``snapshot``: the env's state after it
+        (``envrec.record.replay_capture``), or None."""
         t0 = perf_counter_ns()
         self._stream.check_open()
         if self._commits is not None:
@@ -265,6 +279,8 @@ class TraceRecorder:
         if self._episode < 0:
             raise ClosedError("add_step() before any add_reset(): a trace episode starts with its reset observation")
         self._step += 1
+        if snapshot is not None:
+            info = {**(info or {}), SNAPSHOT_INFO_KEY: snapshot}  # taken out again by the serializer
         self._stream.send(
             self._packer.write_step,
             self._episode,
@@ -358,7 +374,7 @@ class TraceRecorder:
         cfg = self._cfg
         record_failure_in_manifest(
             self.manifest_path, reason, only_if_missing=only_if_missing, prefix=cfg.prefix, env_id=cfg.env_id,
-            observation_space=cfg.observation_space, action_space=cfg.action_space, settings=cfg.settings,
+            observation_space=cfg.observation_space, action_space=cfg.action_space, settings=cfg.settings, env=cfg.env,
         )
 
     def _env_stats(self) -> dict[str, Any]:

@@ -259,22 +259,24 @@ class VideoRecorder:
             clip.dropped += 1
             self.frames_dropped += 1
 
-    def end_clip(self, keep: bool = True) -> None:
+    def end_clip(self, keep: bool = True, extra: dict[str, Any] | None = None) -> None:
         """Finish the current clip: the worker closes its file and writes its metadata.
 
         ``keep=False`` discards it: the worker deletes what it encoded and
         counts it in ``clips_discarded``; no callback is called for it.
+        ``extra``: more keys for its ``.meta.json``, known only at its end
+        (JSON values; ``envrec render`` writes its replay verdict so).
         """
         clip, self.clip = self.clip, None
         if clip is None:
             return
         clip.keep = keep
-        self._send(Kind.CLIP_END, 0, 0, (self._clip_end_part(clip),))
+        self._send(Kind.CLIP_END, 0, 0, (self._clip_end_part(clip, extra),))
         self._stream.check()
         if self._stream.broken is not None:
             self._write_unfinished_meta(self._stream.broken)
 
-    def _clip_end_part(self, clip: ClipState) -> bytes:
+    def _clip_end_part(self, clip: ClipState, extra: dict[str, Any] | None = None) -> bytes:
         """What the env side knows of a clip, for its ``.meta.json``."""
         env = {"frames_dropped_env_side": clip.dropped, "blocked_s": self._stream.blocked_s - clip.blocked_at_start}
         if self.times is not None:
@@ -282,7 +284,8 @@ class VideoRecorder:
             total = self.times.total_ns - clip.calls_at_start[1]
             env.update(calls=calls, call_mean_us=total / calls / 1e3 if calls else 0.0, call_total_s=total / 1e9)
             env.update(run_call_p99_us=self.times.percentile(99), run_call_max_us=self.times.max_ns / 1e3)
-        doc = {"frames_sent": clip.frames, "frames_dropped": clip.dropped, "env_process": env, "keep": clip.keep}
+        doc = {"frames_sent": clip.frames, "frames_dropped": clip.dropped, "env_process": env, "keep": clip.keep,
+               "extra": extra or {}}
         return json.dumps(doc).encode("utf-8")
 
     def poll(self) -> None:

@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import gc
-import logging
 import os
-from collections.abc import Callable
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
-from ..errors import ConfigError
 from ..formats.compression import Compression
-from ..formats.ffmpeg import VideoSettings
-from ..formats.trace_format import PREFIX, check_prefix
-from ..option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
 from ..options import StreamOptions
 from ..supervision.stream import warn_start_method
-from .clip_triggers import KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
 from .commit_watch import BatchCallback
+from .record_video import RECORD_VIDEO_OPTIONS, RecordVideo
 from .recorder import TraceRecorder
-from .video import ClipCallback, VideoRecorder
+from .replay_capture import ReplayCapture
+from .snapshots import Snapshot
 
 __all__ = ["RECORD_VIDEO_OPTIONS", "RecordTrace", "RecordVideo"]
-
-logger = logging.getLogger(__name__)
 
 
 class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -62,6 +54,15 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             committed once it has held data this long, an episode still
             running cut there into parts (docs/format.md). Default 5.0;
             None: batches are committed by size only.
+        snapshot: a simulator's state to record for replay (``envrec verify``,
+            ``envrec render``, docs/replay.md) where ``np_random`` does not hold
+            it all: ``"ale"`` (the emulator with its RNG: sticky actions),
+            ``"mujoco"`` (the full physics state), or a ``Snapshot`` of your
+            own; taken before every reset. Default None: the spec, versions,
+            seeds and ``np_random``'s state before each unseeded reset only.
+        snapshot_every: also take the snapshot after every this many steps, so
+            an episode whose start was evicted (``max_bytes``) still replays.
+            Default None.
         on_batch_committed: ``callback(json_path, entry)``, called in this
             process from the next ``step()``/``reset()``/``close()`` after
             the serializer commits a batch (never blocking on it), once per
@@ -98,6 +99,8 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         max_bytes: int | None = None,
         on_batch_committed: BatchCallback | None = None,
         commit_interval: float | None = 5.0,
+        snapshot: str | Snapshot | None = None,
+        snapshot_every: int | None = None,
         recorder: TraceRecorder | None = None,
         options: StreamOptions | None = None,
         start_method: str | None = None,
@@ -111,6 +114,8 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             compression=compression,
             max_bytes=max_bytes,
             commit_interval=commit_interval,
+            snapshot=snapshot,
+            snapshot_every=snapshot_every,
             options=options,
             **stream_options,
         )
@@ -119,6 +124,9 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if (directory is None) == (recorder is None):
             raise TypeError("RecordTrace needs exactly one of directory= or recorder=")
         self._owns_recorder = recorder is None
+        self._capture = ReplayCapture(env, snapshot, snapshot_every)
+        self._every = self._capture.every
+        self._step_in_episode = 0
         if recorder is None:
             assert directory is not None  # exactly one of the two (checked above)
             recorder = TraceRecorder(
@@ -132,6 +140,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 max_bytes=max_bytes,
                 on_batch_committed=on_batch_committed,
                 commit_interval=commit_interval,
+                env_description=self._capture.describe(),
                 options=options,
                 **stream_options,
             )
@@ -144,13 +153,20 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return self.recorder.directory
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        replay = self._capture.before_reset(seed)
         obs, info = self.env.reset(seed=seed, options=options)
-        self.recorder.add_reset(obs, info, seed=seed, options=options)
+        self._step_in_episode = 0
+        self.recorder.add_reset(obs, info, seed=seed, options=options, replay=replay)
         return obs, info
 
     def step(self, action) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self.recorder.add_step(action, obs, reward, terminated, truncated, info)
+        if self._every is None:
+            self.recorder.add_step(action, obs, reward, terminated, truncated, info)
+        else:
+            self._step_in_episode += 1
+            snapshot = self._capture.after_step(self._step_in_episode)
+            self.recorder.add_step(action, obs, reward, terminated, truncated, info, snapshot=snapshot)
         return obs, reward, terminated, truncated, info
 
     def stats(self) -> dict[str, Any]:
@@ -163,257 +179,3 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 self.recorder.close()
         finally:
             super().close()
-
-
-# What RecordVideo's own options accept; the rest are VideoRecorder's (VIDEO_RECORDER_OPTIONS) and StreamOptions'.
-RECORD_VIDEO_OPTIONS = {
-    "video_folder": FOLDER,
-    "episode_trigger": optional(CALLABLE),
-    "step_trigger": optional(CALLABLE),
-    "video_length": int_in(0, what="an integer >= 0 (0: the whole episode)"),
-    "name_prefix": PREFIX,
-    "fps": optional(POSITIVE_NUMBER),
-    "disable_logger": BOOL,
-    "gc_trigger": optional(CALLABLE),
-    "keep_if": optional(CALLABLE),
-}
-
-
-class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Records clips of ``env``'s rendered frames, as ``gymnasium.wrappers.RecordVideo`` does.
-
-    The same constructor, defaults, triggers and file names as Gymnasium 1.x
-    (``video_folder/NAME_PREFIX-episode-N.mp4``, ``...-step-N.mp4``), so
-    switching is a one-line import change. The differences: frames are
-    encoded by a worker process instead of being held in memory and encoded
-    inside ``reset()``; each clip gets a ``.meta.json``; ``ansi``
-    environments are recorded as asciicast (``.cast``). ``close()`` ends the
-    current clip, waits for the encoder, then closes ``env``.
-
-    Args:
-        env: the environment, made with ``render_mode="rgb_array"`` (or
-            ``"ansi"``, ``"rgb_array_list"``).
-        video_folder: where the clips go, created if needed.
-        episode_trigger: ``trigger(episode_id) -> bool``: record this episode.
-            Default (when neither trigger is given): Gymnasium's capped cubic
-            schedule (episodes 0, 1, 8, 27, ..., then every 1000th).
-        step_trigger: ``trigger(step_id) -> bool``: start a clip at this step.
-        video_length: frames per clip; default 0: the whole episode.
-        name_prefix: the clips' file prefix. Default ``"rl-video"``.
-        fps: frames per second of the clips. Default None: the env's
-            ``render_fps`` (30 without one). One frame is recorded per step:
-            for an env whose step spans several frames (frame skip) pass
-            ``fps=render_fps / frameskip`` to play in real time.
-        disable_logger: accepted for Gymnasium's signature (no moviepy here).
-        gc_trigger: ``trigger(episode_id) -> bool``: ``gc.collect()`` after a
-            clip. Default None, unlike Gymnasium: no frames are held, so a
-            full collection per clip would only stall the step.
-        settings: a ``VideoSettings`` (codec, preset, crf, ...). Default: its defaults.
-        ffmpeg: the ffmpeg executable. Default None: ``$ENVREC_FFMPEG``, then
-            ``ffmpeg`` (or ``avconv``) on PATH, then ``imageio-ffmpeg``'s.
-        max_bytes: a disk budget for this recorder's clips; beyond it the oldest
-            whole clips are deleted, never the newest (``clips_evicted``). Default None.
-        keep_last_clips: keep at most this many clips (the newest). Default None.
-        on_clip_closed: ``callback(video_path, meta)``, called in this process
-            from the next ``step()``/``reset()``/``close()`` after the encoder
-            finished a clip (its file complete, its ``.meta.json`` written):
-            for W&B, TensorBoard, an upload. ``video_path`` is None for a clip
-            with no playable file (``meta["broken"]`` says why).
-        keep_if: ``keep_if(outcome) -> bool``, asked when a clip ends with the
-            ``EpisodeOutcome`` of the episode it ends in; a clip it refuses
-            is deleted by the encoder (``clips_discarded``). Default: keep all.
-        options: a ``StreamOptions``; its fields may also come as keyword
-            arguments (``**stream_options``), which win.
-        start_method: deprecated and ignored (a ``DeprecationWarning``).
-
-    Raises:
-        ConfigError: a render mode without frames (None, ``"human"``), a bad
-            option (naming it), no ffmpeg found, a folder that cannot be written.
-        RecordError: only with ``strict=True``, a frame the clip cannot take
-            (not uint8 HxW, HxWx3 or HxWx4, or a shape that changed); without
-            it the clip is marked broken, logged once, and the env goes on.
-        ClosedError: a clip started after ``close()``.
-        WorkerError: only with ``strict=True``: the encoder failed.
-    """
-
-    def __init__(
-        self,
-        env: gym.Env,
-        video_folder: str,
-        episode_trigger: Callable[[int], bool] | None = None,
-        step_trigger: Callable[[int], bool] | None = None,
-        video_length: int = 0,
-        name_prefix: str = "rl-video",
-        fps: int | None = None,
-        disable_logger: bool = True,
-        gc_trigger: Callable[[int], bool] | None = None,
-        *,
-        settings: VideoSettings | None = None,
-        ffmpeg: str | None = None,
-        max_bytes: int | None = None,
-        keep_last_clips: int | None = None,
-        on_clip_closed: ClipCallback | None = None,
-        keep_if: KeepIf | None = None,
-        options: StreamOptions | None = None,
-        start_method: str | None = None,
-        **stream_options: Any,
-    ) -> None:
-        gym.utils.RecordConstructorArgs.__init__(
-            self,
-            video_folder=video_folder,
-            episode_trigger=episode_trigger,
-            step_trigger=step_trigger,
-            video_length=video_length,
-            name_prefix=name_prefix,
-            fps=fps,
-            disable_logger=disable_logger,
-            gc_trigger=gc_trigger,
-        )
-        warn_start_method(start_method)
-        check_options("RecordVideo", RECORD_VIDEO_OPTIONS, locals())
-        gym.Wrapper.__init__(self, env)
-        _check_render_mode(env.render_mode)
-        self._set_triggers(episode_trigger, step_trigger, video_length, gc_trigger, keep_if)
-        self.disable_logger = disable_logger
-        self.video_folder = _video_folder(video_folder)
-        if fps is None:
-            fps = self.metadata.get("render_fps", 30)
-        self.frames_per_sec: int = fps
-        self.name_prefix: str = check_prefix(name_prefix)
-        self._video_name: str | None = None
-        self.recording: bool = False
-        self.recorded_frames = 0  # a count: the frames themselves go to the encoder
-        self.render_history: list = []
-        self.step_id = -1
-        self.episode_id = -1
-        self.recorder = VideoRecorder(
-            self.video_folder,
-            fps=fps,
-            settings=settings,
-            ffmpeg=ffmpeg,
-            env_id=env.spec.id if env.spec is not None else None,
-            max_bytes=max_bytes,
-            keep_last_clips=keep_last_clips,
-            on_clip_closed=on_clip_closed,
-            options=options,
-            **stream_options,
-        )
-        self._outcome = OutcomeTracker()
-        self._text = env.render_mode == "ansi"
-
-    def _set_triggers(self, episode_trigger, step_trigger, video_length: int, gc_trigger, keep_if: KeepIf | None) -> None:
-        """Gymnasium's defaults (the capped-cubic episode schedule)."""
-        if episode_trigger is None and step_trigger is None:
-            episode_trigger = capped_cubic_video_schedule
-        self.episode_trigger = episode_trigger
-        self.step_trigger = step_trigger
-        self.video_length: int | float = video_length if video_length != 0 else float("inf")
-        self.gc_trigger = gc_trigger
-        self.keep_if = keep_if
-
-    def _capture_frame(self) -> None:
-        assert self.recording, "Cannot capture a frame, recording wasn't started."
-        frame = self.env.render()
-        if isinstance(frame, list):
-            if len(frame) == 0:
-                logger.warning("Trying to capture render frame but 'env.render()' has just been called. The frame cannot be captured.")
-                return
-            self.render_history += frame
-            frame = frame[-1]
-        self.recorder.add_frame(frame, self.step_id + 1)
-        self.recorded_frames += 1
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
-        obs, info = super().reset(seed=seed, options=options)
-        self.episode_id += 1
-        if self.recording and self.video_length == float("inf"):
-            self.stop_recording()  # the previous episode's clip, decided on that episode's outcome
-        self._outcome.reset(self.episode_id, info)
-        self.recorder.poll()
-        if self.episode_trigger and self.episode_trigger(self.episode_id):
-            self.start_recording(f"{self.name_prefix}-episode-{self.episode_id}")
-        if self.recording:
-            self._capture_frame()
-            if self.recorded_frames > self.video_length:
-                self.stop_recording()
-        return obs, info
-
-    def step(self, action):
-        obs, rew, terminated, truncated, info = self.env.step(action)
-        self.step_id += 1
-        if self.keep_if is not None:
-            self._outcome.step(rew, terminated, truncated, info)
-        self.recorder.poll()
-        if self.step_trigger and self.step_trigger(self.step_id):
-            self.start_recording(f"{self.name_prefix}-step-{self.step_id}")
-        if self.recording:
-            self._capture_frame()
-            if self.recorded_frames > self.video_length:
-                self.stop_recording()
-        return obs, rew, terminated, truncated, info
-
-    def render(self) -> Any:
-        render_out: Any = super().render()
-        if self.recording and isinstance(render_out, list):
-            for frame in render_out:
-                self.recorder.add_frame(frame, self.step_id + 1)
-            self.recorded_frames += len(render_out)
-        if len(self.render_history) > 0:
-            tmp_history = self.render_history
-            self.render_history = []
-            return tmp_history + render_out
-        return render_out
-
-    def start_recording(self, video_name: str) -> None:
-        """Start a new recording. If it is already recording, stops the current recording before starting the new one."""
-        if self.recording:
-            self.stop_recording()
-        self.recording = True
-        self._video_name = video_name
-        self.recorder.start_clip(video_name, episode_id=self.episode_id, text=self._text)
-
-    def stop_recording(self) -> None:
-        """Stop the current recording; the encoder finishes the file in the background."""
-        assert self.recording, "stop_recording was called, but no recording was started"
-        if self.recorded_frames == 0:
-            logger.warning("Ignored saving a video as there were zero frames to save.")
-        self.recorder.end_clip(keep=decide(self.keep_if, self._outcome.outcome()))
-        self.recorded_frames = 0
-        self.recording = False
-        self._video_name = None
-        if self.gc_trigger and self.gc_trigger(self.episode_id):
-            gc.collect()
-
-    def stats(self) -> dict[str, Any]:
-        return self.recorder.stats()
-
-    def close(self) -> None:
-        """Stops the recording, waits for the encoder to finish, then closes the env."""
-        try:
-            if self.recording:
-                self.stop_recording()
-            self.recorder.close()
-        finally:
-            super().close()
-
-
-def _check_render_mode(render_mode: str | None) -> None:
-    """Gymnasium's RecordVideo refuses these modes with these words; so does ours (ansi is recorded as text)."""
-    if render_mode in {None, "human"}:
-        raise ConfigError(
-            f"Render mode is {render_mode}, which is incompatible with RecordVideo. "
-            "Initialize your environment with a render_mode that returns an image, such as rgb_array "
-            "(or text: ansi)."
-        )
-
-
-def _video_folder(video_folder: str) -> str:
-    """The absolute folder, with Gymnasium's warning when it exists already."""
-    folder = os.path.abspath(video_folder)
-    if os.path.isdir(folder):
-        logger.warning(
-            "Overwriting existing videos at %s folder (try specifying a different `video_folder` "
-            "for the `RecordVideo` wrapper if this is not desired)",
-            folder,
-        )
-    return folder

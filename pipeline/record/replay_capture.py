@@ -1,0 +1,140 @@
+"""What replay needs, taken on the env side: the env's spec and package versions (once), the state of
+``env.unwrapped.np_random`` before each unseeded reset, and a snapshot hook's states (before each reset,
+and every ``snapshot_every`` steps). Nothing per step unless ``snapshot_every`` is set.
+
+The fields are described in docs/format.md ("What replay needs"); ``envrec.replay`` reads them back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.metadata
+import json
+import logging
+import platform
+from typing import Any
+
+import gymnasium as gym
+
+from ..errors import ConfigError
+from .snapshots import Snapshot, resolve_snapshot, snapshot_name
+
+__all__ = ["RECORDING_WRAPPERS", "ReplayCapture", "describe_env"]
+
+logger = logging.getLogger(__name__)
+
+# Wrappers that record: a replay must not run them again (they would write into the user's folders).
+RECORDING_WRAPPERS = ("envrec.", "gymnasium.wrappers.rendering:RecordVideo", "gymnasium.wrappers.rendering:HumanRendering")
+
+
+def _spec(env: gym.Env) -> tuple[dict | None, str | None]:
+    """The env's spec as JSON (its Gymnasium wrappers below the recorder included, recording ones left out),
+    or why there is none."""
+    spec = env.spec
+    if spec is None:
+        return None, "the env was not made by gymnasium.make (env.spec is None)"
+    kept = tuple(w for w in spec.additional_wrappers if not str(w.entry_point).startswith(RECORDING_WRAPPERS))
+    try:
+        return json.loads(dataclasses.replace(spec, additional_wrappers=kept).to_json()), None
+    except Exception as exc:  # noqa: BLE001  (gymnasium says why in its own words; any failure means no spec)
+        return None, f"its spec cannot be written as JSON: {exc}"
+
+
+def _versions(spec: dict | None) -> dict[str, str]:
+    """Python's, Gymnasium's, NumPy's and the env's package's versions."""
+    out = {"python": platform.python_version(), "gymnasium": gym.__version__}
+    modules = ["numpy"]
+    if spec is not None and isinstance(spec.get("entry_point"), str):
+        modules.append(spec["entry_point"].split(":")[0].split(".")[0])
+    dists = importlib.metadata.packages_distributions()
+    for module in modules:
+        for dist in dists.get(module, ())[:1]:
+            try:
+                out[module] = importlib.metadata.version(dist)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+    return out
+
+
+def describe_env(env: gym.Env, snapshot: Snapshot | None = None, snapshot_every: int | None = None) -> dict:
+    """The manifest's ``env``: the env's spec (or ``spec_error``), versions and the snapshot hook.
+
+    Args:
+        env: the env as the recorder wraps it.
+        snapshot: the snapshot hook, or None.
+        snapshot_every: steps between mid-episode snapshots, or None.
+    """
+    spec, error = _spec(env)
+    return {
+        "spec": spec,
+        "spec_error": error,
+        "versions": _versions(spec),
+        "snapshot": None if snapshot is None else {"name": snapshot_name(snapshot), "every": snapshot_every},
+    }
+
+
+def rng_state(env: gym.Env) -> dict | None:
+    """The state of ``env.unwrapped.np_random``'s bit generator (a copy), or None when it has none."""
+    try:
+        return dict(env.unwrapped.np_random.bit_generator.state)
+    except AttributeError:
+        return None
+
+
+class ReplayCapture:
+    """Takes, for one wrapped env, what replay needs at each reset and every ``every`` steps.
+
+    Args:
+        env: the env the recorder wraps.
+        snapshot: ``"mujoco"``, ``"ale"``, a ``Snapshot``, or None (see ``envrec.record.snapshots``).
+        every: take a mid-episode snapshot after every ``every`` steps; None: at resets only.
+    """
+
+    def __init__(self, env: gym.Env, snapshot: str | Snapshot | None, every: int | None) -> None:
+        self.env = env
+        self.snapshot = resolve_snapshot(snapshot)
+        if every is not None and (type(every) is not int or every < 1):
+            raise ConfigError(f"snapshot_every must be a step count >= 1 or None, not {every!r}")
+        if every is not None and self.snapshot is None:
+            raise ConfigError("snapshot_every needs a snapshot hook: pass snapshot='mujoco', 'ale' or a Snapshot")
+        self.every = every
+        self._failed = False
+        if self.snapshot is not None:
+            with contextlib.suppress(Exception):  # but ConfigError: a hook that does not fit this env says so now
+                self.snapshot.take(env)
+
+    def _take(self) -> Any:
+        """The hook's state, or None when it failed (logged once: the recording and the env go on without it).
+        ``ConfigError``, the built-ins' word for an env they do not fit, is raised."""
+        assert self.snapshot is not None
+        try:
+            return self.snapshot.take(self.env)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (a user's hook must not stop the user's job)
+            if not self._failed:
+                self._failed = True
+                logger.warning("envrec: the snapshot hook %s failed (%r); the states it could not take are not recorded",
+                               snapshot_name(self.snapshot), exc)
+            return None
+
+    def describe(self) -> dict:
+        """The manifest's ``env`` (see ``describe_env``)."""
+        return describe_env(self.env, self.snapshot, self.every)
+
+    def before_reset(self, seed: int | None) -> dict[str, Any]:
+        """The reset's ``rng`` (unseeded resets only: a seed replaces it) and ``reset_snapshot``."""
+        out: dict[str, Any] = {}
+        if seed is None:
+            out["rng"] = rng_state(self.env)
+        if self.snapshot is not None:
+            out["reset_snapshot"] = self._take()
+        return out
+
+    def after_step(self, step: int) -> dict | None:
+        """The state after step ``step`` of the episode (1 for its first) when one is due, else None."""
+        if self.every is None or step % self.every:
+            return None
+        state = self._take()
+        return None if state is None else {"step": step, "rng": rng_state(self.env), "state": state}

@@ -1,0 +1,177 @@
+"""The recorded env made again: from the manifest's ``env.spec``, from its ``env_id``, or by the user's code.
+
+A recording's manifest holds, under ``"env"``, the env's Gymnasium ``EnvSpec`` as JSON (kwargs and
+the user's wrappers below ``RecordTrace`` as ``additional_wrappers``). ``recreate_env`` turns it back
+into an ``EnvSpec`` (``EnvSpec.from_json``) and calls ``gym.make(spec, **overrides)``: its entry point
+is imported as ``gym.make`` would import it, so recreating runs the recorded env's code. A recording
+without the ``"env"`` key (an older envrec) falls back to ``gym.make(env_id)`` with the id's
+registered defaults, and says so in the log. ``make="module:function"`` (``--make``) replaces both:
+``function(**overrides)`` builds the env, for envs made by code and never registered.
+
+Stable API (``envrec render`` builds on it):
+
+* ``recreate_env(manifest, *, make=None, render_mode=KEEP, env_kwargs=None) -> gym.Env``;
+* ``describe_source(manifest, make=None) -> str``: how the env would be made, for messages;
+* ``load_callable(text) -> Callable``: a ``module:qualname`` imported;
+* ``CannotRecreate`` (a ``ConfigError``) with ``reason`` and ``hint`` (which names ``--make``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
+
+from ..errors import ConfigError
+
+__all__ = ["KEEP", "MAKE_HINT", "CannotRecreate", "describe_source", "load_callable", "recreate_env"]
+
+logger = logging.getLogger(__name__)
+
+KEEP: Any = type("Keep", (), {"__repr__": lambda self: "KEEP"})()  # render_mode: as recorded
+MAKE_HINT = ("pass --make module:function (make='module:function' or a callable in Python): a function that "
+             "builds the env as the recording made it, called with render_mode=... and any env kwargs")
+
+
+class CannotRecreate(ConfigError):
+    """The recorded env cannot be made again.
+
+    Attributes:
+        reason: why not (the spec is missing, its entry point does not import, making it raised).
+        hint: what to pass instead (names ``--make``).
+    """
+
+    def __init__(self, reason: str, hint: str = MAKE_HINT) -> None:
+        super().__init__(f"{reason}; {hint}")
+        self.reason = reason
+        self.hint = hint
+
+
+def load_callable(text: str) -> Callable[..., Any]:
+    """The object ``module:qualname`` names (``pkg.mod:make_env``, ``pkg.mod:Factory.create``).
+
+    Args:
+        text: ``module:qualname``.
+
+    Raises:
+        ConfigError: not of that form, the module does not import, or it has no such attribute or it is
+            not callable.
+    """
+    module_name, sep, qualname = text.partition(":") if isinstance(text, str) else ("", "", "")
+    if not sep or not module_name or not qualname:
+        raise ConfigError(f"{text!r} is not module:function (e.g. mypackage.envs:make_env)")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # importing user code may raise anything
+        raise ConfigError(f"cannot import {module_name!r} (of {text!r}): {type(exc).__name__}: {exc}") from exc
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{module_name!r} has no {qualname!r} (of {text!r})") from None
+    if not callable(obj):
+        raise ConfigError(f"{text!r} is not callable: {type(obj).__name__}")
+    return obj
+
+
+def _overrides(render_mode: Any, env_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    kwargs = dict(env_kwargs or {})
+    if render_mode is not KEEP:
+        kwargs["render_mode"] = render_mode
+    return kwargs
+
+
+def recreate_env(
+    manifest: Mapping[str, Any],
+    *,
+    make: str | Callable[..., gym.Env] | None = None,
+    render_mode: Any = KEEP,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> gym.Env:
+    """A fresh env like the one the recording wrapped (below ``RecordTrace``).
+
+    Args:
+        manifest: the recording's head manifest (``TraceReader(...).recordings[k].manifest``).
+        make: ``"module:function"`` or a callable that builds the env instead of the recorded spec; it is
+            called with the overrides as keyword arguments (``render_mode=`` only when one is given).
+        render_mode: the render mode to make it with; default ``KEEP``: as recorded.
+        env_kwargs: more keyword arguments for the env (they win over the recorded ones), e.g.
+            ``{"width": 640}``.
+
+    Raises:
+        CannotRecreate: no spec and no registered id, the entry point does not import, or making it raised;
+            its message names ``--make``.
+        ConfigError: ``make`` is not a ``module:function`` that imports.
+    """
+    kwargs = _overrides(render_mode, env_kwargs)
+    if make is not None:
+        fn = load_callable(make) if isinstance(make, str) else make
+        try:
+            return fn(**kwargs)
+        except Exception as exc:  # user code may raise anything
+            raise CannotRecreate(f"{describe_source(manifest, make)} raised {type(exc).__name__}: {exc}",
+                                 "check that function: it must build the env the recording wrapped") from exc
+    spec = _spec(manifest)
+    target: str | EnvSpec
+    if spec is not None:
+        target = spec
+    else:
+        target = _env_id(manifest)
+        logger.warning("%s has no recorded env spec (recorded by an older envrec): making %r with its registered "
+                       "defaults; kwargs the recording gave gym.make are not known", _prefix(manifest), target)
+    try:
+        env = gym.make(target, **kwargs)
+    except Exception as exc:  # gym.make raises import, registry and env errors of every type
+        raise CannotRecreate(f"cannot recreate the env: {describe_source(manifest)} raised {type(exc).__name__}: {exc}") from exc
+    return env
+
+
+def _prefix(manifest: Mapping[str, Any]) -> str:
+    return f"recording {manifest.get('prefix')!r}"
+
+
+def _spec(manifest: Mapping[str, Any]) -> EnvSpec | None:
+    """The recorded ``EnvSpec``, None for a recording without an ``"env"`` key; ``CannotRecreate`` when the
+    recording says it has none, or it is not a spec."""
+    env = manifest.get("env")
+    if env is None:
+        return None
+    if not isinstance(env, Mapping):
+        raise CannotRecreate(f"{_prefix(manifest)}: its manifest's env is not an object")
+    spec = env.get("spec")
+    if spec is None:
+        why = env.get("spec_error") or "the env had no spec (made by code, not gym.make)"
+        raise CannotRecreate(f"{_prefix(manifest)} has no env spec to recreate the env from: {why}")
+    try:
+        return EnvSpec.from_json(json.dumps(spec))
+    except Exception as exc:  # from_json raises several types on a malformed spec
+        raise CannotRecreate(f"{_prefix(manifest)}: its recorded env spec is not a Gymnasium EnvSpec: {exc}") from exc
+
+
+def _env_id(manifest: Mapping[str, Any]) -> str:
+    env_id = manifest.get("env_id")
+    if not isinstance(env_id, str) or not env_id:
+        raise CannotRecreate(f"{_prefix(manifest)} names no env: no env spec and no env id (the env was made by code)")
+    return env_id
+
+
+def describe_source(manifest: Mapping[str, Any], make: str | Callable[..., Any] | None = None) -> str:
+    """How the env of ``manifest`` is (or would be) made, for messages and logs.
+
+    Args:
+        manifest: the recording's head manifest.
+        make: the ``make`` given to ``recreate_env``, if any.
+    """
+    if make is not None:
+        name = make if isinstance(make, str) else getattr(make, "__qualname__", repr(make))
+        return f"make={name}"
+    env = manifest.get("env")
+    spec = env.get("spec") if isinstance(env, Mapping) else None
+    if isinstance(spec, Mapping):
+        return f"gym.make of the recorded spec {spec.get('id')!r} (entry point {spec.get('entry_point')!r})"
+    return f"gym.make({manifest.get('env_id')!r})"
