@@ -25,7 +25,6 @@ Stable API (``envrec render`` builds on it):
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from ..record.snapshots import resolve_snapshot
 from .compare import UNKNOWN, Difference, first_difference
 
 __all__ = ["UNKNOWN", "CannotReplay", "Difference", "Replay", "ReplayStep", "Start", "Transition", "compare",
@@ -125,7 +125,7 @@ def snapshot_hook(manifest: Mapping[str, Any], snapshot: Any = None) -> Any:
         if snapshot is None:
             return None
     try:
-        return importlib.import_module("envrec.record.snapshots").resolve_snapshot(snapshot)
+        return resolve_snapshot(snapshot)
     except Exception as exc:  # a name from a file, resolved by importing it
         raise CannotReplay(f"the snapshot hook {snapshot!r} cannot be loaded: {exc}",
                            "pass --snapshot module:object (snapshot= in Python): the hook the recording used") from exc

@@ -24,7 +24,7 @@ from ..errors import ConfigError, TraceError
 from ..read.reader import TraceReader
 from .engine import CannotReplay, Replay, compare, plan_start, snapshot_hook
 from .jobs import JOB_TIMEOUT_S, Item, run_jobs
-from .recreate import CannotRecreate, recreate_env
+from .recreate import KEEP, CannotRecreate, recreate_env
 from .selection import episode_refs, parse_selection, select_episodes
 from .verdicts import Verdict, write_verdicts
 
@@ -46,10 +46,17 @@ class _Session:
         self.manifest = self.reader.recordings[0].manifest
         self.options = options
         self._env: Any = None
+        self._failed: ConfigError | None = None  # why the env cannot be made: not tried again for each episode
 
     def env(self) -> Any:
+        if self._failed is not None:
+            raise self._failed
         if self._env is None:
-            self._env = recreate_env(self.manifest, make=self.options.get("make"), render_mode=_render_mode(self.manifest))
+            try:
+                self._env = recreate_env(self.manifest, make=self.options.get("make"), render_mode=_render_mode(self.manifest))
+            except ConfigError as exc:
+                self._failed = exc
+                raise
         return self._env
 
     def drop_env(self) -> None:
@@ -69,12 +76,13 @@ _SESSION: _Session | None = None  # a worker's session, kept for its next task
 
 
 def _render_mode(manifest: Mapping[str, Any]) -> Any:
-    """Verify keeps the recorded render mode (a wrapper may observe frames), but opens no window."""
+    """Verify keeps the recorded render mode (a wrapper may observe frames) but opens no window: ``"human"``
+    becomes None; no recorded mode: ``KEEP`` (a ``make`` function is then called without one)."""
     env = manifest.get("env")
     spec = env.get("spec") if isinstance(env, Mapping) else None
     kwargs = spec.get("kwargs") if isinstance(spec, Mapping) else None
     mode = kwargs.get("render_mode") if isinstance(kwargs, Mapping) else None
-    return None if mode == "human" else mode
+    return KEEP if mode is None else (None if mode == "human" else mode)
 
 
 def verify_task(directory: str, prefix: str | None, items: list[Item], options: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,8 +202,8 @@ def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str |
         atol: absolute tolerance for numbers (observations, rewards, infos); 0: exact.
         infos: compare the infos too.
         make: ``"module:function"`` (or, with ``jobs=1``, any callable) that builds the env instead of the
-            recorded spec; called with the recorded ``render_mode`` as keyword (``render_mode=None`` for
-            ``"human"``).
+            recorded spec; called with the recorded ``render_mode`` as keyword when there is one (None for
+            ``"human"``), else with no argument.
         snapshot: the snapshot hook (a ``Snapshot`` or ``"module:qualname"``) instead of the recorded name.
         timeout: seconds one episode's replay may take in a job before it is given up on.
 

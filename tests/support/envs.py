@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import os
+import random
 
 import gymnasium as gym
 import numpy as np
@@ -124,3 +126,56 @@ class ColourEnv(gym.Env):
         if self.channels == 4:
             frame[..., 3] = 255
         return frame
+
+
+class DriftEnv(gym.Env):
+    """Observations drawn from ``np_random`` (so seeded and unseeded resets replay), and two faults to find:
+    at step ``hidden_at`` (1-based; 0: never) ``observation[2]`` also gets Python's global ``random``, which
+    replay cannot restore; with ``crash_seed``, the process dies (``os._exit``) at step 2 of an episode reset
+    with that seed."""
+
+    metadata = {"render_modes": []}  # noqa: RUF012  (Gymnasium declares metadata as a class-level dict)
+
+    def __init__(self, hidden_at=0, episode_len=8, crash_seed=None, render_mode=None):
+        self.hidden_at = hidden_at
+        self.episode_len = episode_len
+        self.crash_seed = crash_seed
+        self.render_mode = render_mode
+        self.observation_space = S.Box(-np.inf, np.inf, (4,), np.float64)
+        self.action_space = S.Discrete(2)
+        self.t = 0
+        self.seed = None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.seed = 0, seed
+        return self.np_random.normal(size=4), {"t": 0}
+
+    def step(self, action):
+        self.t += 1
+        if self.crash_seed is not None and self.seed == self.crash_seed and self.t == 2:
+            os._exit(3)
+        obs = self.np_random.normal(size=4)
+        if self.t == self.hidden_at:
+            obs[2] += random.random()
+        return obs, float(action) + self.np_random.random(), self.t >= self.episode_len, False, {"t": self.t}
+
+
+DRIFT_ID = "envrec-test/Drift-v0"
+
+
+def register_drift() -> str:
+    """Register ``DriftEnv`` as ``DRIFT_ID`` (once); the id."""
+    if DRIFT_ID not in gym.registry:
+        gym.register(DRIFT_ID, entry_point="tests.support.envs:DriftEnv", max_episode_steps=50)
+    return DRIFT_ID
+
+
+def make_drift(render_mode=None, **kwargs):
+    """A ``DriftEnv`` without hidden randomness, as ``--make tests.support.envs:make_drift`` builds it."""
+    return gym.wrappers.TimeLimit(DriftEnv(render_mode=render_mode, **kwargs), 50)
+
+
+def make_crashing(render_mode=None):
+    """A ``DriftEnv`` whose process dies in the episode reset with seed 1."""
+    return make_drift(render_mode, crash_seed=1)

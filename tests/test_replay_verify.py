@@ -1,0 +1,201 @@
+"""``envrec verify`` and ``envrec.replay.verify``: recordings replayed from their recorded reset states and
+compared step by step; the verdicts, the file they are stored in, the selection grammar, parallel jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import gymnasium as gym
+import pytest
+
+import envrec
+from envrec.cli import main
+from envrec.errors import ConfigError, TraceError
+from envrec.replay import Verdict, select_episodes, verify
+from envrec.replay.selection import EpisodeRef, parse_selection
+from envrec.replay.verdicts import read_verdicts, verdict_path
+
+from .support.envs import register_drift
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _record(folder, env, seeds, action_seed=0):
+    """Record one episode per seed (None: an unseeded reset) of ``env`` with sampled actions; the prefix."""
+    env = envrec.RecordTrace(env, folder)
+    env.action_space.seed(action_seed)
+    for seed in seeds:
+        env.reset(seed=seed)
+        done = False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            done = terminated or truncated
+    env.close()
+    return env.recorder.prefix
+
+
+@pytest.fixture(scope="module")
+def cartpole(tmp_path_factory):
+    """30 CartPole episodes, only the first reset with a seed."""
+    folder = tmp_path_factory.mktemp("cartpole")
+    return folder, _record(folder, gym.make("CartPole-v1"), [7] + [None] * 29)
+
+
+@pytest.fixture(scope="module")
+def drift(tmp_path_factory):
+    """A registered env drawing from Python's ``random`` at step 5: one seeded and two unseeded episodes."""
+    folder = tmp_path_factory.mktemp("drift")
+    return folder, _record(folder, gym.make(register_drift(), hidden_at=5), [0, None, None])
+
+
+@pytest.fixture(scope="module")
+def vanished(tmp_path_factory):
+    """An env whose entry point's module is gone by the time it is verified (seeds 0, 1, 2)."""
+    folder = tmp_path_factory.mktemp("vanished")
+    (folder / "vanishing_envs.py").write_text("from tests.support.envs import DriftEnv\n")
+    sys.path.insert(0, str(folder))
+    try:
+        gym.register("envrec-test/Vanishing-v0", entry_point="vanishing_envs:DriftEnv", max_episode_steps=50)
+        prefix = _record(folder, gym.make("envrec-test/Vanishing-v0"), [0, 1, 2])
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("vanishing_envs", None)
+        gym.registry.pop("envrec-test/Vanishing-v0", None)
+    os.remove(folder / "vanishing_envs.py")
+    return folder, prefix
+
+
+def test_cartpole_reproduces_every_episode_seeded_or_not_and_stores_the_verdicts(cartpole):
+    folder, prefix = cartpole
+    verdicts = verify(folder)
+    assert [v.status for v in verdicts] == ["reproduced"] * 30
+    assert [v.start for v in verdicts] == ["seed"] + ["rng"] * 29
+    lengths = [ep.length for ep in envrec.TraceReader(folder)]
+    assert [v.steps for v in verdicts] == lengths and sum(lengths) > 30 * 9
+    stored = read_verdicts(folder, prefix)
+    assert stored is not None and stored.episodes == {v.episode_id: v for v in verdicts}
+    alone = verify(folder, "17")  # no episode before it to continue np_random from: its recorded state does
+    assert [(v.episode_id, v.status, v.start) for v in alone] == [(17, "reproduced", "rng")]
+
+
+def test_two_jobs_give_the_verdicts_of_one_and_selection_picks_by_outcome(cartpole):
+    folder, _ = cartpole
+    one = verify(folder, "worst:3,best:2,failed", jobs=1)
+    two = verify(folder, "worst:3,best:2,failed", jobs=2)
+    assert [v.to_json() for v in two] == [v.to_json() for v in one]
+    reader = envrec.TraceReader(folder)
+    terminated = [ep.episode_id for ep in reader if ep.ended_by == "terminated"]
+    assert [v.episode_id for v in one] == terminated  # CartPole's random episodes all fail before step 500
+
+
+def test_hidden_randomness_is_found_at_its_step_and_field(drift, capsys):
+    folder, prefix = drift
+    verdicts = verify(folder)
+    assert [(v.status, v.start, v.step, v.field, v.where) for v in verdicts] == [
+        ("diverged", start, 5, "observations", "[2]") for start in ("seed", "rng", "rng")]
+    assert all(v.difference is not None and 0 < v.difference < 1 for v in verdicts)
+    assert all(isinstance(v.recorded, float) and abs(v.recorded - v.replayed) == pytest.approx(v.difference) for v in verdicts)
+    assert main(["verify", str(folder), "--episodes", "1"]) == 1
+    out = capsys.readouterr().out
+    assert f"{prefix} episode 1: diverged at step 5: observations[2]" in out and "0 reproduced, 1 diverged" in out
+    assert main(["verify", str(folder), "--episodes", "0", "--atol", "1", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["reproduced"] == 1 and printed["verdicts"][0]["status"] == "reproduced"
+    assert read_verdicts(folder, prefix).episodes[0].status == "reproduced"  # the newer verdict replaced the older
+
+
+def test_an_env_that_cannot_be_recreated_names_make_and_make_then_works(vanished, capsys):
+    folder, prefix = vanished
+    assert main(["verify", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert out.count(": cannot replay: cannot recreate the env") == 3 and "ModuleNotFoundError" in out and "--make module:function" in out
+    assert main(["verify", str(folder), "--make", "tests.support.envs:make_drift", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [v["status"] for v in printed["verdicts"]] == ["reproduced"] * 3
+
+
+@pytest.mark.timeout(90)
+def test_a_job_whose_process_dies_gives_cannot_replay_for_that_episode_only(vanished):
+    folder, _ = vanished
+    verdicts = verify(folder, jobs=2, make="tests.support.envs:make_crashing")
+    assert [v.status for v in verdicts] == ["reproduced", "cannot_replay", "reproduced"]
+    assert "process died" in verdicts[1].reason
+
+
+def test_selection_grammar():
+    refs = [EpisodeRef(i, i + 10, r, e, 5, 0) for i, (r, e) in enumerate(
+        [(3.0, "terminated"), (1.0, "truncated"), (None, "terminated"), (9.0, "truncated"), (1.0, "terminated")])]
+    ids = lambda sel: [r.episode_id for r in select_episodes(refs, sel)]  # noqa: E731
+    assert ids("all") == ids("10-14") == [10, 11, 12, 13, 14]
+    assert ids("13,11") == [11, 13] and ids(" 12 , 12-13 ") == [12, 13]
+    assert ids("worst:2") == [11, 14] and ids("best:1") == [13] and ids("worst:9") == [10, 11, 13, 14]
+    assert ids("failed") == [10, 12, 14] and ids("last:2") == [13, 14] and ids("every:4") == [12]
+    assert ids("best:1,failed,last:1") == [10, 12, 13, 14]
+    for bad in ("", "worst", "worst:0", "7-5", "3,,4", "first:2", "-3", "every:x"):
+        with pytest.raises(ConfigError, match="episode selection|selection must not be empty") as err:
+            parse_selection(bad)
+        assert "worst:K" in str(err.value) or "backwards" in str(err.value) or "at least 1" in str(err.value)
+    with pytest.raises(ConfigError, match=r"episode id\(s\) 9 not recorded"):
+        select_episodes(refs, "9")
+    with pytest.raises(ConfigError, match="15, 16"):
+        select_episodes(refs, "13-16")
+
+
+def test_bad_arguments_exit_2(cartpole, capsys):
+    folder, _ = cartpole
+    assert main(["verify", str(folder), "--episodes", "nope:3"]) == 2
+    assert "unknown episode selection term 'nope:3'" in capsys.readouterr().err
+    assert main(["verify", str(folder), "--episodes", "99"]) == 2
+    assert main(["verify", str(folder / "missing")]) == 2
+    with pytest.raises(SystemExit) as exit_:
+        main(["verify", str(folder), "--jobs", "0"])
+    assert exit_.value.code == 2
+
+
+def test_a_crafted_verdict_file_is_a_clear_error(tmp_path, cartpole):
+    folder, prefix = cartpole
+    good = Verdict(prefix, 3, 3, "diverged", steps=4, step=4, field="rewards", recorded=1.0, replayed=2.0).to_json()
+    path = verdict_path(tmp_path, prefix)
+    for episodes, match in [({"3": {**good, "status": "fine"}}, "'status' has a wrong value"),
+                            ({"3": {**good, "step": None}}, "must name its step"),
+                            ({"4": good}, "holds the verdict of episode 3"),
+                            ({"3": {**good, "extra": 1}}, "unknown verdict key"),
+                            ({"3": {**good, "episode_id": True}}, "'episode_id' has a wrong value")]:
+        with open(path, "w") as f:
+            json.dump({"version": 1, "verified_at": "now", "envrec": "0", "atol": 0, "infos": False, "episodes": episodes}, f)
+        with pytest.raises(TraceError, match=match):
+            read_verdicts(tmp_path, prefix)
+    with open(path, "w") as f:
+        f.write("[1, 2")
+    with pytest.raises(TraceError, match="not JSON"):
+        read_verdicts(tmp_path, prefix)
+    os.remove(path)
+    os.symlink(os.path.join(folder, prefix + ".manifest.json"), path)
+    with pytest.raises(TraceError):
+        read_verdicts(tmp_path, prefix)
+    assert read_verdicts(tmp_path, "other") is None
+
+
+def test_verify_refuses_to_overwrite_a_verdict_file_it_cannot_read(drift, capsys):
+    folder, prefix = drift
+    with open(verdict_path(folder, prefix), "w") as f:
+        f.write('{"version": 7}')
+    assert main(["verify", str(folder), "--episodes", "0"]) == 2
+    assert "not a version 1 verdict file" in capsys.readouterr().err
+    os.remove(verdict_path(folder, prefix))
+
+
+@pytest.mark.timeout(180)
+def test_ray_tasks_give_the_verdicts_of_one_process(cartpole):
+    import ray
+
+    folder, _ = cartpole
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="warning")
+    try:
+        on_ray = verify(folder, "0-5", ray=True)
+    finally:
+        ray.shutdown()
+    assert [v.to_json() for v in on_ray] == [v.to_json() for v in verify(folder, "0-5")]
