@@ -3,6 +3,7 @@ compared step by step; the verdicts, the file they are stored in, the selection 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -22,10 +23,14 @@ from .support.envs import register_drift
 pytestmark = pytest.mark.timeout(120)
 
 
-def _record(folder, env, seeds, action_seed=0):
+def _record(folder, env, seeds):
     """Record one episode per seed (None: an unseeded reset) of ``env`` with sampled actions; the prefix."""
-    env = envrec.RecordTrace(env, folder)
-    env.action_space.seed(action_seed)
+    return _record_into(envrec.RecordTrace(env, folder), seeds)
+
+
+def _record_into(env, seeds):
+    """Step ``env`` (a ``RecordTrace``) through one episode per seed, then close it; its prefix."""
+    env.action_space.seed(0)
     for seed in seeds:
         env.reset(seed=seed)
         done = False
@@ -107,11 +112,11 @@ def test_hidden_randomness_is_found_at_its_step_and_field(drift, capsys):
 
 
 def test_an_env_that_cannot_be_recreated_names_make_and_make_then_works(vanished, capsys):
-    folder, prefix = vanished
+    folder, _ = vanished
     assert main(["verify", str(folder)]) == 1
     out = capsys.readouterr().out
     assert out.count(": cannot replay: cannot recreate the env") == 3 and "ModuleNotFoundError" in out and "--make module:function" in out
-    assert main(["verify", str(folder), "--make", "tests.support.envs:make_drift", "--json"]) == 0
+    assert main(["verify", str(folder), "--make", "tests.support.envs:make_drift", "--infos", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert [v["status"] for v in printed["verdicts"]] == ["reproduced"] * 3
 
@@ -124,10 +129,21 @@ def test_a_job_whose_process_dies_gives_cannot_replay_for_that_episode_only(vani
     assert "process died" in verdicts[1].reason
 
 
+@pytest.mark.timeout(60)
+def test_a_job_that_hangs_is_given_up_on_after_its_timeout(vanished):
+    folder, _ = vanished
+    verdicts = verify(folder, jobs=2, make="tests.support.envs:make_hanging", timeout=3)
+    assert [v.status for v in verdicts] == ["reproduced", "cannot_replay", "reproduced"]
+    assert "no result within 3 s" in verdicts[1].reason
+
+
 def test_selection_grammar():
     refs = [EpisodeRef(i, i + 10, r, e, 5, 0) for i, (r, e) in enumerate(
         [(3.0, "terminated"), (1.0, "truncated"), (None, "terminated"), (9.0, "truncated"), (1.0, "terminated")])]
-    ids = lambda sel: [r.episode_id for r in select_episodes(refs, sel)]  # noqa: E731
+
+    def ids(sel):
+        return [r.episode_id for r in select_episodes(refs, sel)]
+
     assert ids("all") == ids("10-14") == [10, 11, 12, 13, 14]
     assert ids("13,11") == [11, 13] and ids(" 12 , 12-13 ") == [12, 13]
     assert ids("worst:2") == [11, 14] and ids("best:1") == [13] and ids("worst:9") == [10, 11, 13, 14]
@@ -199,3 +215,56 @@ def test_ray_tasks_give_the_verdicts_of_one_process(cartpole):
     finally:
         ray.shutdown()
     assert [v.to_json() for v in on_ray] == [v.to_json() for v in verify(folder, "0-5")]
+
+
+def test_episodes_start_from_snapshots_at_the_reset_or_mid_episode(tmp_path):
+    from envrec.replay.engine import CannotReplay, Replay, compare, plan_start, snapshot_hook
+    from envrec.replay.recreate import recreate_env
+
+    from .support.envs import DRIFT_SNAPSHOT
+
+    env = envrec.RecordTrace(gym.make(register_drift(), episode_len=10), tmp_path, snapshot=DRIFT_SNAPSHOT, snapshot_every=3)
+    _record_into(env, [4, None])
+    assert [(v.status, v.start) for v in verify(tmp_path)] == [("reproduced", "seed"), ("reproduced", "snapshot")]
+    reader = envrec.TraceReader(tmp_path)
+    manifest, ep = reader.recordings[0].manifest, reader[1]
+    hook, made = snapshot_hook(manifest), recreate_env(manifest)
+    assert hook is DRIFT_SNAPSHOT and [s.step for s in ep.snapshots] == [3, 6, 9]
+
+    def replayed(episode, **how):
+        start = plan_start(episode, hook, **how)
+        steps = list(Replay(made, episode, start, hook))
+        return start.from_step, [s.step for s in steps], [compare(s) for s in steps]
+
+    assert replayed(ep, from_step=7) == (6, [6, 7, 8, 9, 10], [None] * 5)
+    rows = slice(4, None)  # as when a disk budget evicted the first 4 steps: the first kept snapshot is step 6
+    evicted = dataclasses.replace(ep, observations=ep.observations[rows], actions=ep.actions[rows], rewards=ep.rewards[rows],
+                                  terminations=ep.terminations[rows], truncations=ep.truncations[rows],
+                                  infos=ep.infos[rows], first_step=4, length=ep.length - 4)
+    assert replayed(evicted) == (6, [6, 7, 8, 9, 10], [None] * 5)
+    with pytest.raises(CannotReplay, match="first 4 steps were not kept"):
+        plan_start(dataclasses.replace(evicted, snapshots=()), hook)
+    no_rng = dataclasses.replace(ep, snapshots=tuple(dataclasses.replace(s, rng=None) for s in ep.snapshots))
+    steps = Replay(made, no_rng, plan_start(no_rng, hook, from_step=3), hook)  # np_random not restored: step 4 differs
+    assert next(d for s in steps if (d := compare(s))).step == 4
+
+
+def test_the_first_difference_names_where_and_by_how_much():
+    import numpy as np
+
+    from envrec.formats.infos import Unrepresentable
+    from envrec.replay.compare import first_difference
+
+    nan = float("nan")
+    recorded = {"pos": np.array([0.5, 1.0, nan], np.float32), "id": 3, "names": ("a", "b")}
+    assert first_difference(recorded, {"pos": np.array([0.5, 1.0, nan]), "id": 3, "names": ["a", "b"]}) is None
+    assert first_difference(recorded, {**recorded, "pos": np.array([0.5, 1.25, 1.0])}) == ("['pos'][1]", 1.0, 1.25, 0.25)
+    assert first_difference(recorded, {**recorded, "pos": np.array([0.5, 1.0, 1.0])}) == ("['pos'][2]", "nan", 1.0, None)
+    assert first_difference(recorded["pos"], np.array([0.5, 3.0, 1.0]))[3] == 2.0  # the largest finite
+    assert first_difference(recorded, {**recorded, "pos": np.array([0.5, 1.25, nan])}, atol=0.3) is None
+    assert first_difference(recorded, {**recorded, "names": ("a", "c")}) == ("['names'][1]", "b", "c", None)
+    assert first_difference(recorded, {**recorded, "pos": np.zeros(2)}) == ("['pos']", "shape (3,)", "shape (2,)", None)
+    assert first_difference(recorded, {"pos": recorded["pos"], "id": 3}) == ("['names']", ["a", "b"], "<missing>", None)
+    assert first_difference(np.arange(6).reshape(2, 3), np.array([[0, 1, 2], [3, 9, 5]])) == ("[1, 1]", 4, 9, 5.0)
+    assert first_difference(2**62 + 1, 2**62) == ("", 2**62 + 1, 2**62, 1.0)  # exact beyond float64
+    assert first_difference({"fn": Unrepresentable("builtins.function", "<fn>")}, {"fn": print}) is None

@@ -36,7 +36,8 @@ class Difference:
         where: the index inside the field (``"[2]"``, ``"['pos'][1]"``), None for a scalar field.
         recorded, replayed: the values there, JSON-able (non-finite floats as ``"nan"``, ``"inf"``, ``"-inf"``;
             a shape mismatch as ``"shape (4,)"``).
-        difference: the largest absolute difference over the field's array, None when not numeric or not finite.
+        difference: the largest finite absolute difference over the field's array (where it differs), None when
+            not numeric or no difference there is finite.
     """
 
     step: int
@@ -94,35 +95,41 @@ def _diff_array(rec: Any, rep: Any, atol: float, path: str) -> tuple[str, Any, A
         return None if _equal(rec, rep) else (path, _summary(rec), _summary(rep), None)
     if a.shape != b.shape:
         return path, f"shape {a.shape}", f"shape {b.shape}", None
-    if a.dtype.kind in _NUMERIC and b.dtype.kind in _NUMERIC:
-        mismatch, gaps = _numeric_mismatch(a, b, atol)
+    numeric = a.dtype.kind in _NUMERIC and b.dtype.kind in _NUMERIC
+    if numeric:
+        mismatch = _numeric_mismatch(a, b, atol)
     else:
-        mismatch, gaps = np.asarray(np.vectorize(lambda x, y: not _equal(x, y), otypes=[bool])(a, b)), None
+        mismatch = np.asarray(np.vectorize(lambda x, y: not _equal(x, y), otypes=[bool])(a, b))
     if not mismatch.any():
         return None
     at = tuple(int(i) for i in np.argwhere(mismatch)[0])
     where = path + (f"[{', '.join(map(str, at))}]" if at else "")
     largest = None
-    if gaps is not None:
-        worst = float(np.max(gaps[mismatch]))
-        largest = worst if math.isfinite(worst) else None
+    if numeric:  # the largest finite gap (NaN against a number, or infinities, have none)
+        gaps = _gaps(a[mismatch], b[mismatch])
+        finite = gaps[np.isfinite(gaps)]
+        largest = float(finite.max()) if finite.size else None
     return where, jsonable(a[at] if at else a[()]), jsonable(b[at] if at else b[()]), largest
 
 
-def _numeric_mismatch(a: np.ndarray, b: np.ndarray, atol: float) -> tuple[np.ndarray, np.ndarray]:
-    """Where ``a`` and ``b`` differ by more than ``atol`` (NaN equals NaN), and ``|a - b|`` in float64."""
+def _numeric_mismatch(a: np.ndarray, b: np.ndarray, atol: float) -> np.ndarray:
+    """Where ``a`` and ``b`` differ by more than ``atol`` (NaN equals NaN; integers exactly when ``atol`` is 0)."""
     if a.dtype.kind in "biu" and b.dtype.kind in "biu" and atol == 0:  # exact, also beyond float64's integers
-        mismatch = np.asarray(a != b)
-        return mismatch, np.abs(a.astype(np.float64) - b.astype(np.float64))
+        return np.asarray(a != b)
     complex_ = a.dtype.kind == "c" or b.dtype.kind == "c"
     x = a.astype(np.complex128 if complex_ else np.float64)
     y = b.astype(np.complex128 if complex_ else np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        gaps = np.abs(x - y)
-        both_nan = np.isnan(x) & np.isnan(y)
-        same = (x == y) | both_nan  # equal infinities have a NaN gap
-        mismatch = ~same & ~(gaps <= atol)
-    return np.asarray(mismatch), np.asarray(gaps)
+        same = (x == y) | (np.isnan(x) & np.isnan(y))  # equal infinities have a NaN gap
+        return np.asarray(~same & ~(np.abs(x - y) <= atol))
+
+
+def _gaps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``|a - b|`` as float64, integers subtracted exactly first (only the values that differ come here)."""
+    if a.dtype.kind in "biu" and b.dtype.kind in "biu":
+        return np.array([float(abs(int(x) - int(y))) for x, y in zip(a.tolist(), b.tolist(), strict=True)], np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.abs(a.astype(np.complex128) - b.astype(np.complex128)).astype(np.float64)
 
 
 def _equal(a: Any, b: Any) -> bool:

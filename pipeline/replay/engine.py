@@ -240,7 +240,8 @@ class Replay:
                           bool(ep.truncations[i - 1]), ep.infos[i])
 
     def __iter__(self) -> Iterator[ReplayStep]:
-        yield ReplayStep(self.start.from_step, self.recorded(self.start.from_step), self._begin())
+        at = self.recorded(self.start.from_step)  # at a start only the observation (and info) are compared
+        yield ReplayStep(self.start.from_step, Transition(at.observation, None, None, None, at.info), self._begin())
         ep = self.episode
         for i in range(self.start.from_step - ep.first_step, ep.length):
             obs, reward, terminated, truncated, info = self.env.step(_row(ep.actions, i))

@@ -70,10 +70,15 @@ def _pool(width: int) -> cf.ProcessPoolExecutor:
     return cf.ProcessPoolExecutor(max_workers=width, mp_context=multiprocessing.get_context("spawn"))
 
 
+def _kill(pool: cf.ProcessPoolExecutor) -> None:
+    """Kill the pool's workers (ours, by their processes): one is stuck in an env, or died."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        process.kill()
+
+
 def _stop(pool: cf.ProcessPoolExecutor, kill: bool) -> None:
-    if kill:  # a worker stuck in an env: shutdown() would wait for it
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.kill()
+    if kill:  # shutdown() would wait for a stuck worker
+        _kill(pool)
     pool.shutdown(wait=not kill, cancel_futures=True)
 
 
@@ -81,19 +86,22 @@ def _in_pool(task: Task, directory: str, prefix: str | None, items: list[Item], 
              on_failure: Failure, timeout: float) -> list[Any]:
     results: dict[Item, Any] = {}
     pool = _pool(min(jobs, len(items)))
-    broken = False
+    futures, broken = [], False
     try:
-        futures = [(item, pool.submit(task, directory, prefix, [item], options)) for item in items]
-        for item, future in futures:
+        for item in items:
+            futures.append((item, pool.submit(task, directory, prefix, [item], options)))
+    except BrokenProcessPool:  # a worker died while episodes were still handed out
+        broken = True
+    try:
+        for item, future in futures:  # those done before a worker died keep their results
             try:
                 results[item] = future.result(timeout=timeout)[0]
             except BrokenProcessPool:
                 broken = True
-                break
             except cf.TimeoutError:
                 results[item] = on_failure(item, f"the replay gave no result within {timeout:g} s (its worker was killed)")
                 broken = True
-                break
+                _kill(pool)
             except Exception as exc:  # noqa: BLE001  (raised in the task, or its result did not pickle)
                 results[item] = on_failure(item, f"{type(exc).__name__}: {exc}")
     finally:

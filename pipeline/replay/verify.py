@@ -6,8 +6,10 @@ an env made again from the recorded spec or by ``make`` (``recreate``), in this 
 reproduced, diverged (at which step, field and index, by how much) or cannot_replay (why, and what
 to pass). The verdicts are stored in ``PREFIX.verify.json`` beside the recording (``verdicts``).
 
-A job replays one episode after another in one env (made once per job): every episode starts from
-its recorded reset state, so none depends on the one before.
+Every episode is replayed in an env made for it, started from its recorded reset state: a verdict
+never rests on what the episodes replayed before it left in the env (an ALE game keeps its
+sticky-action RNG across resets: replayed after its predecessor, an episode recorded without
+``snapshot="ale"`` would reproduce, and diverge alone). A job keeps the reader for its next episode.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ HIDDEN = ("the env draws randomness it does not take from its np_random (Python'
 
 
 class _Session:
-    """What a job keeps between episodes of one recording: the reader, the env and the snapshot hook."""
+    """What a job keeps between episodes of one recording: the reader (and the env of the episode it replays)."""
 
     def __init__(self, directory: str, prefix: str, options: Mapping[str, Any]) -> None:
         self.key = (directory, prefix, repr(options.get("make")), repr(options.get("snapshot")))
@@ -104,7 +106,11 @@ def verify_task(directory: str, prefix: str | None, items: list[Item], options: 
         _SESSION = _Session(directory, prefix, options)
     session = _SESSION
     try:
-        return [_verify_one(session, index, episode_id).to_json() for index, episode_id in items]
+        verdicts = []
+        for index, episode_id in items:
+            verdicts.append(_verify_one(session, index, episode_id).to_json())
+            session.drop_env()  # a fresh env for each: no verdict may rest on state an episode before left behind
+        return verdicts
     finally:
         if not options.get("keep"):
             session.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import os
 import random
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -131,15 +132,15 @@ class ColourEnv(gym.Env):
 class DriftEnv(gym.Env):
     """Observations drawn from ``np_random`` (so seeded and unseeded resets replay), and two faults to find:
     at step ``hidden_at`` (1-based; 0: never) ``observation[2]`` also gets Python's global ``random``, which
-    replay cannot restore; with ``crash_seed``, the process dies (``os._exit``) at step 2 of an episode reset
-    with that seed."""
+    replay cannot restore; with ``crash_seed``, the process dies (``os._exit``; with ``hang``, sleeps for 10
+    minutes first) at step 2 of an episode reset with that seed."""
 
     metadata = {"render_modes": []}  # noqa: RUF012  (Gymnasium declares metadata as a class-level dict)
 
-    def __init__(self, hidden_at=0, episode_len=8, crash_seed=None, render_mode=None):
+    def __init__(self, hidden_at=0, episode_len=8, crash_seed=None, hang=False, render_mode=None):
         self.hidden_at = hidden_at
         self.episode_len = episode_len
-        self.crash_seed = crash_seed
+        self.crash_seed, self.hang = crash_seed, hang
         self.render_mode = render_mode
         self.observation_space = S.Box(-np.inf, np.inf, (4,), np.float64)
         self.action_space = S.Discrete(2)
@@ -154,6 +155,8 @@ class DriftEnv(gym.Env):
     def step(self, action):
         self.t += 1
         if self.crash_seed is not None and self.seed == self.crash_seed and self.t == 2:
+            if self.hang:
+                time.sleep(600)
             os._exit(3)
         obs = self.np_random.normal(size=4)
         if self.t == self.hidden_at:
@@ -179,3 +182,23 @@ def make_drift(render_mode=None, **kwargs):
 def make_crashing(render_mode=None):
     """A ``DriftEnv`` whose process dies in the episode reset with seed 1."""
     return make_drift(render_mode, crash_seed=1)
+
+
+def make_hanging(render_mode=None):
+    """A ``DriftEnv`` that hangs in the episode reset with seed 1."""
+    return make_drift(render_mode, crash_seed=1, hang=True)
+
+
+class DriftSnapshot:
+    """A snapshot hook for ``DriftEnv``: its step count (``np_random`` is recorded beside a snapshot)."""
+
+    name = "tests.support.envs:DRIFT_SNAPSHOT"
+
+    def take(self, env):
+        return np.array([env.unwrapped.t], np.int64)
+
+    def restore(self, env, state):
+        env.unwrapped.t = int(state[0])
+
+
+DRIFT_SNAPSHOT = DriftSnapshot()
