@@ -101,7 +101,7 @@ class VerdictMarks:
 
     def episode(self, name: str, episode_id: int, full: bool = False, clip: bool = True) -> dict[str, Any]:
         """An episode's mark: ``verdict`` (``reproduced``, ``diverged at step 17``, ``cannot replay`` or None)
-        and ``verdict_status``; with ``full``, also ``verdict_detail``, ``verified_at``, the ``verify_command``
+        and ``verdict_status``; with ``full``, also ``verdict_detail``, ``diverged_at``, ``verified_at``, the ``verify_command``
         when it has no verdict, and the ``render_command`` when it has no ``clip``."""
         r = self._recordings.get(name)
         v = r.verdicts.episodes.get(episode_id) if r is not None and r.verdicts is not None else None
@@ -109,6 +109,7 @@ class VerdictMarks:
         if not full:
             return out
         out["verdict_detail"] = detail(v) if v else (f"verdict file unreadable: {r.error}" if r and r.error else None)
+        out["diverged_at"] = v.step if v and v.status == "diverged" else None  # an observation index, as the plots' x
         out["verified_at"] = clean(r.verdicts.verified_at, 40) if v and r and r.verdicts else None
         unverified = r is not None and not v and not r.error  # verify refuses to overwrite an unreadable file
         out["verify_command"] = verify_command(r.folder, r.prefix) + f" --episodes {int(episode_id)}" if r and unverified else None

@@ -139,9 +139,10 @@ class CastPlayer {
 }
 
 class Plot {
-  constructor(label, series, domain) {
+  constructor(label, series, domain, mark) {
     this.series = series;  // [{x, min, max, label}]
     this.domain = domain;  // [first x, last x]
+    this.mark = mark;  // x where the replay diverged (null: none)
     this.width = plotWidth();
     this.height = 90;
     this.canvas = el("canvas", {class: "plot", width: this.width, height: this.height, "data-label": label});
@@ -188,6 +189,15 @@ class Plot {
       }
       ctx.stroke();
     });
+    if (Number.isInteger(this.mark) && this.mark >= this.domain[0] && this.mark <= this.domain[1]) {
+      ctx.strokeStyle = "#c01c28";
+      ctx.setLineDash([3, 3]);
+      ctx.beginPath();
+      ctx.moveTo(this.px(this.mark), 0);
+      ctx.lineTo(this.px(this.mark), this.height);
+      ctx.stroke();
+      ctx.setLineDash([]);
+    }
   }
   moveCursor(step) {
     const px = Math.round(this.px(step));
@@ -272,7 +282,7 @@ function showPlots(doc) {
   const groups = [["reward", [s.reward]], ["return", [s["return"]]]];
   for (const a of s.actions) groups.push([`action ${a.label}`, [a]]);
   for (const o of s.observations) groups.push([`observation ${o.label}`, [o]]);
-  state.plots = groups.map(([label, series]) => new Plot(label, series, domain));
+  state.plots = groups.map(([label, series]) => new Plot(label, series, domain, doc.diverged_at));
   $("#plots").replaceChildren(...state.plots.map((p) => el("div", {}, p.box)));
   for (const p of state.plots) {
     p.canvas.addEventListener("click", (ev) => {
