@@ -28,11 +28,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from ..errors import ConfigError
+
 __all__ = ["JOB_TIMEOUT_S", "Item", "run_jobs"]
 
 logger = logging.getLogger(__name__)
 
 JOB_TIMEOUT_S = 900.0  # one episode's replay; an env that hangs longer is given up on
+STARTUP_TIMEOUT_S = 120.0  # a spawned worker's start (imports)
 Item = tuple[int, int]  # (index across the reader, episode_id)
 Task = Callable[[str, "str | None", list[Item], dict[str, Any]], list[Any]]
 Failure = Callable[[Item, str], Any]
@@ -51,6 +54,9 @@ def run_jobs(task: Task, directory: str, prefix: str | None, items: Sequence[Ite
         ray: Ray tasks instead of local interpreters.
         on_failure: ``on_failure(item, why)``: the result for an item whose job crashed, timed out or raised.
         timeout: seconds an episode's job may take.
+
+    Raises:
+        ConfigError: spawned workers die before they run anything (see ``_pool``).
     """
     items = list(items)
     if not items:
@@ -66,8 +72,27 @@ def run_jobs(task: Task, directory: str, prefix: str | None, items: Sequence[Ite
     return _in_pool(task, directory, prefix, items, options, jobs, on_failure, timeout)
 
 
+def _ready() -> bool:
+    return True
+
+
 def _pool(width: int) -> cf.ProcessPoolExecutor:
-    return cf.ProcessPoolExecutor(max_workers=width, mp_context=multiprocessing.get_context("spawn"))
+    """A pool of ``width`` spawned workers, one of which answered (so they can start at all).
+
+    Raises:
+        ConfigError: a worker died before it ran anything: it could not start (a script that starts
+            jobs without ``if __name__ == "__main__":``, which spawned interpreters run again).
+    """
+    pool = cf.ProcessPoolExecutor(max_workers=width, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        pool.submit(_ready).result(timeout=STARTUP_TIMEOUT_S)
+    except (BrokenProcessPool, cf.TimeoutError) as exc:
+        _stop(pool, kill=True)
+        raise ConfigError(
+            f"the replay's worker interpreters die or hang before they run anything ({type(exc).__name__}): "
+            "a script that replays with jobs > 1 must start it under if __name__ == '__main__': (spawned "
+            "interpreters import the script again), and envrec must be importable in them") from exc
+    return pool
 
 
 def _kill(pool: cf.ProcessPoolExecutor) -> None:
