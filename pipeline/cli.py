@@ -149,6 +149,7 @@ def _report(args: argparse.Namespace, env, video, episodes: int, steps: int, sta
 def _inspect(args: argparse.Namespace) -> int:
     from .read.reader import TraceError
     from .read.summary import summarize
+    from .replay.verdict_text import inspect_line
 
     try:
         s = summarize(args.directory)
@@ -162,6 +163,8 @@ def _inspect(args: argparse.Namespace) -> int:
             state = "finalized after its env process died"
         parts = f" ({r['parts']} records: long ones in parts)" if r["parts"] != r["episodes"] else ""
         print(f"  {r['prefix']}: env {r['env_id']}, {r['episodes']} episode(s){parts} in {r['batches']} batch(es), {state}")
+        if isinstance(r["prefix"], str):
+            print(f"    {inspect_line(args.directory, r['prefix'], args.directory, len(s.recordings) > 1, r['episodes'])}")
         if r["compression"] and r["arrays"] and set(r["arrays"].values()) == {"raw"}:
             print("    compression: no image-like array to compress, every array raw")
         elif r["compression"]:

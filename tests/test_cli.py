@@ -98,3 +98,35 @@ def test_record_off_a_terminal_without_a_display_prints_no_bar_and_no_sdl_noise(
     assert out.returncode == 0, out.stderr
     assert out.stderr == "", out.stderr  # no progress bar, no "XDG_RUNTIME_DIR is invalid", no pygame banner
     assert "recorded 2 episode(s)" in out.stdout and "video: 2 clip(s)" in out.stdout
+
+
+@pytest.mark.timeout(120)
+def test_inspect_prints_each_recordings_verify_line(tmp_path, capsys):
+    """Not verified (with the command), verified by a real ``verify`` (then a diverged verdict merged in),
+    and a crafted verdict file: a line saying so, never a crash."""
+    import json
+
+    from envrec.cli import main
+    from envrec.replay import Verdict, verify
+    from envrec.replay.verdicts import verdict_path, write_verdicts
+
+    from .support.episodes import record_cartpole
+
+    folder = tmp_path / "my run"
+    record_cartpole(folder, 3, name_prefix="cp")
+
+    def line():
+        assert main(["inspect", str(folder)]) == 0
+        return next(x.strip() for x in capsys.readouterr().out.splitlines() if "verif" in x)
+
+    assert line() == f"not verified: envrec verify '{folder}'"
+    verify(folder)
+    assert line().startswith("verify: 3 reproduced, 0 diverged, 0 cannot replay (verified 20")
+    write_verdicts(folder, "cp", [Verdict("cp", 1, 1, "diverged", steps=5, step=5, field="observations", where="[2]",
+                                          difference=0.03)], atol=0.0, infos=False)
+    assert line().startswith("verify: 2 reproduced, 1 diverged (episode 1 at step 5: observations[2], by 0.03), 0 cannot replay")
+    doc = json.load(open(verdict_path(folder, "cp")))
+    doc["episodes"]["1"]["step"] = "\x1b[2J17"
+    open(verdict_path(folder, "cp"), "w").write(json.dumps(doc))
+    out = line()
+    assert out.startswith("verdict file unreadable, not shown:") and "'step'" in out and "\x1b" not in out

@@ -304,3 +304,75 @@ def test_idle_connections_time_out_and_connections_are_bounded(tmp_path, monkeyp
         assert get(server, "/api/index")[0] == 200  # the slots are free again
     finally:
         server.close()
+
+
+def _verdicts(prefix: str) -> list:
+    from envrec.replay.verdicts import Verdict
+
+    return [Verdict(prefix, 0, 0, "reproduced", steps=20, start="seed"),
+            Verdict(prefix, 1, 1, "diverged", steps=17, start="rng", step=17, field="observations", where="[2]",
+                    recorded=0.1, replayed=0.13, difference=0.03),
+            Verdict(prefix, 2, 2, "cannot_replay", reason="reset without a seed", hint="seed the reset")]
+
+
+def test_episodes_are_marked_by_verdict_and_one_without_a_clip_gets_its_render_command(tmp_path):
+    import shlex
+
+    from envrec.replay.verdicts import write_verdicts
+    from envrec.viewer.catalog import Catalog
+
+    given = str(tmp_path / "my runs") + "/"  # a space to quote, and the folder as typed (trailing slash kept)
+    record_cartpole(given, 3, video=lambda e: e == 1, name_prefix="cp")
+    record_cartpole(given, 1, name_prefix="other")  # a second recording in the folder: commands name --prefix
+    write_verdicts(given, "cp", _verdicts("cp"), atol=0.0, infos=False)
+    catalog = Catalog(given)
+    doc = catalog.index()
+    marks = {(e["recording"], e["episode_id"]): (e["verdict"], e["verdict_status"]) for e in doc["episodes"]}
+    assert marks == {("cp", 0): ("reproduced", "reproduced"), ("cp", 1): ("diverged at step 17", "diverged"),
+                     ("cp", 2): ("cannot replay", "cannot_replay"), ("other", 0): (None, None)}
+    rows = {r["name"]: (r["verify"], r["verify_command"]) for r in doc["recordings"]}
+    assert rows == {"cp": ("1 reproduced, 1 diverged, 1 cannot replay", None),
+                    "other": ("not verified", f"envrec verify {shlex.quote(given)} --prefix other")}
+    ep = catalog.episode("cp", 0)
+    assert ep["clip"] is None and ep["render_command"] == f"envrec render {shlex.quote(given)} --prefix cp --episodes 0"
+    assert ep["verdict_detail"] == "reproduced: 20 steps, started from its seed" and ep["verified_at"]
+    ep = catalog.episode("cp", 1)
+    assert ep["clip"] is not None and ep["render_command"] is None
+    assert ep["verdict_detail"] == "diverged at step 17: observations[2] recorded 0.1, replayed 0.13, by 0.03"
+    assert ep["diverged_at"] == 17 and catalog.episode("cp", 0)["diverged_at"] is None
+    assert catalog.episode("cp", 2)["verdict_detail"] == "cannot replay: reset without a seed; seed the reset"
+    assert catalog.episode("other", 0)["verify_command"] == f"envrec verify {shlex.quote(given)} --prefix other --episodes 0"
+
+
+def test_a_crafted_verdict_file_is_a_damaged_row_or_shown_as_text(tmp_path):
+    from envrec.replay.verdicts import verdict_path, write_verdicts
+
+    record_cartpole(tmp_path / "a", 3, name_prefix="cp")
+    record_cartpole(tmp_path / "b", 1, name_prefix="cp")
+    path = write_verdicts(tmp_path / "a", "cp", _verdicts("cp"), atol=0.0, infos=False)
+    doc = json.load(open(path))
+    markup = "<img src=x onerror=alert(1)>\x1b[2J"
+    doc["episodes"]["1"].update(where=markup, recorded=[markup] * 100)
+    doc["episodes"]["2"]["reason"] = markup
+    text = json.dumps(doc).replace('"difference": 0.03', '"difference": NaN')  # JSON the viewer may not send
+    open(path, "w").write(text)
+    (tmp_path / "outside.json").write_text(text)
+    os.symlink(tmp_path / "outside.json", verdict_path(tmp_path / "b", "cp"))  # never followed out of the folder
+    server = ViewerServer(tmp_path).start()
+    try:
+        status, _, body = get(server, "/api/index")
+        assert status == 200
+        index = json.loads(body)
+        assert [d["file"] for d in index["damaged"]] == ["b/cp.verify.json"]
+        assert {r["name"]: r["verify"] for r in index["recordings"]} == {
+            "a/cp": "1 reproduced, 1 diverged, 1 cannot replay", "b/cp": "verdict file unreadable"}
+        status, _, body = get(server, "/api/episode?recording=a/cp&episode=1")
+        assert status == 200  # valid JSON: the NaN difference is text
+        detail = json.loads(body)["verdict_detail"]
+        assert "<img src=x onerror=alert(1)>\\x1b[2J" in detail and "by nan" in detail and len(detail) < 300
+        assert "\x1b" not in json.loads(get(server, "/api/episode?recording=a/cp&episode=2")[2])["verdict_detail"]
+        ep = json.loads(get(server, "/api/episode?recording=b/cp&episode=0")[2])
+        assert ep["verdict"] is None and ep["verdict_detail"].startswith("verdict file unreadable") and ep["verify_command"] is None
+        assert ep["render_command"] == f"envrec render {os.path.join(str(tmp_path), 'b')} --episodes 0"
+    finally:
+        server.close()

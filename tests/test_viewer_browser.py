@@ -160,10 +160,14 @@ def _script(tag: str) -> str:
 
 
 def _crafted_folder(folder) -> list[str]:
-    """A real recording plus what a stranger's folder may hold: pages posing as clips, a scripted SVG, markup in names."""
+    """A real recording plus what a stranger's folder may hold: pages posing as clips, a scripted SVG, markup in names
+    and in a verdict file. Episode 3 has no clip."""
     import json
 
-    record_cartpole(folder, 3, video=lambda e: e == 2, name_prefix="cp")
+    from envrec.replay import Verdict
+    from envrec.replay.verdicts import write_verdicts
+
+    record_cartpole(folder, 4, video=lambda e: e == 2, name_prefix="cp")
     page = lambda tag: f"<!doctype html><html><body><script>{_script(tag)}</script></body></html>"
     files = {
         "evil.html": page("html"),
@@ -179,6 +183,8 @@ def _crafted_folder(folder) -> list[str]:
         meta = {"version": 1, "name": f"{markup}-episode-{episode}", "path": video, "content_type": "video/mp4",
                 "episode_id": episode, "fps": 30, "frames_written": 3, "broken": False, "reason": markup}
         (folder / f"crafted-{episode}.meta.json").write_text(json.dumps(meta))
+    write_verdicts(folder, "cp", [Verdict("cp", 2, 2, "reproduced", steps=9, start="seed"),
+                                  Verdict("cp", 3, 3, "cannot_replay", reason=markup)], atol=0.0, infos=False)
     manifest = folder / "cp.manifest.json"
     doc = json.loads(manifest.read_text())
     doc["env_id"] = markup
@@ -204,6 +210,14 @@ def test_a_crafted_folder_runs_nothing_on_the_viewers_origin(tmp_path):
             page.goto(server.url)
             page.wait_for_selector("body[data-loaded='1']")
             assert page.locator("#recordings tbody td", has_text="<img").count() == 1  # shown as text, not markup
+            marks = {r.get_attribute("data-episode"): r.locator("td.verdict").inner_text() for r in page.locator("#episodes tbody tr").all()}
+            assert marks == {"0": "", "1": "", "2": "reproduced", "3": "cannot replay"}
+            page.goto(f"{server.url}episode?recording=cp&episode=3")
+            page.wait_for_selector("body[data-loaded='1']")
+            assert page.locator("#render-command").inner_text() == f"envrec render {tmp_path} --episodes 3"
+            assert page.locator("#verdict-text").inner_text().startswith("verify: cannot replay: <img src=x onerror=")
+            page.goto(server.url)
+            page.wait_for_selector("body[data-loaded='1']")
             links = [a.get_attribute("href") for a in page.locator("#clips a").all()]
             assert "/files/evil.html" in links and "/files/evil.mp4" in links
             for url in [*links, *urls, "/episode?recording=cp&episode=0", "/episode?recording=cp&episode=1"]:

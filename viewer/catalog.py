@@ -42,6 +42,7 @@ from envrec.read.reader import Damaged
 from envrec.read.stitch import check_follows, joins, recording_ended, settled, stitch
 
 from .series import MAX_SERIES, Columns, downsample
+from .verdict_marks import VerdictMarks
 
 __all__ = ["Catalog", "NotFound"]
 
@@ -65,6 +66,7 @@ class Catalog:
 
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
+        self.verdicts = VerdictMarks(root, self.root)  # the render command names the folder as given
         self._lock = threading.Lock()
         self._summaries: dict[tuple[str, str], list[dict]] = {}  # (folder, batch json) -> its episodes' summaries
         self._where: dict[tuple[str, int], list[_Where]] = {}  # (recording, episode id) -> its pieces, oldest first
@@ -85,6 +87,7 @@ class Catalog:
         except TraceError:
             sources = []  # a folder of clips only, or nothing recorded yet
         self._clips = self._find_clips(damaged)
+        self.verdicts.scan(sources, damaged)
         recordings, episodes = [], []
         for src in sources:
             eps = self._episodes_of(src, damaged)
@@ -93,6 +96,7 @@ class Catalog:
             recordings.append({
                 "name": src.name, "env_id": m.get("env_id"), "episodes": len(eps), "steps": sum(e["length"] for e in eps),
                 "complete": bool(m.get("complete")), "folder": os.path.relpath(src.directory, self.root),
+                **self.verdicts.recording(src.name, len(eps)),
             })
         clips = [self._clip_json(folder, meta) for folder, meta in self._clips]
         return {"root": self.root, "recordings": recordings, "episodes": episodes, "clips": clips,
@@ -122,7 +126,8 @@ class Catalog:
             self._where.setdefault((src.name, piece.summary["episode_id"]), []).append(piece)
             s = piece.summary
             clip = self._clip_for(src, s["episode_id"], s["first_step"] + s["length"])
-            out.append({"recording": src.name, **s, "clip": clip[1]["name"] if clip else None})
+            out.append({"recording": src.name, **s, "clip": clip[1]["name"] if clip else None,
+                        **self.verdicts.episode(src.name, s["episode_id"])})
         return out
 
     def _pieces(self, src: RecordingSource, kept: list[BatchEntry]) -> list[_Where]:
@@ -198,6 +203,7 @@ class Catalog:
                 raise NotFound(f"no episode {episode_id} in recording {recording!r}"
                                + (f" from step {first_step}" if first_step is not None else ""))
             clip = self._clip_for(where.source, episode_id, where.summary["first_step"] + where.summary["length"])
+            marks = self.verdicts.episode(recording, episode_id, full=True, clip=clip is not None)
         files = BatchFiles(where.source.directory)
         try:
             parts = []
@@ -207,7 +213,7 @@ class Catalog:
             for before, after in itertools.pairwise(parts):
                 check_follows(before, after)
             ep = settled(stitch(parts), where.source.manifest, where.parts[-1][0], where.after)
-            return self._episode_json(recording, ep, width, obs_dims, clip)
+            return {**self._episode_json(recording, ep, width, obs_dims, clip), **marks}
         finally:
             files.close()
 

@@ -66,6 +66,15 @@ function episodeLink(recording, episode, firstStep) {
   return `/episode?recording=${encodeURIComponent(recording)}&episode=${episode}${from}`;
 }
 
+function verdictClass(status) {
+  // status is one the server checked: reproduced, diverged or cannot_replay
+  return status ? `verdict verdict-${status}` : "verdict";
+}
+
+function verdictCell(e) {
+  return el("td", {class: verdictClass(e.verdict_status)}, e.verdict || "");
+}
+
 async function showIndex() {
   let doc;
   try {
@@ -77,12 +86,13 @@ async function showIndex() {
   $("#root").textContent = doc.root;
   sortable($("#recordings"), doc.recordings, (r) => el("tr", {},
     el("td", {}, r.name), el("td", {}, r.env_id || ""), el("td", {class: "num"}, r.episodes),
-    el("td", {class: "num"}, r.steps), el("td", r.complete ? {} : {class: "live"}, r.complete ? "complete" : "recording")));
+    el("td", {class: "num"}, r.steps), el("td", r.complete ? {} : {class: "live"}, r.complete ? "complete" : "recording"),
+    el("td", r.verify_command ? {class: "muted", title: r.verify_command} : {}, r.verify || "")));
   sortable($("#episodes"), doc.episodes, (e) => el("tr", {"data-episode": e.episode_id},
     el("td", {}, e.recording), el("td", {class: "num"}, el("a", {href: episodeLink(e.recording, e.episode_id, e.first_step)}, e.episode_id)),
     el("td", {class: "num"}, e.first_step ? `${e.length} (from step ${e.first_step})` : e.length),
     el("td", {class: "num"}, e.parts || 1), el("td", {class: "num"}, fmt(e.return)), el("td", {}, e.ended_by),
-    el("td", {}, e.complete ? "yes" : "no"), el("td", {}, e.clip || "")));
+    el("td", {}, e.complete ? "yes" : "no"), el("td", {}, e.clip || ""), verdictCell(e)));
   sortable($("#clips"), doc.clips, (c) => el("tr", {},
     el("td", {}, c.url ? el("a", {href: c.url}, c.name) : c.name), el("td", {class: "num"}, fmt(c.episode_id)),
     el("td", {class: "num"}, fmt(c.frames)), el("td", {class: "num"}, fmt(c.fps)),
@@ -129,9 +139,10 @@ class CastPlayer {
 }
 
 class Plot {
-  constructor(label, series, domain) {
+  constructor(label, series, domain, mark) {
     this.series = series;  // [{x, min, max, label}]
     this.domain = domain;  // [first x, last x]
+    this.mark = mark;  // x where the replay diverged (null: none)
     this.width = plotWidth();
     this.height = 90;
     this.canvas = el("canvas", {class: "plot", width: this.width, height: this.height, "data-label": label});
@@ -178,6 +189,15 @@ class Plot {
       }
       ctx.stroke();
     });
+    if (Number.isInteger(this.mark) && this.mark >= this.domain[0] && this.mark <= this.domain[1]) {
+      ctx.strokeStyle = "#c01c28";
+      ctx.setLineDash([3, 3]);
+      ctx.beginPath();
+      ctx.moveTo(this.px(this.mark), 0);
+      ctx.lineTo(this.px(this.mark), this.height);
+      ctx.stroke();
+      ctx.setLineDash([]);
+    }
   }
   moveCursor(step) {
     const px = Math.round(this.px(step));
@@ -229,11 +249,15 @@ function tick() {
   requestAnimationFrame(tick);
 }
 
-async function showMedia(clip) {
+async function showMedia(doc) {
+  const clip = doc.clip;
   const media = $("#media");
   media.replaceChildren();
   if (!clip || !clip.url) {
     media.append(el("p", {class: "muted"}, "no clip of this episode: plots only"));
+    if (doc.render_command) {
+      media.append(el("p", {}, "render it from the trace: ", el("code", {id: "render-command"}, doc.render_command)));
+    }
     return;
   }
   state.fps = clip.fps || 30;
@@ -258,7 +282,7 @@ function showPlots(doc) {
   const groups = [["reward", [s.reward]], ["return", [s["return"]]]];
   for (const a of s.actions) groups.push([`action ${a.label}`, [a]]);
   for (const o of s.observations) groups.push([`observation ${o.label}`, [o]]);
-  state.plots = groups.map(([label, series]) => new Plot(label, series, domain));
+  state.plots = groups.map(([label, series]) => new Plot(label, series, domain, doc.diverged_at));
   $("#plots").replaceChildren(...state.plots.map((p) => el("div", {}, p.box)));
   for (const p of state.plots) {
     p.canvas.addEventListener("click", (ev) => {
@@ -292,9 +316,21 @@ async function loadEpisode(first) {
   $("#summary").textContent = `${doc.length} steps${span}${parts}, return ${fmt(doc["return"])}, ended by ${doc.ended_by ?? "nothing yet (continues)"}` +
     `${doc.complete ? "" : " (incomplete)"}, seed ${fmt(doc.seed)}; observation has ${doc.observation_dims} dimension(s)`;
   if (!dims) $("#obs-dims").value = doc.series.observations.map((o) => o.dim).join(",");
-  if (first) await showMedia(doc.clip);
+  showVerdict(doc);
+  if (first) await showMedia(doc);
   showPlots(doc);
   document.body.dataset.loaded = "1";
+}
+
+function showVerdict(doc) {
+  const box = $("#verdict");
+  box.replaceChildren();
+  if (doc.verdict_detail) {
+    const when = doc.verified_at ? ` (verified ${doc.verified_at})` : "";
+    box.append(el("span", {class: verdictClass(doc.verdict_status), id: "verdict-text"}, `verify: ${doc.verdict_detail}${when}`));
+  } else if (doc.verify_command) {
+    box.append(el("span", {class: "muted", id: "verdict-text"}, "not verified: "), el("code", {}, doc.verify_command));
+  }
 }
 
 async function showEpisode() {
