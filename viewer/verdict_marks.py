@@ -112,6 +112,7 @@ class VerdictMarks:
         out["diverged_at"] = v.step if v and v.status == "diverged" else None  # an observation index, as the plots' x
         out["verified_at"] = clean(r.verdicts.verified_at, 40) if v and r and r.verdicts else None
         unverified = r is not None and not v and not r.error  # verify refuses to overwrite an unreadable file
-        out["verify_command"] = verify_command(r.folder, r.prefix) + f" --episodes {int(episode_id)}" if r and unverified else None
-        out["render_command"] = render_command(r.folder, episode_id, r.prefix) if r and not clip else None
+        known = type(episode_id) is int  # a folder's episode record may lack its id: no command names it then
+        out["verify_command"] = verify_command(r.folder, r.prefix) + f" --episodes {episode_id}" if r and unverified and known else None
+        out["render_command"] = render_command(r.folder, episode_id, r.prefix) if r and not clip and known else None
         return out

@@ -30,7 +30,7 @@ from gymnasium.envs.registration import EnvSpec
 from ..errors import ConfigError
 from .spec_trust import untrusted_reason
 
-__all__ = ["KEEP", "MAKE_HINT", "CannotRecreate", "describe_source", "load_callable", "recreate_env"]
+__all__ = ["KEEP", "MAKE_HINT", "CannotRecreate", "describe_source", "load_callable", "recreate_env", "spec_trusted"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ def recreate_env(
     make: str | Callable[..., gym.Env] | None = None,
     render_mode: Any = KEEP,
     env_kwargs: Mapping[str, Any] | None = None,
+    trusted: bool = False,
 ) -> gym.Env:
     """A fresh env like the one the recording wrapped (below ``RecordTrace``).
 
@@ -103,6 +104,9 @@ def recreate_env(
         render_mode: the render mode to make it with; default ``KEEP``: as recorded.
         env_kwargs: more keyword arguments for the env (they win over the recorded ones), e.g.
             ``{"width": 640}``.
+        trusted: the recorded spec was found trustworthy already (``spec_trusted``, by the process that
+            started this job: a fresh interpreter may not have the user's registrations). Default False:
+            checked here (``envrec.replay.spec_trust``).
 
     Raises:
         CannotRecreate: no spec and no registered id, the entry point does not import, or making it raised;
@@ -117,7 +121,7 @@ def recreate_env(
         except Exception as exc:  # user code may raise anything
             raise CannotRecreate(f"{describe_source(manifest, make)} raised {type(exc).__name__}: {exc}",
                                  "check that function: it must build the env the recording wrapped") from exc
-    spec = _spec(manifest)
+    spec = _spec(manifest, trusted)
     target: str | EnvSpec
     if spec is not None:
         target = spec
@@ -136,7 +140,19 @@ def _prefix(manifest: Mapping[str, Any]) -> str:
     return f"recording {manifest.get('prefix')!r}"
 
 
-def _spec(manifest: Mapping[str, Any]) -> EnvSpec | None:
+def spec_trusted(manifest: Mapping[str, Any]) -> bool:
+    """Whether this process would make ``manifest``'s recorded spec (it has one, and ``spec_trust`` lets it).
+
+    Args:
+        manifest: the recording's head manifest.
+    """
+    try:
+        return _spec(manifest) is not None
+    except CannotRecreate:
+        return False
+
+
+def _spec(manifest: Mapping[str, Any], trusted: bool = False) -> EnvSpec | None:
     """The recorded ``EnvSpec``, None for a recording without an ``"env"`` key; ``CannotRecreate`` when the
     recording says it has none, or it is not a spec."""
     env = manifest.get("env")
@@ -152,7 +168,7 @@ def _spec(manifest: Mapping[str, Any]) -> EnvSpec | None:
         made = EnvSpec.from_json(json.dumps(spec))
     except Exception as exc:  # from_json raises several types on a malformed spec
         raise CannotRecreate(f"{_prefix(manifest)}: its recorded env spec is not a Gymnasium EnvSpec: {exc}") from exc
-    why = untrusted_reason(made)
+    why = None if trusted else untrusted_reason(made)
     if why is not None:
         raise CannotRecreate(f"{_prefix(manifest)}: the recorded env spec is not made here: {why}")
     return made

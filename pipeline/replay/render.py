@@ -84,6 +84,7 @@ class RenderOptions:
     make: str | Callable[..., gym.Env] | None = None
     settings: VideoSettings | None = None
     snapshot: Any = None
+    trusted: bool = False  # the recorded spec was trusted by the process that started the jobs (recreate_env)
 
 
 def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
@@ -155,6 +156,7 @@ def render(
         TraceError: the recording is damaged.
     """
     from .jobs import run_jobs
+    from .recreate import spec_trusted
 
     options = _options(directory, out, env_kwargs, fps, name_prefix, make, settings, snapshot)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
@@ -169,6 +171,8 @@ def render(
     def failed(item: tuple[int, int], why: str) -> RenderedClip:
         return RenderedClip(recording, item[1], None, None, "cannot_replay", reason=why)
 
+    with TraceReader(os.fspath(directory), recording) as reader:  # the user's registrations are this process's
+        options = replace(options, trusted=spec_trusted(reader.recordings[0].manifest))
     clips = run_jobs(render_task, os.fspath(directory), recording, items, {"render": options}, jobs=jobs, ray=ray,
                      on_failure=failed)
     if on_clip_closed is not None:
@@ -275,7 +279,8 @@ def _make_env(manifest: Mapping[str, Any], options: RenderOptions) -> gym.Env:
     from .recreate import CannotRecreate, recreate_env
 
     try:
-        env = recreate_env(manifest, make=options.make, render_mode="rgb_array", env_kwargs=options.env_kwargs)
+        env = recreate_env(manifest, make=options.make, render_mode="rgb_array", env_kwargs=options.env_kwargs,
+                           trusted=options.trusted)
     except CannotRecreate as exc:
         if options.env_kwargs:
             shown = " ".join(f"{k}={json.dumps(v, default=repr)}" for k, v in options.env_kwargs.items())

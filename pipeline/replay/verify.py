@@ -26,7 +26,7 @@ from ..errors import ConfigError, TraceError
 from ..read.reader import TraceReader
 from .engine import CannotReplay, Replay, Start, compare, plan_start, snapshot_hook
 from .jobs import JOB_TIMEOUT_S, Item, run_jobs
-from .recreate import KEEP, CannotRecreate, load_callable, recreate_env
+from .recreate import KEEP, CannotRecreate, load_callable, recreate_env, spec_trusted
 from .selection import episode_refs, parse_selection, select_episodes
 from .verdicts import Verdict, write_verdicts
 
@@ -55,7 +55,8 @@ class _Session:
             raise self._failed
         if self._env is None:
             try:
-                self._env = recreate_env(self.manifest, make=self.options.get("make"), render_mode=_render_mode(self.manifest))
+                self._env = recreate_env(self.manifest, make=self.options.get("make"), render_mode=_render_mode(self.manifest),
+                                         trusted=self.options.get("trusted", False))
             except ConfigError as exc:
                 self._failed = exc
                 raise
@@ -78,7 +79,7 @@ _SESSION: _Session | None = None  # a worker's session, kept for its next task
 
 
 def _key(directory: str, prefix: str, options: Mapping[str, Any]) -> tuple[str, ...]:
-    return directory, prefix, repr(options.get("make")), repr(options.get("snapshot"))
+    return directory, prefix, repr(options.get("make")), repr(options.get("snapshot")), repr(options.get("trusted"))
 
 
 def _render_mode(manifest: Mapping[str, Any]) -> Any:
@@ -261,8 +262,10 @@ def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str |
     verdicts: list[Verdict] = []
     for p in prefixes:
         items = [(ref.index, ref.episode_id) for ref in chosen[p]]
-        results = run_jobs(verify_task, directory, p, items, options, jobs=jobs, ray=ray, on_failure=_failed(p),
-                           timeout=timeout)
+        with TraceReader(directory, p) as reader:  # the user's registrations are this process's: jobs are told
+            trusted = spec_trusted(reader.recordings[0].manifest)
+        results = run_jobs(verify_task, directory, p, items, {**options, "trusted": trusted}, jobs=jobs, ray=ray,
+                           on_failure=_failed(p), timeout=timeout)
         found = [Verdict.from_json(r, f"the verdict of a replay job ({p})") for r in results]
         if found:
             write_verdicts(directory, p, found, atol=float(atol), infos=bool(infos))
