@@ -22,6 +22,7 @@ Dataclasses of options check their fields the same way from each field's
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import os
 from collections.abc import Callable, Mapping
@@ -42,6 +43,7 @@ __all__ = [
     "accepts",
     "check_fields",
     "check_options",
+    "import_named",
     "int_in",
     "number_in",
     "one_of",
@@ -124,3 +126,31 @@ def check_fields(obj: Any) -> None:
         rule = f.metadata.get("accepts")
         if rule is not None:
             rule.check(owner, f.name, getattr(obj, f.name))
+
+
+def import_named(text: Any, what: str) -> Any:
+    """The object ``"module:qualname"`` names (``pkg.envs:make_env``, ``pkg.envs:Factory.create``), imported: an
+    option that names code (``make=``, ``snapshot=``).
+
+    Args:
+        text: ``module:qualname``.
+        what: the option, for messages (``"make"``).
+
+    Raises:
+        ConfigError: ``text`` is not of that form, its module does not import (whatever it raised), or it has
+            no such attribute.
+    """
+    module_name, sep, qualname = text.partition(":") if isinstance(text, str) else ("", "", "")
+    if not sep or not module_name or not qualname:
+        raise ConfigError(f"{what}={text!r} is not module:qualname (e.g. mypackage.envs:make_env)")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as exc:  # importing the user's code may raise anything)
+        raise ConfigError(f"{what}={text!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    for part in qualname.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{what}={text!r}: {module_name!r} has no {qualname!r}") from None
+    return obj
+

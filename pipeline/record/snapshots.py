@@ -15,13 +15,13 @@ only when a hook is used.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..option_checks import import_named
 
 __all__ = ["ALE", "MUJOCO", "AleSnapshot", "MujocoSnapshot", "Snapshot", "resolve_snapshot", "snapshot_name"]
 
@@ -146,19 +146,9 @@ def _is_snapshot(obj: object) -> bool:
 
 
 def _import(spec: str) -> object:
-    module_name, _, qualname = spec.partition(":")
-    if not module_name or not qualname:
+    if ":" not in spec:
         raise ConfigError(f"snapshot={spec!r}: expected {ACCEPTED}")
-    try:
-        obj: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"snapshot={spec!r}: cannot import {module_name!r}: {exc}") from exc
-    for attr in qualname.split("."):
-        try:
-            obj = getattr(obj, attr)
-        except AttributeError:
-            raise ConfigError(f"snapshot={spec!r}: {module_name!r} has no {qualname!r}") from None
-    return obj
+    return import_named(spec, "snapshot")
 
 
 def resolve_snapshot(spec: str | Snapshot | None) -> Snapshot | None:

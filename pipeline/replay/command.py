@@ -116,21 +116,14 @@ def describe(v: Any) -> str:
 def run_verify(args: argparse.Namespace) -> int:
     """``envrec verify``: print the verdicts, 0 only if every selected episode reproduced."""
     headless()
-    from ..errors import ConfigError, TraceError
     from .verdicts import verdict_path
     from .verify import verify
 
-    try:
-        verdicts = verify(args.directory, args.episodes, prefix=args.prefix, jobs=args.jobs, ray=args.ray,
-                          atol=args.atol, infos=args.infos, make=args.make, snapshot=args.snapshot)
-    except (ConfigError, TraceError) as exc:
-        print(f"envrec verify: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        if args.ray and exc.name == "ray":
-            print("envrec verify: --ray needs Ray: pip install 'envrec[ray]'", file=sys.stderr)
-            return 2
-        raise
+    verdicts = _bad_arguments_exit_2("verify", args, lambda: verify(
+        args.directory, args.episodes, prefix=args.prefix, jobs=args.jobs, ray=args.ray, atol=args.atol, infos=args.infos,
+        make=args.make, snapshot=args.snapshot))
+    if isinstance(verdicts, int):
+        return verdicts
     counts = Counter(v.status for v in verdicts)
     if args.json:
         print(json.dumps({"reproduced": counts["reproduced"], "diverged": counts["diverged"],
@@ -144,6 +137,23 @@ def run_verify(args: argparse.Namespace) -> int:
     if not verdicts:
         print("envrec verify: no episode selected", file=sys.stderr)
     return 0 if counts["reproduced"] == len(verdicts) else 1
+
+
+def _bad_arguments_exit_2(command: str, args: argparse.Namespace, call: Callable[[], Any]) -> Any:
+    """What ``call`` returns, or 2 (printed why) for a bad argument: a ``ConfigError`` or ``TraceError``, or
+    ``--ray`` without Ray."""
+    from ..errors import ConfigError, TraceError
+
+    try:
+        return call()
+    except (ConfigError, TraceError) as exc:
+        print(f"envrec {command}: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        if args.ray and exc.name == "ray":
+            print(f"envrec {command}: --ray needs Ray: pip install 'envrec[ray]'", file=sys.stderr)
+            return 2
+        raise
 
 
 def _clip_line(clip: Any) -> str:
@@ -162,21 +172,13 @@ def run_render(args: argparse.Namespace) -> int:
     headless()
     from dataclasses import asdict
 
-    from ..errors import ConfigError, TraceError
     from .render import parse_env_kwargs, render
 
-    try:
-        clips = render(args.directory, args.episodes, prefix=args.prefix, out=args.out,
-                       env_kwargs=parse_env_kwargs(args.env_kwargs), fps=args.fps, name_prefix=args.name_prefix,
-                       jobs=args.jobs, ray=args.ray, make=args.make, snapshot=args.snapshot)
-    except (ConfigError, TraceError) as exc:
-        print(f"envrec render: {exc}", file=sys.stderr)
-        return 2
-    except ImportError as exc:
-        if args.ray and exc.name == "ray":
-            print("envrec render: --ray needs Ray: pip install 'envrec[ray]'", file=sys.stderr)
-            return 2
-        raise
+    clips = _bad_arguments_exit_2("render", args, lambda: render(
+        args.directory, args.episodes, prefix=args.prefix, out=args.out, env_kwargs=parse_env_kwargs(args.env_kwargs),
+        fps=args.fps, name_prefix=args.name_prefix, jobs=args.jobs, ray=args.ray, make=args.make, snapshot=args.snapshot))
+    if isinstance(clips, int):
+        return clips
     counts = Counter(clip.verdict for clip in clips)
     if args.json:
         print(json.dumps({"reproduced": counts["reproduced"], "diverged": counts["diverged"],

@@ -18,7 +18,6 @@ Stable API (``envrec render`` builds on it):
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -28,6 +27,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
 from ..errors import ConfigError
+from ..option_checks import import_named
 from .spec_trust import untrusted_reason
 
 __all__ = ["KEEP", "MAKE_HINT", "CannotRecreate", "describe_source", "load_callable", "recreate_env", "spec_trusted"]
@@ -63,18 +63,7 @@ def load_callable(text: str) -> Callable[..., Any]:
         ConfigError: not of that form, the module does not import, or it has no such attribute or it is
             not callable.
     """
-    module_name, sep, qualname = text.partition(":") if isinstance(text, str) else ("", "", "")
-    if not sep or not module_name or not qualname:
-        raise ConfigError(f"{text!r} is not module:function (e.g. mypackage.envs:make_env)")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as exc:  # importing user code may raise anything
-        raise ConfigError(f"cannot import {module_name!r} (of {text!r}): {type(exc).__name__}: {exc}") from exc
-    for part in qualname.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ConfigError(f"{module_name!r} has no {qualname!r} (of {text!r})") from None
+    obj = import_named(text, "make")
     if not callable(obj):
         raise ConfigError(f"{text!r} is not callable: {type(obj).__name__}")
     return obj

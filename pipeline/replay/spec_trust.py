@@ -17,6 +17,9 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
+from ..errors import ConfigError
+from ..option_checks import import_named
+
 __all__ = ["untrusted_reason"]
 
 
@@ -64,16 +67,14 @@ def _wrapper_reason(entry_point: Any, allowed: tuple[str, ...]) -> str | None:
     name = _name(entry_point)
     if name is None:
         return f"its wrapper entry point {entry_point!r} is not module:Class"
-    module_name, qualname = name.split(":")
+    module_name = name.split(":")[0]
     if not module_name.startswith(allowed) and module_name not in sys.modules:
         return (f"its wrapper {name} is neither Gymnasium's nor the env package's ({', '.join(p.rstrip('.') for p in allowed)}),"
                 " and a wrapper named by a folder is not imported")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except Exception as exc:  # noqa: BLE001  (an import error of any kind: refused, with its words)
-        return f"its wrapper {name} cannot be imported: {type(exc).__name__}: {exc}"
+        obj = import_named(name, "wrapper")
+    except ConfigError as exc:
+        return f"its wrapper {name} cannot be imported: {exc}"
     if not (isinstance(obj, type) and issubclass(obj, gym.Wrapper)):
         return f"its wrapper {name} is not a gymnasium.Wrapper class"
     return None
