@@ -13,7 +13,8 @@ import pytest
 import envrec
 from envrec.cli import main
 from envrec.errors import ConfigError
-from envrec.replay.render import parse_env_kwargs, render, reset_steps
+from envrec.replay.command import parse_env_kwargs
+from envrec.replay.render import render, reset_steps
 from envrec.viewer.catalog import Catalog
 
 from .support.picture_env import register

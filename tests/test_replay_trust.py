@@ -50,9 +50,16 @@ MARKER = "envrec-trust-marker"
         (lambda s: s.update(entry_point="os:system", kwargs={"command": f"touch {MARKER}"}), "not the one registered here"),
         (lambda s: s.update(id="Evil-v0", entry_point="os:system", kwargs={"command": f"touch {MARKER}"}), "is not registered here"),
         (lambda s: s["additional_wrappers"].append({"name": "x", "entry_point": "os:system", "kwargs": {"command": f"touch {MARKER}"}}),
-         "os:system is not a gymnasium.Wrapper class"),
+         "os:system is neither Gymnasium's nor the env package's (gymnasium)"),
+        (lambda s: s["additional_wrappers"].append({"name": "x", "entry_point": "gymnasium.envs.registration:make", "kwargs": {}}),
+         "is not a gymnasium.Wrapper class"),
         (lambda s: s["additional_wrappers"].append({"name": "x", "entry_point": "antigravity:Wrapper", "kwargs": {}}),
          "a wrapper named by a folder is not imported"),
+        (lambda s: s["additional_wrappers"].append({"name": "x", "entry_point": "envrec:RecordTrace", "kwargs": {"directory": MARKER}}),
+         "records or renders"),
+        (lambda s: s["additional_wrappers"].append(
+            {"name": "x", "entry_point": "gymnasium.wrappers.rendering:RecordVideo", "kwargs": {"video_folder": MARKER}}),
+         "records or renders"),
     ],
 )
 def test_a_crafted_spec_is_refused_and_nothing_it_names_runs(recording, tmp_path, monkeypatch, capsys, change, said):
@@ -82,3 +89,21 @@ def test_an_env_id_naming_a_module_is_refused(recording, tmp_path, capsys):
 
 def test_the_recorded_spec_itself_is_made(recording, capsys):
     assert main(["verify", str(recording)]) == 0
+
+
+def test_render_writes_only_into_a_real_clips_folder_and_never_through_a_planted_link(recording, tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine")
+    out = tmp_path / "clips"
+    out.mkdir()
+    os.symlink(victim, out / "rl-video-episode-1.mp4")
+    assert main(["render", str(recording), "--out", str(out)]) == 0, capsys.readouterr()
+    assert victim.read_text() == "mine" and not os.path.islink(out / "rl-video-episode-1.mp4")
+    assert os.path.getsize(out / "rl-video-episode-1.mp4") > 0
+    os.symlink(out, tmp_path / "linked")
+    for bad, said in [(tmp_path / "linked", "symbolic link"), (victim, "cannot make the clips' folder"), ("", "out is empty")]:
+        assert main(["render", str(recording), "--out", str(bad)]) == 2
+        assert said in capsys.readouterr().err
+    assert main(["render", str(recording), "--out", str(out), "--fps", "1e300"]) == 2
+    assert "at most 1000" in capsys.readouterr().err
+    assert victim.read_text() == "mine"

@@ -111,7 +111,10 @@ class Encoder(Handler):
         return os.path.join(self.cfg.folder, name + ext)
 
     def _video_path(self, clip: _Clip) -> str:
-        return self._path(clip.name, ".cast" if clip.kind == "ansi" else ".mp4")
+        path = self._path(clip.name, ".cast" if clip.kind == "ansi" else ".mp4")
+        if os.path.islink(path):  # a link planted where the clip goes is replaced by the clip, never written through
+            os.unlink(path)
+        return path
 
     def version(self) -> str:
         if self._version is None:

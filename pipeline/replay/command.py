@@ -13,10 +13,12 @@ import json
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["SUBCOMMANDS", "add_parser", "run_render", "run_verify"]
+from ..errors import ConfigError, TraceError
+
+__all__ = ["SUBCOMMANDS", "add_parser", "parse_env_kwargs", "run_render", "run_verify"]
 
 
 def _count(text: str) -> int:
@@ -139,11 +141,32 @@ def run_verify(args: argparse.Namespace) -> int:
     return 0 if counts["reproduced"] == len(verdicts) else 1
 
 
+def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings as keyword arguments: each value parsed as JSON (``640``, ``true``, ``[1, 2]``),
+    else kept as a string (``camera_name=track``).
+
+    Args:
+        items: e.g. ``["width=640", "height=480"]``.
+
+    Raises:
+        ConfigError: an item without ``=``, or whose key is not a Python identifier.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"env kwarg {item!r} is not KEY=VALUE with KEY a Python name (e.g. width=640 camera_id=1)")
+        try:
+            out[key] = json.loads(text)
+        except ValueError:
+            out[key] = text
+    return out
+
+
 def _bad_arguments_exit_2(command: str, args: argparse.Namespace, call: Callable[[], Any]) -> Any:
     """What ``call`` returns, or 2 (printed why) for a bad argument: a ``ConfigError`` or ``TraceError``, or
     ``--ray`` without Ray."""
-    from ..errors import ConfigError, TraceError
-
     try:
         return call()
     except (ConfigError, TraceError) as exc:
@@ -168,11 +191,11 @@ def _clip_line(clip: Any) -> str:
 
 
 def run_render(args: argparse.Namespace) -> int:
-    """``envrec render``: print the clips written, 0 only if every selected episode reproduced."""
+    """``envrec render``: print the clips written, 0 only if every selected episode reproduced and has its video."""
     headless()
     from dataclasses import asdict
 
-    from .render import parse_env_kwargs, render
+    from .render import render
 
     clips = _bad_arguments_exit_2("render", args, lambda: render(
         args.directory, args.episodes, prefix=args.prefix, out=args.out, env_kwargs=parse_env_kwargs(args.env_kwargs),
@@ -187,8 +210,10 @@ def run_render(args: argparse.Namespace) -> int:
         for clip in clips:
             print(_clip_line(clip))
         out = args.out or os.path.join(args.directory, "videos")
+        unwritten = sum(clip.path is None and clip.verdict != "cannot_replay" for clip in clips)
         print(f"render: {len(clips)} episode(s) into {out}: {counts['reproduced']} reproduced, "
-              f"{counts['diverged']} diverged, {counts['cannot_replay']} cannot replay")
+              f"{counts['diverged']} diverged, {counts['cannot_replay']} cannot replay"
+              + (f"; {unwritten} replayed but without a video (see above)" if unwritten else ""))
     if not clips:
         print("envrec render: no episode selected", file=sys.stderr)
-    return 0 if counts["reproduced"] == len(clips) else 1
+    return 0 if counts["reproduced"] == len(clips) and all(clip.path is not None for clip in clips) else 1

@@ -39,11 +39,12 @@ from ..formats.trace_format import check_prefix
 from ..read.reader import Episode, TraceReader
 from ..record.video import ClipCallback, VideoRecorder
 
-__all__ = ["RenderOptions", "RenderedClip", "parse_env_kwargs", "render", "render_task", "reset_steps"]
+__all__ = ["RenderOptions", "RenderedClip", "render", "render_task", "reset_steps"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SELECTION = "last:1"
+MAX_FPS = 1000  # ffmpeg refuses frame rates far beyond any display's
 
 
 @dataclass(frozen=True)
@@ -85,29 +86,6 @@ class RenderOptions:
     settings: VideoSettings | None = None
     snapshot: Any = None
     trusted: bool = False  # the recorded spec was trusted by the process that started the jobs (recreate_env)
-
-
-def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as keyword arguments: each value parsed as JSON (``640``, ``true``, ``[1, 2]``),
-    else kept as a string (``camera_name=track``).
-
-    Args:
-        items: e.g. ``["width=640", "height=480"]``.
-
-    Raises:
-        ConfigError: an item without ``=``, or whose key is not a Python identifier.
-    """
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        key = key.strip()
-        if not sep or not key.isidentifier():
-            raise ConfigError(f"env kwarg {item!r} is not KEY=VALUE with KEY a Python name (e.g. width=640 camera_id=1)")
-        try:
-            out[key] = json.loads(text)
-        except ValueError:
-            out[key] = text
-    return out
 
 
 def render(
@@ -166,7 +144,7 @@ def render(
         logger.info("envrec render: the selection %r picks no episode of %s", episodes, recording)
         return []
     _keep_live_clips(options, [eid for _, eid in items])
-    os.makedirs(options.out, exist_ok=True)
+    _make_out(options.out)
 
     def failed(item: tuple[int, int], why: str) -> RenderedClip:
         return RenderedClip(recording, item[1], None, None, "cannot_replay", reason=why)
@@ -187,8 +165,10 @@ def _options(directory, out, env_kwargs, fps, name_prefix, make, settings, snaps
         raise ConfigError(f"env_kwargs must be a dict of keyword arguments, not {env_kwargs!r:.80}")
     if "render_mode" in (env_kwargs or {}):
         raise ConfigError("env_kwargs: render_mode is rgb_array when rendering; leave it out")
-    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not fps > 0):
-        raise ConfigError(f"fps must be a positive number, not {fps!r}")
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps <= MAX_FPS):
+        raise ConfigError(f"fps must be a positive number of at most {MAX_FPS}, not {fps!r}")
+    if out is not None and not os.fspath(out):
+        raise ConfigError("out is empty: name the clips' folder (default: the recording's folder/videos)")
     if settings is not None and not isinstance(settings, VideoSettings):
         raise ConfigError(f"settings must be a VideoSettings, not {type(settings).__name__}")
     hook = _hook({}, snapshot) if snapshot is not None else None
@@ -197,6 +177,19 @@ def _options(directory, out, env_kwargs, fps, name_prefix, make, settings, snaps
     folder = os.fspath(out) if out is not None else os.path.join(os.fspath(directory), "videos")
     return RenderOptions(os.path.abspath(folder), dict(env_kwargs or {}), fps, check_prefix(name_prefix), make, settings,
                          snapshot)
+
+
+def _make_out(out: str) -> None:
+    """The clips' folder, created if needed; ConfigError when it is a symbolic link (not followed: by default it
+    lies in a folder that may come from anyone), not a folder, or not writable."""
+    if os.path.islink(out):
+        raise ConfigError(f"the clips' folder {out} is a symbolic link, which is not followed: pass a real folder (--out)")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot make the clips' folder {out}: {exc.strerror or exc}") from None
+    if not os.path.isdir(out) or not os.access(out, os.W_OK | os.X_OK):
+        raise ConfigError(f"the clips' folder {out} is not a folder this process can write (--out)")
 
 
 def _keep_live_clips(options: RenderOptions, episode_ids: Sequence[int]) -> None:

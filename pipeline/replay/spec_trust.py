@@ -3,7 +3,8 @@ whatever its entry points name with whatever its kwargs say (``"os:system"`` wit
 
 A recorded spec is made only when its env's entry point is the one Gymnasium registers for its id on this
 machine (the env's package imported first, as ``gym.make`` would, so that it registers its ids), and each of
-its ``additional_wrappers`` is a ``gymnasium.Wrapper`` class from Gymnasium or from the env's own package.
+its ``additional_wrappers`` is a ``gymnasium.Wrapper`` class from Gymnasium or from the env's own package, and
+none records or renders (envrec's wrappers, Gymnasium's ``RecordVideo`` and ``HumanRendering``).
 Anything else is refused with the reason; ``--make module:function`` (your own code) makes such envs.
 """
 
@@ -20,7 +21,10 @@ from gymnasium.envs.registration import EnvSpec
 from ..errors import ConfigError
 from ..option_checks import import_named
 
-__all__ = ["untrusted_reason"]
+__all__ = ["WRITING_WRAPPERS", "untrusted_reason"]
+
+# Gymnasium's wrappers that write files or open windows where their kwargs say: never made from a folder's spec.
+WRITING_WRAPPERS = frozenset({"RecordVideo", "HumanRendering"})
 
 
 def _name(entry_point: Any) -> str | None:
@@ -67,9 +71,11 @@ def _wrapper_reason(entry_point: Any, allowed: tuple[str, ...]) -> str | None:
     name = _name(entry_point)
     if name is None:
         return f"its wrapper entry point {entry_point!r} is not module:Class"
-    module_name = name.split(":")[0]
-    if not module_name.startswith(allowed) and module_name not in sys.modules:
-        return (f"its wrapper {name} is neither Gymnasium's nor the env package's ({', '.join(p.rstrip('.') for p in allowed)}),"
+    module_name, qualname = name.split(":")
+    if module_name.split(".")[0] == "envrec" or qualname in WRITING_WRAPPERS:
+        return f"its wrapper {name} records or renders (it would write or show what a folder says): it is not made again"
+    if not module_name.startswith(allowed):
+        return (f"its wrapper {name} is neither Gymnasium's nor the env package's ({', '.join(dict.fromkeys(p.rstrip('.') for p in allowed))}),"
                 " and a wrapper named by a folder is not imported")
     try:
         obj = import_named(name, "wrapper")
