@@ -124,7 +124,7 @@ def test_inspect_prints_each_recordings_verify_line(tmp_path, capsys):
     assert line().startswith("verify: 3 reproduced, 0 diverged, 0 cannot replay (verified 20")
     write_verdicts(folder, "cp", [Verdict("cp", 1, 1, "diverged", steps=5, step=5, field="observations", where="[2]",
                                           difference=0.03)], atol=0.0, infos=False)
-    assert line().startswith("verify: 2 reproduced, 1 diverged (episode 1 at step 5: observations[2], by 0.03), 0 cannot replay")
+    assert line().startswith("verify: 2 reproduced, 1 diverged (episode 1 at step 5: observations[2]; largest difference in observations: 0.03), 0 cannot replay")
     doc = json.load(open(verdict_path(folder, "cp")))
     doc["episodes"]["1"]["step"] = "\x1b[2J17"
     open(verdict_path(folder, "cp"), "w").write(json.dumps(doc))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 
 import gymnasium as gym
@@ -16,6 +17,7 @@ from envrec.cli import main
 from envrec.errors import ConfigError, TraceError
 from envrec.replay import Verdict, select_episodes, verify
 from envrec.replay.selection import EpisodeRef, episode_refs, parse_selection
+from envrec.replay.verdict_text import inspect_line
 from envrec.replay.verdicts import read_verdicts, verdict_path
 
 from .support.envs import register_drift
@@ -107,6 +109,7 @@ def test_hidden_randomness_is_found_at_its_step_and_field(drift, capsys):
     assert main(["verify", str(folder), "--episodes", "1"]) == 1
     out = capsys.readouterr().out
     assert f"{prefix} episode 1: diverged at step 5: observations[2]" in out and "0 reproduced, 1 diverged" in out
+    assert re.search(r"replayed [0-9.]+ \(largest difference in observations: 0\.[0-9]+\)\n", out), out
     assert main(["verify", str(folder), "--episodes", "0", "--atol", "1", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["reproduced"] == 1 and printed["verdicts"][0]["status"] == "reproduced"
@@ -156,10 +159,28 @@ def test_selection_grammar():
         with pytest.raises(ConfigError, match="episode selection|selection must not be empty") as err:
             parse_selection(bad)
         assert "worst:K" in str(err.value) or "backwards" in str(err.value) or "at least 1" in str(err.value)
-    with pytest.raises(ConfigError, match=r"episode id\(s\) 9 not recorded"):
+    with pytest.raises(ConfigError, match=r"no episode 9 \(the recording's ids run 10-14\)"):
         select_episodes(refs, "9")
-    with pytest.raises(ConfigError, match="15, 16"):
+    with pytest.raises(ConfigError, match="no episode 15, 16 "):
         select_episodes(refs, "13-16")
+    for bad in ("1-99999999999999999999", "worst:9223372036854775808", "\uff11", "1-\uff12"):  # beyond 2**63 - 1, fullwidth
+        with pytest.raises(ConfigError, match="beyond the largest|unknown episode selection term"):
+            parse_selection(bad)
+    assert ids("0000000000000000000000011") == [11]
+
+
+def test_a_huge_id_range_is_not_enumerated():
+    import tracemalloc
+
+    refs = [EpisodeRef(i, i, 1.0, "truncated", 5, 0) for i in range(30)]
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError, match=r"no episode 30, 31, 32, 33, 34 \.\.\. \(the recording's ids run 0-29\)"):
+            select_episodes(refs, "12-1000000")
+        assert len(select_episodes(refs, f"25-{2**63 - 1}", missing_ok=True)) == 5
+        assert tracemalloc.get_traced_memory()[1] < 1 << 20  # a list of the missing ids would take ~40 MB
+    finally:
+        tracemalloc.stop()
 
 
 def test_bad_arguments_exit_2(cartpole, capsys):
@@ -192,6 +213,11 @@ def test_a_crafted_verdict_file_is_a_clear_error(tmp_path, cartpole):
         f.write("[1, 2")
     with pytest.raises(TraceError, match="not JSON"):
         read_verdicts(tmp_path, prefix)
+    with open(path, "w") as f:
+        f.write("[" * 100_000)
+    with pytest.raises(TraceError, match="nested too deep"):
+        read_verdicts(tmp_path, prefix)
+    assert inspect_line(tmp_path, prefix, str(tmp_path), False).startswith("verdict file unreadable, not shown")
     os.remove(path)
     os.symlink(os.path.join(folder, prefix + ".manifest.json"), path)
     with pytest.raises(TraceError):
@@ -275,3 +301,57 @@ def test_the_first_difference_names_where_and_by_how_much():
     assert first_difference(np.arange(6).reshape(2, 3), np.array([[0, 1, 2], [3, 9, 5]])) == ("[1, 1]", 4, 9, 5.0)
     assert first_difference(2**62 + 1, 2**62) == ("", 2**62 + 1, 2**62, 1.0)  # exact beyond float64
     assert first_difference({"fn": Unrepresentable("builtins.function", "<fn>")}, {"fn": print}) is None
+
+
+def _crafted_copy(folder, out, change_manifest=None, change_batch=None):
+    """A copy of a one-batch recording whose manifest and first batch JSON the callbacks rewrote (its checksum
+    kept right: the folder is crafted, not damaged in transit) in ``out``."""
+    import zlib
+
+    from envrec.formats.trace_format import read_manifest, write_manifest
+
+    out.mkdir()
+    for name in os.listdir(folder):
+        if not name.endswith(".verify.json"):
+            (out / name).write_bytes((folder / name).read_bytes())
+    path = str(next(out.glob("*.manifest.json")))
+    manifest = read_manifest(path)
+    if change_batch:
+        entry = manifest["batches"][0]
+        doc = json.loads((out / entry["fn"]).read_bytes())
+        change_batch(doc)
+        data = json.dumps(doc).encode()
+        (out / entry["fn"]).write_bytes(data)
+        entry.update(json_bytes=len(data), json_crc32=zlib.crc32(data))
+    if change_manifest:
+        change_manifest(manifest)
+    write_manifest(path, manifest)
+    return out
+
+
+def test_a_crafted_folder_with_one_id_twice_is_refused(cartpole, tmp_path, capsys):
+    folder, _ = cartpole
+    _crafted_copy(folder, tmp_path / "c", change_batch=lambda doc: doc["episodes"][1].update(episode_id=0))
+    assert main(["verify", str(tmp_path / "c"), "--episodes", "0"]) == 2
+    assert "two episodes have the id 0: the folder is damaged or crafted" in capsys.readouterr().err
+
+
+def test_what_cannot_replay_says_at_the_reset_the_spec_once_and_its_missing_keys(cartpole, tmp_path, caplog):
+    from envrec.replay import recreate
+
+    folder, _ = cartpole
+
+    class Failing(gym.Wrapper):
+        def reset(self, **kwargs):
+            raise RuntimeError("no reset")
+
+    (v,) = verify(folder, "3", make=lambda **kw: Failing(gym.make("CartPole-v1")))
+    assert v.status == "cannot_replay" and v.reason == "replaying raised RuntimeError at the reset: no reset"
+    _crafted_copy(folder, tmp_path / "empty", change_manifest=lambda m: m["env"].update(spec={}))
+    (v,) = verify(tmp_path / "empty", "0")
+    assert "is not a Gymnasium EnvSpec: it has no 'id' and no 'additional_wrappers' key" in v.reason
+    _crafted_copy(folder, tmp_path / "old", change_manifest=lambda m: m.pop("env"))  # as an older envrec's
+    recreate._WARNED.clear()
+    with caplog.at_level("WARNING", logger="envrec.replay.recreate"):
+        assert [v.status for v in verify(tmp_path / "old", "0-2")] == ["reproduced"] * 3
+    assert sum("has no recorded env spec" in r.getMessage() for r in caplog.records) == 1

@@ -338,7 +338,7 @@ def test_episodes_are_marked_by_verdict_and_one_without_a_clip_gets_its_render_c
     assert ep["verdict_detail"] == "reproduced: 20 steps, started from its seed" and ep["verified_at"]
     ep = catalog.episode("cp", 1)
     assert ep["clip"] is not None and ep["render_command"] is None
-    assert ep["verdict_detail"] == "diverged at step 17: observations[2] recorded 0.1, replayed 0.13, by 0.03"
+    assert ep["verdict_detail"] == "diverged at step 17: observations[2] recorded 0.1, replayed 0.13; largest difference in observations: 0.03"
     assert ep["diverged_at"] == 17 and catalog.episode("cp", 0)["diverged_at"] is None
     assert catalog.episode("cp", 2)["verdict_detail"] == "cannot replay: reset without a seed; seed the reset"
     assert catalog.episode("other", 0)["verify_command"] == f"envrec verify {shlex.quote(given)} --prefix other --episodes 0"

@@ -108,7 +108,9 @@ def describe(v: Any) -> str:
         begun = f" from step {v.from_step}" if v.from_step else ""
         return f"{head}: reproduced ({v.steps} steps{begun}, started from its {v.start})"
     if v.status == "diverged":
-        by = f" (by {v.difference:.6g})" if v.difference is not None else ""
+        from .verdict_text import largest
+
+        by = f" ({largest(v)})" if v.difference is not None else ""
         line = (f"{head}: diverged at step {v.step}: {v.field}{v.where or ''} recorded {v.recorded!r}, "
                 f"replayed {v.replayed!r}{by}")
         return line + (f"; {v.hint}" if v.hint else "")

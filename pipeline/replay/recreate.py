@@ -33,6 +33,7 @@ from .spec_trust import untrusted_reason
 __all__ = ["KEEP", "MAKE_HINT", "CannotRecreate", "describe_source", "load_callable", "recreate_env", "spec_trusted"]
 
 logger = logging.getLogger(__name__)
+_WARNED: set[tuple[Any, str]] = set()  # (prefix, env id) of the recordings without a spec said so in this process
 
 KEEP: Any = type("Keep", (), {"__repr__": lambda self: "KEEP"})()  # render_mode: as recorded
 MAKE_HINT = ("pass --make module:function (make='module:function' or a callable in Python): a function that "
@@ -116,8 +117,10 @@ def recreate_env(
         target = spec
     else:
         target = _env_id(manifest)
-        logger.warning("%s has no recorded env spec (recorded by an older envrec): making %r with its registered "
-                       "defaults; kwargs the recording gave gym.make are not known", _prefix(manifest), target)
+        if (manifest.get("prefix"), target) not in _WARNED:  # once per recording, not per episode replayed
+            _WARNED.add((manifest.get("prefix"), target))
+            logger.warning("%s has no recorded env spec (recorded by an older envrec): making %r with its registered "
+                           "defaults; kwargs the recording gave gym.make are not known", _prefix(manifest), target)
     try:
         env = gym.make(target, **kwargs)
     except Exception as exc:  # gym.make raises import, registry and env errors of every type
@@ -153,10 +156,16 @@ def _spec(manifest: Mapping[str, Any], trusted: bool = False) -> EnvSpec | None:
     if spec is None:
         why = env.get("spec_error") or "the env had no spec (made by code, not gym.make)"
         raise CannotRecreate(f"{_prefix(manifest)} has no env spec to recreate the env from: {why}")
+    not_spec = f"{_prefix(manifest)}: its recorded env spec is not a Gymnasium EnvSpec"
+    if not isinstance(spec, Mapping):
+        raise CannotRecreate(f"{not_spec}: it is a {type(spec).__name__}, not an object")
+    missing = [key for key in ("id", "additional_wrappers") if key not in spec]  # from_json says a bare KeyError
+    if missing:
+        raise CannotRecreate(f"{not_spec}: it has no {' and no '.join(map(repr, missing))} key")
     try:
         made = EnvSpec.from_json(json.dumps(spec))
     except Exception as exc:  # from_json raises several types on a malformed spec
-        raise CannotRecreate(f"{_prefix(manifest)}: its recorded env spec is not a Gymnasium EnvSpec: {exc}") from exc
+        raise CannotRecreate(f"{not_spec}: {exc}") from exc
     why = None if trusted else untrusted_reason(made)
     if why is not None:
         raise CannotRecreate(f"{_prefix(manifest)}: the recorded env spec is not made here: {why}")

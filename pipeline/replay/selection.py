@@ -18,13 +18,14 @@ grammar only; ``select_episodes(episodes, selection) -> list`` picks among any o
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from ..errors import ConfigError
+from ..errors import ConfigError, TraceError
 from ..read.batch_files import BatchFiles
 from ..read.reader import TraceReader
 
@@ -32,8 +33,9 @@ __all__ = ["GRAMMAR", "EpisodeRef", "Term", "episode_refs", "parse_selection", "
 
 GRAMMAR = ("comma-separated terms: an episode id (3), an id range (7-9), worst:K, best:K, failed, last:K, "
            "every:N, all")
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-_COUNTED = re.compile(r"^(worst|best|last|every):(\d+)$")
+_RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")  # ASCII digits only: not "\\d", which takes fullwidth ones
+_COUNTED = re.compile(r"^(worst|best|last|every):([0-9]+)$")
+MAX_NUMBER = 2**63 - 1  # ids and counts are 64-bit; a larger number is no episode of any recording
 
 
 class _Ranked(Protocol):
@@ -105,19 +107,29 @@ def parse_selection(text: str) -> list[Term]:
             continue
         ids, counted = _RANGE.match(term), _COUNTED.match(term)
         if ids:
-            first = int(ids.group(1))
-            last = int(ids.group(2)) if ids.group(2) is not None else first
+            first = _number(ids.group(1), raw)
+            last = _number(ids.group(2), raw) if ids.group(2) is not None else first
             if last < first:
                 raise ConfigError(f"episode selection term {raw.strip()!r}: the range runs backwards ({GRAMMAR})")
             terms.append(Term("ids", first=first, last=last))
         elif counted:
-            count = int(counted.group(2))
+            count = _number(counted.group(2), raw)
             if count < 1:
                 raise ConfigError(f"episode selection term {raw.strip()!r}: {counted.group(1)} needs a count of at least 1")
             terms.append(Term(counted.group(1), count=count))
         else:
             raise ConfigError(f"unknown episode selection term {raw.strip()!r}: {GRAMMAR}")
     return terms
+
+
+def _number(digits: str, raw: str) -> int:
+    """The ASCII ``digits`` as an int; ``ConfigError`` beyond ``MAX_NUMBER`` (a long string is not converted)."""
+    significant = digits.lstrip("0") or "0"
+    value = int(significant) if len(significant) <= 19 else MAX_NUMBER + 1
+    if value > MAX_NUMBER:
+        raise ConfigError(f"episode selection term {raw.strip()[:40]!r}: {digits[:24]}{'...' if len(digits) > 24 else ''} "
+                          f"is beyond the largest episode id or count (2**63 - 1)")
+    return value
 
 
 def select_episodes(episodes: Sequence[E], selection: str = "all", *, missing_ok: bool = False) -> list[E]:
@@ -136,12 +148,14 @@ def select_episodes(episodes: Sequence[E], selection: str = "all", *, missing_ok
     terms = parse_selection(selection)
     chosen: set[int] = set()  # positions in episodes
     position = {ep.episode_id: i for i, ep in enumerate(episodes)}
+    ids = sorted(position)
     for term in terms:
-        chosen.update(_pick(term, episodes, position, missing_ok))
+        chosen.update(_pick(term, episodes, position, ids, missing_ok))
     return [episodes[i] for i in sorted(chosen)]
 
 
-def _pick(term: Term, episodes: Sequence[_Ranked], position: dict[int, int], missing_ok: bool) -> Iterable[int]:
+def _pick(term: Term, episodes: Sequence[_Ranked], position: dict[int, int], ids: list[int],
+          missing_ok: bool) -> Iterable[int]:
     n = len(episodes)
     if term.kind == "all":
         return range(n)
@@ -156,14 +170,28 @@ def _pick(term: Term, episodes: Sequence[_Ranked], position: dict[int, int], mis
         sign = 1.0 if term.kind == "worst" else -1.0
         ranked.sort(key=lambda i: (sign * float(episodes[i].total_reward or 0.0), i))
         return ranked[: term.count]
-    if missing_ok:
-        return [i for k, i in position.items() if term.first <= k <= term.last]
-    missing = [k for k in range(term.first, term.last + 1) if k not in position]
-    if missing:
-        shown = ", ".join(map(str, missing[:5])) + (" ..." if len(missing) > 5 else "")
-        have = f"{episodes[0].episode_id}..{episodes[-1].episode_id}" if episodes else "none"
-        raise ConfigError(f"episode selection: episode id(s) {shown} not recorded (recorded ids: {have})")
-    return [position[k] for k in range(term.first, term.last + 1)]
+    found = ids[bisect.bisect_left(ids, term.first):bisect.bisect_right(ids, term.last)]  # never the whole range
+    if not missing_ok and len(found) != term.last - term.first + 1:
+        missing = _missing(found, term.first, term.last)
+        shown = ", ".join(map(str, missing)) + (" ..." if term.last - term.first + 1 - len(found) > len(missing) else "")
+        have = "it has none" if not ids else f"the recording's ids run {ids[0]}-{ids[-1]}" + (
+            "" if ids[-1] - ids[0] + 1 == len(ids) else f", {len(ids)} of them")
+        raise ConfigError(f"episode selection: no episode {shown} ({have})")
+    return [position[k] for k in found]
+
+
+def _missing(found: list[int], first: int, last: int, limit: int = 5) -> list[int]:
+    """The first ``limit`` ids of ``first..last`` not in ``found`` (sorted, inside the range)."""
+    out: list[int] = []
+    expect = first
+    for k in [*found, last + 1]:
+        while expect < k and len(out) < limit:
+            out.append(expect)
+            expect += 1
+        if len(out) >= limit:
+            break
+        expect = k + 1
+    return out
 
 
 def _finite(x: Any) -> bool:
@@ -181,12 +209,19 @@ def episode_refs(reader: TraceReader) -> list[EpisodeRef]:
         reader: the reader to list (opened with ``on_damaged="raise"``, the default).
 
     Raises:
-        TraceError: a batch is damaged (as the reader raises it).
+        TraceError: a batch is damaged (as the reader raises it), or two episodes have the same id (a damaged
+            or crafted folder: which one a selection means is not known).
     """
-    quick = _from_records(reader)
-    if quick is not None:
-        return quick
-    return [EpisodeRef(ep.index, ep.episode_id, ep.total_reward, ep.ended_by, ep.length, ep.first_step) for ep in reader]
+    refs = _from_records(reader)
+    if refs is None:
+        refs = [EpisodeRef(ep.index, ep.episode_id, ep.total_reward, ep.ended_by, ep.length, ep.first_step) for ep in reader]
+    seen: set[int] = set()
+    for ref in refs:
+        if ref.episode_id in seen:
+            raise TraceError(f"{reader.directory}: two episodes have the id {ref.episode_id!r}: the folder is damaged or "
+                             "crafted (envrec numbers a recording's episodes once each)")
+        seen.add(ref.episode_id)
+    return refs
 
 
 def _from_records(reader: TraceReader) -> list[EpisodeRef] | None:

@@ -5,7 +5,8 @@ A verdict file may be a stranger's: ``read_verdicts`` checks its types, and ever
 passes ``clean`` (control characters escaped, cut short) before it is shown, so a crafted file can
 neither break a terminal line nor make the viewer's JSON invalid (no NaN leaves here: differences are text).
 
-Stable API: ``clean(text, limit)``, ``short(verdict)``, ``detail(verdict)``, ``summary(verdicts, recorded)``,
+Stable API: ``clean(text, limit)``, ``short(verdict)``, ``detail(verdict)``, ``largest(verdict)``,
+``summary(verdicts, recorded)``,
 ``inspect_line(directory, prefix, command_dir, several, recorded)``, ``verify_command(...)``,
 ``render_command(...)``.
 """
@@ -20,7 +21,7 @@ from typing import Any
 from ..errors import TraceError
 from .verdicts import Verdict, VerdictFile, read_verdicts
 
-__all__ = ["clean", "detail", "inspect_line", "render_command", "short", "summary", "verify_command"]
+__all__ = ["clean", "detail", "inspect_line", "largest", "render_command", "short", "summary", "verify_command"]
 
 LISTED = 3  # episodes named per status in a summary; the others are counted
 TEXT_LIMIT = 160
@@ -39,8 +40,14 @@ def clean(text: Any, limit: int = TEXT_LIMIT) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-def _difference(v: Verdict) -> str:
-    return f", by {v.difference:.6g}" if v.difference is not None else ""
+def largest(v: Verdict) -> str:
+    """``"largest difference in observations: 0.0319"``: the difference a verdict stores is the largest over its
+    field's array at that step, not the one at ``where`` (empty when it has none).
+
+    Args:
+        v: a diverged verdict.
+    """
+    return f"largest difference in {v.field}: {v.difference:.6g}" if v.difference is not None else ""
 
 
 def short(v: Verdict) -> str:
@@ -66,13 +73,13 @@ def detail(v: Verdict) -> str:
     hint = f"; {clean(v.hint)}" if v.hint else ""
     if v.status == "diverged":
         return (f"diverged at step {v.step}: {v.field}{clean(v.where or '', 60)} recorded {clean(v.recorded, 60)}, "
-                f"replayed {clean(v.replayed, 60)}{_difference(v)}{hint}")
+                f"replayed {clean(v.replayed, 60)}{'; ' + largest(v) if largest(v) else ''}{hint}")
     return f"cannot replay: {clean(v.reason or 'no reason given')}{hint}"
 
 
 def _named(v: Verdict) -> str:
     if v.status == "diverged":
-        return f"episode {v.episode_id} at step {v.step}: {v.field}{clean(v.where or '', 60)}{_difference(v)}"
+        return f"episode {v.episode_id} at step {v.step}: {v.field}{clean(v.where or '', 60)}{'; ' + largest(v) if largest(v) else ''}"
     return f"episode {v.episode_id}: {clean(v.reason or 'no reason given', 100)}"
 
 

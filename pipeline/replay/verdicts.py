@@ -26,6 +26,7 @@ from typing import Any
 from ..errors import TraceError
 from ..formats.atomic import write_atomic
 from ..formats.inside import name_parts, open_inside
+from ..formats.trace_checks import parse_json
 from ..version import __version__
 
 __all__ = ["STATUSES", "VERDICT_SUFFIX", "Verdict", "VerdictFile", "read_verdicts", "verdict_path", "write_verdicts"]
@@ -168,8 +169,8 @@ def read_verdicts(directory: str | os.PathLike, prefix: str) -> VerdictFile | No
         prefix: the recording's file prefix.
 
     Raises:
-        TraceError: the file is not a verdict file (not JSON, a wrong version, a field of the wrong type),
-            too large, or not a regular file inside the folder.
+        TraceError: the file is not a verdict file (not JSON, nested too deep, a wrong version, a field of
+            the wrong type), too large, or not a regular file inside the folder.
     """
     directory, name = os.fspath(directory), prefix + VERDICT_SUFFIX
     name_parts(name, f"the verdict file of {prefix!r}")
@@ -181,10 +182,7 @@ def read_verdicts(directory: str | os.PathLike, prefix: str) -> VerdictFile | No
     path = os.path.join(directory, name)
     if len(data) > MAX_BYTES:
         raise TraceError(f"{path}: larger than {MAX_BYTES} bytes, not a verdict file")
-    try:
-        obj = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise TraceError(f"{path}: not JSON: {exc}") from exc
+    obj = parse_json(data, path)  # depth-limited, as manifests are: a crafted nesting is a TraceError
     if not isinstance(obj, dict) or obj.get("version") != VERSION:
         raise TraceError(f"{path}: not a version {VERSION} verdict file")
     for key, kind in (("verified_at", str), ("envrec", str), ("atol", (int, float)), ("infos", bool), ("episodes", dict)):

@@ -136,7 +136,7 @@ def _verify_one(s: _Session, index: int, episode_id: int) -> Verdict:
     except (CannotRecreate, ConfigError) as exc:
         return Verdict(**base, status="cannot_replay", reason=getattr(exc, "reason", str(exc)), hint=getattr(exc, "hint", None))
     common: dict[str, Any] = {**base, "from_step": start.from_step, "start": start.how}
-    replay, at = Replay(env, ep, start, hook), start.from_step
+    replay, at = Replay(env, ep, start, hook), None
     try:
         for step in replay:
             at = step.step
@@ -148,8 +148,10 @@ def _verify_one(s: _Session, index: int, episode_id: int) -> Verdict:
                                hint=ALE_HINT if start.how == "rng" and _is_ale(s.manifest) else None)
     except Exception as exc:  # noqa: BLE001  (the env or its restore raised: that episode cannot replay, others may)
         s.drop_env()
-        return Verdict(**common, status="cannot_replay", steps=max(0, at - start.from_step),
-                       reason=f"replaying raised {type(exc).__name__} after step {at}: {exc}")
+        when = f"after step {at}" if at is not None else "at the reset" + (
+            f" (restoring step {start.from_step})" if start.from_step else "")
+        return Verdict(**common, status="cannot_replay", steps=max(0, (at or 0) - start.from_step),
+                       reason=f"replaying raised {type(exc).__name__} {when}: {exc}")
     return Verdict(**common, status="reproduced", steps=replay.steps)
 
 
