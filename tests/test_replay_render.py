@@ -159,14 +159,14 @@ def test_bad_input_is_named(cartpole, tmp_path, capsys):
     assert parse_env_kwargs(["width=640", "camera_name=track", "pos=[1, 2]"]) == {"width": 640, "camera_name": "track", "pos": [1, 2]}
     with pytest.raises(ConfigError, match="width640.*KEY=VALUE"):
         parse_env_kwargs(["width640"])
-    with pytest.raises(ConfigError, match=r"id\(s\) 99 not recorded"):
+    with pytest.raises(ConfigError, match="no episode 99"):
         render(d, "2,99", out=tmp_path)
     with pytest.raises(ConfigError, match=r"filmed live of the episodes to render \(rl-video-episode-1.meta.json\)"):
         render(d, "1", out=d / "live")  # what the env really showed is not replaced
     with pytest.raises(ConfigError, match="--env-kwargs.*width"):
         render(d, "0", out=tmp_path, env_kwargs={"width": 64})  # CartPole takes no width
     for argv, words in (
-        (["--episodes", "99"], "99 not recorded"),
+        (["--episodes", "99"], "no episode 99"),
         (["--episodes", "worst"], "unknown episode selection term 'worst'"),
         (["--env-kwargs", "=3"], "KEY=VALUE"),
         (["--jobs", "0"], "--jobs: '0': at least 1"),

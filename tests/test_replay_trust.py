@@ -107,3 +107,16 @@ def test_render_writes_only_into_a_real_clips_folder_and_never_through_a_planted
     assert main(["render", str(recording), "--out", str(out), "--fps", "1e300"]) == 2
     assert "at most 1000" in capsys.readouterr().err
     assert victim.read_text() == "mine"
+
+
+def test_a_job_trusts_only_the_very_spec_its_starting_process_checked(recording, tmp_path):
+    from envrec.replay.recreate import CannotRecreate, recreate_env, spec_trusted
+
+    good = read_manifest(str(recording / "c.manifest.json"))
+    checked = spec_trusted(good)
+    assert checked is not None
+    recreate_env(good, trusted=checked).close()
+    swapped = read_manifest(_crafted(recording, tmp_path, lambda s: s.update(entry_point="os:system")) + "/c.manifest.json")
+    assert spec_trusted(swapped) is None
+    with pytest.raises(CannotRecreate, match="not the one registered here"):
+        recreate_env(swapped, trusted=checked)  # the folder changed after the check: checked again

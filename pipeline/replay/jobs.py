@@ -4,9 +4,10 @@ A task is a module-level function ``task(directory, prefix, items, options) -> l
 item, an item being ``(index, episode_id)``) that reads the folder itself: a job is handed names, never
 episodes. ``run_jobs`` returns the results in the order of the items, whatever order the jobs finish in.
 
-``jobs > 1`` runs one task per episode in a ``ProcessPoolExecutor`` of ``jobs`` spawned interpreters (as
-envrec's workers are started: nothing of the parent is inherited but its ``sys.path``); a worker keeps
-what its task cached (the reader, the env) for the next episode. When a worker dies (the env crashed the
+``jobs > 1`` runs two tasks a worker, each a chunk of consecutive episodes, in a ``ProcessPoolExecutor`` of
+``jobs`` spawned interpreters (as envrec's workers are started: nothing of the parent is inherited but its
+``sys.path``); a task shares what it starts once (render's encoder) among its episodes, and a worker keeps
+what its task cached (the reader) for the next. When a worker dies (the env crashed the
 interpreter) the pool breaks: the episodes not done are then run one at a time in a pool of one, so the
 episode that kills it is found, and given ``on_failure``'s result; so is one that gives no result
 within ``timeout`` seconds (its worker is killed). ``ray=True`` runs one ``ray.remote`` task per chunk
@@ -110,25 +111,29 @@ def _stop(pool: cf.ProcessPoolExecutor, kill: bool) -> None:
 def _in_pool(task: Task, directory: str, prefix: str | None, items: list[Item], options: dict[str, Any], jobs: int,
              on_failure: Failure, timeout: float) -> list[Any]:
     results: dict[Item, Any] = {}
-    pool = _pool(min(jobs, len(items)))
+    width = min(jobs, len(items))
+    pool = _pool(width)
+    size = max(1, math.ceil(len(items) / (2 * width)))  # two chunks a worker: what a task starts once (an encoder) is shared
     futures, broken = [], False
     try:
-        for item in items:
-            futures.append((item, pool.submit(task, directory, prefix, [item], options)))
+        for i in range(0, len(items), size):
+            chunk = items[i:i + size]
+            futures.append((chunk, pool.submit(task, directory, prefix, chunk, options)))
     except BrokenProcessPool:  # a worker died while episodes were still handed out
         broken = True
     try:
-        for item, future in futures:  # those done before a worker died keep their results
+        for chunk, future in futures:  # those done before a worker died keep their results
             try:
-                results[item] = future.result(timeout=timeout)[0]
+                results.update(zip(chunk, future.result(timeout=timeout * len(chunk)), strict=True))
             except BrokenProcessPool:
                 broken = True
             except cf.TimeoutError:
-                results[item] = on_failure(item, f"the replay gave no result within {timeout:g} s (its worker was killed)")
+                if len(chunk) == 1:  # else its episodes are replayed one at a time: the one that hangs is found
+                    results[chunk[0]] = on_failure(chunk[0], f"the replay gave no result within {timeout:g} s (its worker was killed)")
                 broken = True
                 _kill(pool)
             except Exception as exc:  # noqa: BLE001  (raised in the task, or its result did not pickle)
-                results[item] = on_failure(item, f"{type(exc).__name__}: {exc}")
+                results.update((item, on_failure(item, f"{type(exc).__name__}: {exc}")) for item in chunk)
     finally:
         _stop(pool, kill=broken)
     if broken:

@@ -83,7 +83,7 @@ def recreate_env(
     make: str | Callable[..., gym.Env] | None = None,
     render_mode: Any = KEEP,
     env_kwargs: Mapping[str, Any] | None = None,
-    trusted: bool = False,
+    trusted: str | None = None,
 ) -> gym.Env:
     """A fresh env like the one the recording wrapped (below ``RecordTrace``).
 
@@ -94,9 +94,10 @@ def recreate_env(
         render_mode: the render mode to make it with; default ``KEEP``: as recorded.
         env_kwargs: more keyword arguments for the env (they win over the recorded ones), e.g.
             ``{"width": 640}``.
-        trusted: the recorded spec was found trustworthy already (``spec_trusted``, by the process that
-            started this job: a fresh interpreter may not have the user's registrations). Default False:
-            checked here (``envrec.replay.spec_trust``).
+        trusted: the spec the process that started this job checked (``spec_trusted``'s JSON: a fresh
+            interpreter may lack the user's registrations); the recorded spec is made unchecked only when it is
+            that very spec (the folder may change in between). Default None: checked here
+            (``envrec.replay.spec_trust``).
 
     Raises:
         CannotRecreate: no spec and no registered id, the entry point does not import, or making it raised;
@@ -132,19 +133,24 @@ def _prefix(manifest: Mapping[str, Any]) -> str:
     return f"recording {manifest.get('prefix')!r}"
 
 
-def spec_trusted(manifest: Mapping[str, Any]) -> bool:
-    """Whether this process would make ``manifest``'s recorded spec (it has one, and ``spec_trust`` lets it).
+def spec_trusted(manifest: Mapping[str, Any]) -> str | None:
+    """The recorded spec of ``manifest`` as this process would make it (it has one, and ``spec_trust`` lets it),
+    as canonical JSON for ``recreate_env(trusted=...)``; None when it would not.
 
     Args:
         manifest: the recording's head manifest.
     """
     try:
-        return _spec(manifest) is not None
+        return _canonical(manifest["env"]["spec"]) if _spec(manifest) is not None else None
     except CannotRecreate:
-        return False
+        return None
 
 
-def _spec(manifest: Mapping[str, Any], trusted: bool = False) -> EnvSpec | None:
+def _canonical(spec: Any) -> str:
+    return json.dumps(spec, sort_keys=True)
+
+
+def _spec(manifest: Mapping[str, Any], trusted: str | None = None) -> EnvSpec | None:
     """The recorded ``EnvSpec``, None for a recording without an ``"env"`` key; ``CannotRecreate`` when the
     recording says it has none, or it is not a spec."""
     env = manifest.get("env")
@@ -166,7 +172,7 @@ def _spec(manifest: Mapping[str, Any], trusted: bool = False) -> EnvSpec | None:
         made = EnvSpec.from_json(json.dumps(spec))
     except Exception as exc:  # from_json raises several types on a malformed spec
         raise CannotRecreate(f"{not_spec}: {exc}") from exc
-    why = None if trusted else untrusted_reason(made)
+    why = None if trusted is not None and trusted == _canonical(spec) else untrusted_reason(made)
     if why is not None:
         raise CannotRecreate(f"{_prefix(manifest)}: the recorded env spec is not made here: {why}")
     return made

@@ -85,7 +85,7 @@ class RenderOptions:
     make: str | Callable[..., gym.Env] | None = None
     settings: VideoSettings | None = None
     snapshot: Any = None
-    trusted: bool = False  # the recorded spec was trusted by the process that started the jobs (recreate_env)
+    trusted: str | None = None  # the spec the process that started the jobs checked (recreate_env)
 
 
 def render(

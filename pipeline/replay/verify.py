@@ -56,7 +56,7 @@ class _Session:
         if self._env is None:
             try:
                 self._env = recreate_env(self.manifest, make=self.options.get("make"), render_mode=_render_mode(self.manifest),
-                                         trusted=self.options.get("trusted", False))
+                                         trusted=self.options.get("trusted"))
             except ConfigError as exc:
                 self._failed = exc
                 raise
