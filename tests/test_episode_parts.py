@@ -164,13 +164,13 @@ def _size(path) -> int:
 
 def _last_step_seen(folder) -> int:
     """The step after the last one a reader opened now sees (a batch evicted while it reads: read again)."""
-    for _ in range(20):
+    for _ in range(100):
         try:
             reader = envrec.TraceReader(folder)
             return reader[-1].first_step + reader[-1].length if len(reader) else 0
         except envrec.TraceError:
             time.sleep(0.01)
-    raise AssertionError("no whole view of the recording in 20 tries")
+    raise AssertionError("no whole view of the recording in 100 tries")
 
 
 def test_a_slow_env_is_committed_within_the_commit_interval(tmp_path):

@@ -354,22 +354,25 @@ def test_a_crafted_verdict_file_is_a_damaged_row_or_shown_as_text(tmp_path):
     markup = "<img src=x onerror=alert(1)>\x1b[2J"
     doc["episodes"]["1"].update(where=markup, recorded=[markup] * 100)
     doc["episodes"]["2"]["reason"] = markup
-    text = json.dumps(doc).replace('"difference": 0.03', '"difference": NaN')  # JSON the viewer may not send
-    open(path, "w").write(text)
+    open(path, "w").write(json.dumps(doc))
+    text = json.dumps(doc).replace('"difference": 0.03', '"difference": NaN')  # not JSON as envrec writes it
     (tmp_path / "outside.json").write_text(text)
+    record_cartpole(tmp_path / "c", 1, name_prefix="cp")
+    (tmp_path / "c" / "cp.verify.json").write_text(text)
     os.symlink(tmp_path / "outside.json", verdict_path(tmp_path / "b", "cp"))  # never followed out of the folder
     server = ViewerServer(tmp_path).start()
     try:
         status, _, body = get(server, "/api/index")
         assert status == 200
         index = json.loads(body)
-        assert [d["file"] for d in index["damaged"]] == ["b/cp.verify.json"]
+        assert sorted(d["file"] for d in index["damaged"]) == ["b/cp.verify.json", "c/cp.verify.json"]  # a link out, a NaN
         assert {r["name"]: r["verify"] for r in index["recordings"]} == {
-            "a/cp": "1 reproduced, 1 diverged, 1 cannot replay", "b/cp": "verdict file unreadable"}
+            "a/cp": "1 reproduced, 1 diverged, 1 cannot replay", "b/cp": "verdict file unreadable",
+            "c/cp": "verdict file unreadable"}
         status, _, body = get(server, "/api/episode?recording=a/cp&episode=1")
-        assert status == 200  # valid JSON: the NaN difference is text
+        assert status == 200
         detail = json.loads(body)["verdict_detail"]
-        assert "<img src=x onerror=alert(1)>\\x1b[2J" in detail and "by nan" in detail and len(detail) < 300
+        assert "<img src=x onerror=alert(1)>\\x1b[2J" in detail and "0.03" in detail and len(detail) < 300
         assert "\x1b" not in json.loads(get(server, "/api/episode?recording=a/cp&episode=2")[2])["verdict_detail"]
         ep = json.loads(get(server, "/api/episode?recording=b/cp&episode=0")[2])
         assert ep["verdict"] is None and ep["verdict_detail"].startswith("verdict file unreadable") and ep["verify_command"] is None
