@@ -100,6 +100,7 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604  (the exported names are the keys above, kept once)
 
 if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr__ imports lazily)
+    from . import replay  # noqa: F401
     from .errors import ClosedError, ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
     from .export import to_arrow  # noqa: F401
     from .formats.compression import Compression  # noqa: F401
@@ -115,7 +116,14 @@ if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr
     from .supervision.signals import close_on_signals  # noqa: F401
 
 
+_SUBPACKAGES = ("replay",)  # ``envrec.replay.verify(...)`` after a bare ``import envrec``
+
+
 def __getattr__(name: str):
+    if name in _SUBPACKAGES:
+        package = importlib.import_module(f".{name}", __name__)
+        globals()[name] = package
+        return package
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'envrec' has no attribute {name!r}")

@@ -8,7 +8,10 @@ import os
 import sys
 import time
 
-__all__ = ["main"]
+from .record.headless import headless_display
+from .version import __version__
+
+__all__ = ["headless_display", "main"]
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_EPISODES = 5
@@ -48,15 +51,6 @@ def _size(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: a size must be positive")
     return int(value)
-
-
-def headless_display() -> None:
-    """With no display to draw on, make SDL (pygame's rendering, used by Gymnasium's classic envs) draw
-    off screen, before pygame loads: no window is needed for ``rgb_array`` frames, and SDL's complaints
-    about a missing display or ``XDG_RUNTIME_DIR`` stay out of the output. A user's own setting wins."""
-    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
 
 def _record(args: argparse.Namespace) -> int:
@@ -219,6 +213,7 @@ def _episode_line(s, i: int) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="envrec", description="Record what Gymnasium environments do.")
     p.add_argument("-v", "--verbose", action="store_true", help="log what envrec does")
+    p.add_argument("--version", action="version", version=f"envrec {__version__}")
     sub = p.add_subparsers(dest="command")
     r = sub.add_parser("record", help="record an environment stepped by a random policy (the default job)")
     r.add_argument("--env", default=DEFAULT_ENV, help=f"Gymnasium env id (default {DEFAULT_ENV})")

@@ -100,6 +100,33 @@ def test_record_off_a_terminal_without_a_display_prints_no_bar_and_no_sdl_noise(
     assert "recorded 2 episode(s)" in out.stdout and "video: 2 clip(s)" in out.stdout
 
 
+WRAPPED = """
+import gymnasium as gym, sys, envrec
+env = envrec.RecordTrace(envrec.RecordVideo(gym.make("CartPole-v1", render_mode="rgb_array"), sys.argv[1] + "/v"), sys.argv[1])
+env.reset(seed=0)
+env.step(0)
+env.close()
+envrec.replay.render(sys.argv[1], "0", out=sys.argv[1] + "/later")
+print("done")
+"""
+
+
+def test_the_wrappers_and_render_without_a_display_print_no_sdl_noise(tmp_path):
+    """As the CLI: pygame draws off screen, SDL's 'XDG_RUNTIME_DIR is invalid' and pygame's banner stay out."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "SDL_VIDEODRIVER", "XDG_RUNTIME_DIR")}
+    env.pop("PYGAME_HIDE_SUPPORT_PROMPT", None)
+    out = subprocess.run([sys.executable, "-c", WRAPPED, str(tmp_path)], capture_output=True, text=True, timeout=TIMEOUT_S,
+                         env=child_env(env))
+    assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr
+    assert "XDG_RUNTIME_DIR" not in out.stderr and "pygame" not in out.stderr.lower(), out.stderr
+    assert (tmp_path / "later" / "rl-video-episode-0.mp4").exists()
+
+
+def test_version():
+    out = subprocess.run([sys.executable, "-m", "envrec", "--version"], capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert out.returncode == 0 and out.stdout.strip() == f"envrec {envrec.__version__}", out
+
+
 @pytest.mark.timeout(120)
 def test_inspect_prints_each_recordings_verify_line(tmp_path, capsys):
     """Not verified (with the command), verified by a real ``verify`` (then a diverged verdict merged in),

@@ -17,6 +17,7 @@ from ..option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_NUMBER, check_optio
 from ..options import StreamOptions
 from ..supervision.stream import warn_start_method
 from .clip_triggers import KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
+from .headless import headless_display
 from .video import ClipCallback, VideoRecorder
 
 __all__ = ["RECORD_VIDEO_OPTIONS", "RecordVideo"]
@@ -130,6 +131,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         )
         warn_start_method(start_method)
         check_options("RecordVideo", RECORD_VIDEO_OPTIONS, locals())
+        headless_display()  # before the env's first render opens pygame's display
         gym.Wrapper.__init__(self, env)
         _check_render_mode(env.render_mode)
         self._set_triggers(episode_trigger, step_trigger, video_length, gc_trigger, keep_if)

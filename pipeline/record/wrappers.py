@@ -11,6 +11,7 @@ from ..formats.compression import Compression
 from ..options import StreamOptions
 from ..supervision.stream import warn_start_method
 from .commit_watch import BatchCallback
+from .headless import headless_display
 from .record_video import RECORD_VIDEO_OPTIONS, RecordVideo
 from .recorder import TraceRecorder
 from .replay_capture import ReplayCapture
@@ -120,6 +121,7 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             **stream_options,
         )
         warn_start_method(start_method)
+        headless_display()  # a wrapper below may render (RecordVideo, the user's own): no window, no SDL complaint
         gym.Wrapper.__init__(self, env)
         if (directory is None) == (recorder is None):
             raise TypeError("RecordTrace needs exactly one of directory= or recorder=")

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import ConfigError, TraceError
+from ..record.headless import headless_display
 
 __all__ = ["SUBCOMMANDS", "add_parser", "parse_env_kwargs", "run_render", "run_verify"]
 
@@ -39,13 +40,6 @@ def _tolerance(text: str) -> float:
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r}: a tolerance is a finite number of at least 0")
     return value
-
-
-def headless() -> None:
-    """With no display, SDL (pygame, Gymnasium's classic envs) draws off screen: no window opens."""
-    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
-    os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 
 
 def add_common(p: argparse.ArgumentParser, default_episodes: str) -> None:
@@ -119,7 +113,7 @@ def describe(v: Any) -> str:
 
 def run_verify(args: argparse.Namespace) -> int:
     """``envrec verify``: print the verdicts, 0 only if every selected episode reproduced."""
-    headless()
+    headless_display()
     from .verdicts import verdict_path
     from .verify import verify
 
@@ -194,7 +188,7 @@ def _clip_line(clip: Any) -> str:
 
 def run_render(args: argparse.Namespace) -> int:
     """``envrec render``: print the clips written, 0 only if every selected episode reproduced and has its video."""
-    headless()
+    headless_display()
     from dataclasses import asdict
 
     from .render import render

@@ -37,6 +37,7 @@ from ..formats.clip_meta import meta_path, read_clip_meta
 from ..formats.ffmpeg import VideoSettings
 from ..formats.trace_format import check_prefix
 from ..read.reader import Episode, TraceReader
+from ..record.headless import headless_display
 from ..record.video import ClipCallback, VideoRecorder
 
 __all__ = ["RenderOptions", "RenderedClip", "render", "render_task", "reset_steps"]
@@ -161,6 +162,8 @@ def render(
 
 
 def _options(directory, out, env_kwargs, fps, name_prefix, make, settings, snapshot) -> RenderOptions:
+    """The checked options of a render (and SDL told to draw off screen, for it and the jobs it starts)."""
+    headless_display()
     if env_kwargs is not None and (not isinstance(env_kwargs, Mapping) or not all(isinstance(k, str) for k in env_kwargs)):
         raise ConfigError(f"env_kwargs must be a dict of keyword arguments, not {env_kwargs!r:.80}")
     if "render_mode" in (env_kwargs or {}):
