@@ -39,6 +39,17 @@ def _interval(text: str) -> float | None:
     return value
 
 
+def _fps(text: str) -> float:
+    """Frames per second: a positive number of at most 1000."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of frames per second") from None
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError(f"{text!r}: frames per second are above 0 and at most 1000")
+    return value
+
+
 def _size(text: str) -> int:
     """A byte count such as 1048576, 500M or 20G (powers of 1024)."""
     units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -62,7 +73,7 @@ def _record(args: argparse.Namespace) -> int:
     from .record.wrappers import RecordTrace, RecordVideo
 
     try:
-        env = make_env(args.env, render_mode="rgb_array")
+        env = make_env(args.env, render_mode=args.render_mode)
     except Exception as exc:  # noqa: BLE001  (gymnasium raises several types for unknown ids and missing extras)
         print(f"envrec record: cannot make environment {args.env!r}: {exc}", file=sys.stderr)
         return 2
@@ -72,7 +83,7 @@ def _record(args: argparse.Namespace) -> int:
             every = args.video_every
             prefix = time.strftime("rl-video-%Y%m%d-%H%M%S")  # a second run must not overwrite the first's clips
             video = env = RecordVideo(
-                env, args.out, episode_trigger=lambda e: e % every == 0, name_prefix=prefix,
+                env, args.out, episode_trigger=lambda e: e % every == 0, name_prefix=prefix, fps=args.fps,
                 max_bytes=args.video_max_bytes, keep_last_clips=args.keep_last_clips,
             )
         env = RecordTrace(
@@ -210,12 +221,19 @@ def _episode_line(s, i: int) -> str:
     return line
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="envrec", description="Record what Gymnasium environments do.")
-    p.add_argument("-v", "--verbose", action="store_true", help="log what envrec does")
-    p.add_argument("--version", action="version", version=f"envrec {__version__}")
-    sub = p.add_subparsers(dest="command")
-    r = sub.add_parser("record", help="record an environment stepped by a random policy (the default job)")
+def _add_record(sub) -> None:
+    """``envrec record``'s subparser."""
+    r = sub.add_parser(
+        "record", help="record an environment stepped by a random policy (the default job)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Record a Gymnasium env stepped by a random policy: its trace (every reset and step) and a video of\n"
+                    "every Nth episode, written by worker processes into one folder. The first reset is seeded.",
+        epilog="examples:\n"
+               "  envrec record                                   CartPole-v1, 5 episodes, into ./recordings\n"
+               "  envrec record --env ALE/Pong-v5 --steps 10000 --video-every 5 --max-bytes 2G\n"
+               "  envrec record --env FrozenLake-v1 --render-mode ansi   text frames, as asciicast clips\n"
+               "  envrec record --env HalfCheetah-v5 --fps 20 --commit-interval 2",
+    )
     r.add_argument("--env", default=DEFAULT_ENV, help=f"Gymnasium env id (default {DEFAULT_ENV})")
     g = r.add_mutually_exclusive_group()
     g.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help=f"episodes to record (default {DEFAULT_EPISODES})")
@@ -233,10 +251,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--batch-bytes", type=_size, default=5_000_000, metavar="SIZE", help="trace batch size (default 5000000)")
     r.add_argument("--commit-interval", type=_interval, default=5.0, metavar="SECONDS",
                    help="commit what the trace holds at least this often, a long episode in parts (default 5; none: by size only)")
+    r.add_argument("--render-mode", choices=("rgb_array", "ansi"), default="rgb_array",
+                   help="how the env renders the videos' frames: rgb_array (the default) or ansi (text, .cast clips)")
+    r.add_argument("--fps", type=_fps, default=None, help="frames per second of the clips (default: the env's render_fps)")
     r.add_argument("--video-max-bytes", type=_size, default=None, metavar="SIZE", help="disk budget of the clips; the oldest are evicted beyond it")
     r.add_argument("--keep-last-clips", type=int, default=None, metavar="N", help="keep only the newest N clips")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_record)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="envrec", description="Record what Gymnasium environments do.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log what envrec does")
+    p.add_argument("--version", action="version", version=f"envrec {__version__}")
+    sub = p.add_subparsers(dest="command")
+    _add_record(sub)
     i = sub.add_parser("inspect", help="summarize a folder of traces and check its files")
     i.add_argument("directory")
     i.add_argument("--list", type=int, default=10, metavar="N", help="list the first N episodes (default 10)")
@@ -249,7 +278,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_export(sub)
     add_view(sub)
     add_replay(sub)
-    b = sub.add_parser("bench", help="measure what recording costs an environment, side by side")
+    b = sub.add_parser(
+        "bench", help="measure what recording costs an environment, side by side",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Step an env with each way of recording it (none, envrec's traces and videos, Gymnasium's RecordVideo,\n"
+                    "in-process and synchronous writers) in interleaved rounds, and print steps/s, the ratio to no\n"
+                    "recording, CPU and memory of every process.",
+        epilog="examples:\n"
+               "  envrec bench                                    CartPole-v1, every variant\n"
+               "  envrec bench --frames 210x160 --variants none,envrec-trace,envrec-video\n"
+               "  envrec bench --env ALE/Pong-v5 --rounds 3 --json > pong.json",
+    )
     b.add_argument("--env", default=None, help="Gymnasium env id (default CartPole-v1)")
     b.add_argument("--frames", default=None, metavar="HxW", help="a synthetic env of HxWx3 frames instead, e.g. 210x160 or 720x1280")
     b.add_argument("--step-us", type=float, default=0.0, help="CPU a synthetic step burns (default 0)")

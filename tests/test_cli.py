@@ -157,3 +157,21 @@ def test_inspect_prints_each_recordings_verify_line(tmp_path, capsys):
     open(verdict_path(folder, "cp"), "w").write(json.dumps(doc))
     out = line()
     assert out.startswith("verdict file unreadable, not shown:") and "'step'" in out and "\x1b" not in out
+
+
+def test_record_render_mode_and_fps(tmp_path):
+    from envrec.cli import main
+    from envrec.formats.clip_meta import read_clip_meta
+
+    out = tmp_path / "text"
+    assert main(["record", "--env", "FrozenLake-v1", "--render-mode", "ansi", "--episodes", "1", "--out", str(out), "-q"]) == 0
+    (meta,) = [read_clip_meta(str(out / n)) for n in os.listdir(out) if n.endswith(".meta.json")]
+    assert meta["path"].endswith(".cast") and meta["content_type"] == "application/x-asciicast"
+    out = tmp_path / "fps"
+    assert main(["record", "--episodes", "1", "--fps", "12", "--out", str(out), "-q"]) == 0
+    (meta,) = [read_clip_meta(str(out / n)) for n in os.listdir(out) if n.endswith(".meta.json")]
+    assert meta["fps"] == 12
+    for bad in (["--fps", "0"], ["--fps", "abc"], ["--render-mode", "human"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["record", *bad, "--out", str(tmp_path / "bad")])
+        assert exc.value.code == 2
