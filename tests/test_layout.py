@@ -3,7 +3,8 @@
 Rooms of ``envrec`` (pipeline/): the leaves at the top (``errors``, ``option_checks``,
 ``version``), ``formats`` (what is on disk), ``contract`` (what both processes share),
 ``record`` and ``supervision`` (the env side), ``read`` (the read side), ``replay`` (replays
-recordings: it may use the env and read sides, not the public face), ``bench``, and the
+recordings: it may use the env and read sides, not the public face), ``log`` (clips to TensorBoard
+and W&B: only ``formats``), ``bench``, and the
 public face at the top (``__init__``, ``cli``, ``options``, ``env_ids``, ``ray``).
 ``envrec.workers`` (workers/) is the worker side; ``envrec.export`` and ``envrec.viewer`` read.
 """
@@ -23,6 +24,7 @@ MAY_IMPORT = {
     "envrec.contract": ("envrec.formats",),
     "envrec.workers": ("envrec.contract", "envrec.formats"),
     "envrec.replay": ("envrec.read", "envrec.record", "envrec.formats", "envrec.supervision"),
+    "envrec.log": ("envrec.formats",),  # the loggers take a clip's file and metadata, nothing of the recorders
 }
 
 
