@@ -78,7 +78,7 @@ def gif_command(exe: str, src: str, *, fps: float | None, max_frames: int, crop:
     """
     filters = []
     if crop is not None:
-        filters.append(f"crop={crop[0]}:{crop[1]}:0:0")
+        filters.append(f"format=rgb24,crop={crop[0]}:{crop[1]}:0:0")  # in RGB: a YUV 4:2:0 crop rounds to even sizes
     if fps is not None:
         filters.append(f"fps={fps:g}")
     filters.append("split[a][b];[a]palettegen=stats_mode=diff[p];[b][p]paletteuse")
