@@ -5,7 +5,7 @@ animated GIF (what ``torch.utils.tensorboard``'s ``add_video`` writes through
 moviepy). envrec already runs ffmpeg (``envrec.formats.ffmpeg.find_ffmpeg``:
 ``imageio-ffmpeg``'s binary at least, a base dependency), and ffmpeg decodes
 the MP4 and encodes the GIF in one process, with a palette made for the clip
-(``palettegen``/``paletteuse``): no moviepy, no Pillow, no frame held in
+(``palettegen``/``paletteuse``, ordered dithering): no moviepy, no Pillow, no frame held in
 Python. A clip padded to even sizes by the encoder is cropped back to its
 frames' size (the metadata's ``frame_size``).
 
@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 MAX_GIF_FPS = 50  # a 2/100 s delay: browsers play shorter GIF delays as 10/100 s, five times too slow
 _STDERR_TAIL_CHARS = 500  # how much of ffmpeg's complaint a warning quotes
+# Ordered dithering, and only the rectangle that changed redone per frame: on 300 CartPole frames (600x400) 0.54 s
+# of ffmpeg's CPU against 2.3 s with paletteuse's defaults (error diffusion over every whole frame), GIFs the same size.
+_PALETTEUSE = "dither=bayer:diff_mode=rectangle"
 
 
 class GifError(EnvrecError):
@@ -81,7 +84,7 @@ def gif_command(exe: str, src: str, *, fps: float | None, max_frames: int, crop:
         filters.append(f"format=rgb24,crop={crop[0]}:{crop[1]}:0:0")  # in RGB: a YUV 4:2:0 crop rounds to even sizes
     if fps is not None:
         filters.append(f"fps={fps:g}")
-    filters.append("split[a][b];[a]palettegen=stats_mode=diff[p];[b][p]paletteuse")
+    filters.append(f"split[a][b];[a]palettegen=stats_mode=diff[p];[b][p]paletteuse={_PALETTEUSE}")
     return [exe, "-nostdin", "-hide_banner", "-loglevel", "error", "-i", src, "-an", "-vf", ",".join(filters),
             "-frames:v", str(max_frames), "-loop", "0", "-f", "gif", "pipe:1"]
 

@@ -1,0 +1,92 @@
+"""What ``envrec.log.to_tensorboard`` costs per clip: the wall time of one callback (ffmpeg making the GIF,
+the summary written and flushed), ffmpeg's CPU time (what a busy machine's wall time hides), and the GIF's size, for CartPole-v1 clips of several lengths.
+
+Each length is a clip recorded once with ``RecordVideo`` (actions that keep the pole up long enough,
+``max_episode_steps`` set to the length); then ``--rounds`` calls of the callback on it, the median and
+the spread reported, with the GIF's frames and bytes. ``to_wandb`` is not timed here: it copies the MP4
+(W&B's own ``run.log``), which no envrec code makes slower or faster.
+
+Usage: ``python scripts/bench/bench_log.py [--rounds 7] [--lengths 50 300 1000] [--max-frames 300]``;
+a quick check that it runs: ``--rounds 1 --lengths 20``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import resource
+import statistics
+import tempfile
+import time
+
+import gymnasium as gym
+
+import envrec
+
+
+def record_clip(folder: str, length: int) -> tuple[str, dict]:
+    """One CartPole clip of ``length`` steps (plus the reset frame); its path and metadata."""
+    found: list[tuple[str, dict]] = []
+    env = gym.make("CartPole-v1", render_mode="rgb_array", max_episode_steps=length)
+    env = envrec.RecordVideo(env, folder, episode_trigger=lambda e: e == 0,
+                             on_clip_closed=lambda path, meta: found.append((path, meta)))
+    obs, _ = env.reset(seed=0)
+    done = False
+    while not done:
+        action = int(obs[2] + 0.5 * obs[3] > 0)  # lean with the pole: it stays up for hundreds of steps
+        obs, _, terminated, truncated, _ = env.step(action)
+        done = terminated or truncated
+    env.close()
+    return found[0]
+
+
+def measure(folder: str, path: str, meta: dict, rounds: int, max_frames: int) -> dict:
+    from tensorboard.backend.event_processing.event_accumulator import IMAGES, EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    times, cpu = [], []
+    for r in range(rounds):
+        logdir = os.path.join(folder, f"runs-{meta['frames_written']}-{r}")
+        writer = SummaryWriter(logdir)
+        callback = envrec.log.to_tensorboard(writer, max_frames=max_frames)
+        start, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+        callback(path, meta)
+        times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
+        writer.close()
+        assert callback.logged == 1, callback
+    events = EventAccumulator(logdir, size_guidance={IMAGES: 0})
+    events.Reload()
+    (image,) = events.Images("envrec/clip")
+    return {"clip_frames": meta["frames_written"], "median_s": round(statistics.median(times), 3),
+            "min_s": round(min(times), 3), "max_s": round(max(times), 3),
+            "ffmpeg_cpu_median_s": round(statistics.median(cpu), 3),
+            "gif_frames": _frames(image.encoded_image_string), "gif_bytes": len(image.encoded_image_string),
+            "mp4_bytes": os.path.getsize(path)}
+
+
+def _frames(gif: bytes) -> int | None:
+    try:
+        from PIL import Image
+    except ImportError:
+        return None  # Pillow is not installed: no frame count
+    return Image.open(io.BytesIO(gif)).n_frames
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[50, 300, 1000])
+    parser.add_argument("--max-frames", type=int, default=300)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        for length in args.lengths:
+            path, meta = record_clip(os.path.join(folder, f"clips-{length}"), length)
+            print(json.dumps(measure(folder, path, meta, args.rounds, args.max_frames)))
+
+
+if __name__ == "__main__":
+    main()
