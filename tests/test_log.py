@@ -179,6 +179,25 @@ def test_scalars_from_the_metadata_and_a_step_function(tmp_path):
     assert callback.logged == 1
 
 
+def test_clips_rendered_later_from_a_trace(tmp_path):
+    """envrec.replay.render calls on_clip_closed once its clips are done, in episode order, as RecordVideo does."""
+    env = envrec.RecordTrace(gym.make("CartPole-v1", render_mode="rgb_array", max_episode_steps=12), str(tmp_path / "t"))
+    env.action_space.seed(0)
+    for e in range(3):
+        env.reset(seed=e)
+        while not any(env.step(env.action_space.sample())[2:4]):
+            pass
+    env.close()
+    writer = torch_writer(tmp_path / "runs")
+    callback = envrec.log.to_tensorboard(writer)
+    clips = envrec.replay.render(str(tmp_path / "t"), "0,2", out=str(tmp_path / "videos"), on_clip_closed=callback)
+    writer.close()
+    events = images(tmp_path / "runs")
+    assert [e.step for e in events] == [0, 2] and callback.logged == 2
+    for event, clip in zip(events, clips, strict=True):
+        assert gif_frames(event.encoded_image_string)[0].shape[0] == clip.frames
+
+
 def test_a_tensorboardx_writer(tmp_path):
     writer = need("tensorboardX").SummaryWriter(str(tmp_path / "runs"))
     callback = envrec.log.to_tensorboard(writer, "clips/x")

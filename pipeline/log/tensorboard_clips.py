@@ -56,6 +56,9 @@ def summary_module(writer: Any) -> str:
     for module, (cls, proto) in WRITERS.items():
         loaded = sys.modules.get(module)
         if loaded is not None and isinstance(writer, getattr(loaded, cls, ())):
+            if not callable(getattr(writer, "_get_file_writer", None)):
+                raise ConfigError(f"to_tensorboard: this {module}.{cls} has no _get_file_writer(), which its own "
+                                  "add_video uses and envrec needs to write a ready summary (a newer version?)")
             return proto
     raise ConfigError(
         "to_tensorboard: writer must be a torch.utils.tensorboard.SummaryWriter or a tensorboardX.SummaryWriter, "
