@@ -69,6 +69,7 @@ def main() -> None:
         if episode < EPISODES - 1:
             env.reset()
     env.close()
+    assert tb.close(timeout_s=60), "GIFs still pending after 60 s"
     writer.close()
     first = os.path.join(folder, "videos", metas[0]["path"])
     late = envrec.log.to_wandb(run, step=lambda meta: 0)

@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -25,7 +26,7 @@ import envrec
 from envrec.errors import ConfigError
 from envrec.log.gif import gif_fps
 
-from .support.video import decode
+from .support.video import FFMPEG, decode
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -141,6 +142,7 @@ def test_gif_rate_and_frame_limit(tmp_path, fps, max_frames, expect_frames, expe
     writer = torch_writer(tmp_path / "runs")
     callback = envrec.log.to_tensorboard(writer, fps=fps, max_frames=max_frames)
     record_frames(tmp_path / "v", ramp(120), callback, fps=25)
+    assert callback.close(timeout_s=60)
     writer.close()
     (event,) = images(tmp_path / "runs")
     frames, durations = gif_frames(event.encoded_image_string)
@@ -159,6 +161,7 @@ def test_an_odd_frame_size_padded_by_the_encoder_is_cropped_back(tmp_path):
         f[-2:, :, 2] = 255  # the last two rows and columns blue: cropping must keep them
         f[:, -2:, 2] = 255
     record_frames(tmp_path / "v", frames, callback)
+    assert callback.close(timeout_s=60)
     writer.close()
     (event,) = images(tmp_path / "runs")
     gif, _ = gif_frames(event.encoded_image_string)
@@ -172,6 +175,7 @@ def test_scalars_from_the_metadata_and_a_step_function(tmp_path):
     writer = torch_writer(tmp_path / "runs")
     callback = envrec.log.to_tensorboard(writer, step=lambda meta: 1000 + meta["episode_id"])
     record_frames(tmp_path / "v", ramp(5), callback, extra={"episode_return": 12.5, "length": 5, "note": "x"})
+    assert callback.close(timeout_s=60)
     writer.close()
     assert [e.step for e in images(tmp_path / "runs")] == [1004]
     assert scalars(tmp_path / "runs", f"{TAG}/episode_return") == [(1004, 12.5)]
@@ -191,6 +195,7 @@ def test_clips_rendered_later_from_a_trace(tmp_path):
     writer = torch_writer(tmp_path / "runs")
     callback = envrec.log.to_tensorboard(writer)
     clips = envrec.replay.render(str(tmp_path / "t"), "0,2", out=str(tmp_path / "videos"), on_clip_closed=callback)
+    assert callback.close(timeout_s=60)
     writer.close()
     events = images(tmp_path / "runs")
     assert [e.step for e in events] == [0, 2] and callback.logged == 2
@@ -202,6 +207,7 @@ def test_a_tensorboardx_writer(tmp_path):
     writer = need("tensorboardX").SummaryWriter(str(tmp_path / "runs"))
     callback = envrec.log.to_tensorboard(writer, "clips/x")
     record_frames(tmp_path / "v", ramp(6), callback)
+    assert callback.close(timeout_s=60)
     writer.close()
     ea_module = need("tensorboard.backend.event_processing.event_accumulator")
     ea = ea_module.EventAccumulator(str(tmp_path / "runs"), size_guidance={ea_module.IMAGES: 0})
@@ -219,6 +225,7 @@ def test_a_tensorboardx_writer(tmp_path):
     ({"step": 3}, "step must be callable or None"),
     ({"scalars": "episode_return"}, "scalars must be a tuple of metadata keys"),
     ({"ffmpeg": "/no/such/ffmpeg"}, "is not an executable file"),
+    ({"background": 1}, "background must be True or False"),
 ])
 def test_bad_options_are_refused_when_the_callback_is_made(tmp_path, options, words):
     writer = torch_writer(tmp_path / "runs")
@@ -256,6 +263,7 @@ def test_a_failing_ffmpeg_is_a_warning_and_the_loop_goes_on(tmp_path, caplog):
                 pass
             env.reset()
         env.close()
+        assert callback.close(timeout_s=60)
     writer.close()
     failures = [r for r in caplog.records if r.name == "envrec.log.clip_logger"]
     assert callback.failed == len(failures) == 4 and callback.logged == 0  # 3 episodes and the one close() ended
@@ -272,6 +280,7 @@ def test_a_hung_ffmpeg_is_killed_after_timeout_s(tmp_path, caplog):
     callback = envrec.log.to_tensorboard(writer, ffmpeg=str(hang), timeout_s=0.5)
     with caplog.at_level(logging.WARNING, logger="envrec.log"):
         record_frames(tmp_path / "v", ramp(3), callback)
+        assert callback.close(timeout_s=60)
     writer.close()
     assert callback.failed == 1
     (failure,) = [r for r in caplog.records if r.name == "envrec.log.clip_logger"]
@@ -285,8 +294,64 @@ def test_clips_without_a_video_are_skipped(tmp_path):
     cast = tmp_path / "text.cast"
     cast.write_text('{"version": 2}\n')
     callback(str(cast), {"name": "text", "path": "text.cast", "content_type": "application/x-asciicast"})
+    assert callback.close(timeout_s=60)
     writer.close()
     assert (callback.skipped, callback.logged, callback.failed) == (2, 0, 0) and images(tmp_path / "runs") == []
+
+
+def slow_ffmpeg(tmp_path, delay_s: float = 1.0) -> str:
+    """An ffmpeg that waits ``delay_s`` before doing its job."""
+    script = tmp_path / "slow-ffmpeg.sh"
+    script.write_text(f"#!/bin/sh\nsleep {delay_s}\nexec {FFMPEG} \"$@\"\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_in_the_background_the_loop_does_not_wait_for_the_gif(tmp_path):
+    frames = ramp(8)
+    writer = torch_writer(tmp_path / "runs")
+    rec = envrec.VideoRecorder(str(tmp_path / "v"), fps=30)
+    rec.start_clip("clip", episode_id=0)
+    for i, frame in enumerate(frames):
+        rec.add_frame(frame, i)
+    rec.close()
+    path, meta = str(tmp_path / "v" / "clip.mp4"), json.load(open(tmp_path / "v" / "clip.meta.json"))
+    slow = slow_ffmpeg(tmp_path)
+    background = envrec.log.to_tensorboard(writer, ffmpeg=slow)
+    start = time.monotonic()
+    background(path, meta)
+    returned_after = time.monotonic() - start
+    assert returned_after < 0.5 and background.pending == 1 and background.logged == 0
+    assert background.close(timeout_s=60) and background.logged == 1 and background.pending == 0
+    in_place = envrec.log.to_tensorboard(writer, "inline", ffmpeg=slow, background=False)
+    start = time.monotonic()
+    in_place(path, meta)
+    assert time.monotonic() - start >= 1.0 and in_place.logged == 1  # done when the call returns
+    background(path, meta)  # after close(): logged in the caller's thread
+    assert background.logged == 2
+    writer.close()
+    assert [e.step for e in images(tmp_path / "runs")] == [0, 0]  # both of the background callback, at episode 0
+
+
+def test_clips_still_queued_at_exit_are_logged_before_the_process_ends(tmp_path):
+    need("torch")
+    rec = envrec.VideoRecorder(str(tmp_path / "v"), fps=30)
+    rec.start_clip("clip", episode_id=7)
+    for i, frame in enumerate(ramp(8)):
+        rec.add_frame(frame, i)
+    rec.close()
+    code = f"""
+import json, envrec
+from torch.utils.tensorboard import SummaryWriter
+writer = SummaryWriter({str(tmp_path / "runs")!r})
+callback = envrec.log.to_tensorboard(writer, ffmpeg={slow_ffmpeg(tmp_path)!r})
+callback({str(tmp_path / "v" / "clip.mp4")!r}, json.load(open({str(tmp_path / "v" / "clip.meta.json")!r})))
+print(callback.pending, callback.logged)
+"""  # no close(), no writer.close(): the interpreter exits with the GIF still being made
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.split() == ["1", "0"], out.stdout + out.stderr
+    (event,) = images(tmp_path / "runs")
+    assert event.step == 7 and gif_frames(event.encoded_image_string)[0].shape == (8, 48, 64, 3)
 
 
 @pytest.mark.parametrize(("clip_fps", "frames", "fps", "max_frames", "expect"), [

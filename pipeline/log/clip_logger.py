@@ -17,6 +17,7 @@ from typing import Any
 
 from ..formats.clip_meta import ClipMeta
 from ..option_checks import CALLABLE, Accepts, optional
+from .background import Background
 
 __all__ = ["DEFAULT_SCALARS", "SCALARS", "STEP", "TAG", "ClipLogger", "StepFn"]
 
@@ -38,25 +39,55 @@ class ClipLogger:
     """An ``on_clip_closed`` callback, ``callback(video_path, meta)``, that logs each clip somewhere.
 
     Subclasses say where (``_log``). ``logged``, ``skipped`` and ``failed``
-    count the clips; a failure is logged as a warning, never raised.
+    count the clips; a failure is logged as a warning, never raised. With
+    ``background=True`` the clips are logged in order by a thread of the
+    logger's (``envrec.log.background``): the call returns at once.
     """
 
     what = "the logger"  # where clips go, for messages
 
-    def __init__(self, step: StepFn | None, scalars: tuple[str, ...] | list[str]) -> None:
+    def __init__(self, step: StepFn | None, scalars: tuple[str, ...] | list[str], background: bool = False) -> None:
         self.step = step
         self.scalars = tuple(scalars)
         self.logged = 0  # clips logged
         self.skipped = 0  # clips with nothing to log (no playable file, or text)
         self.failed = 0  # clips whose logging failed (a warning said why)
+        self._background = Background(f"envrec-log-{type(self).__name__}", self._log_item) if background else None
 
     def __call__(self, video_path: str | None, meta: ClipMeta) -> None:
-        """Log one clip (``on_clip_closed``'s signature); never raises.
+        """Log one clip (``on_clip_closed``'s signature), or hand it to the logger's thread; never raises.
 
         Args:
             video_path: the clip's file; None for a clip with no playable file (it is skipped).
             meta: the clip's metadata (its ``.meta.json``).
         """
+        if self._background is not None and self._background.submit((video_path, meta)):
+            return
+        self.log_now(video_path, meta)
+
+    @property
+    def pending(self) -> int:
+        """Clips handed to the logger's thread and not yet logged (0 without one)."""
+        return self._background.pending if self._background is not None else 0
+
+    def close(self, timeout_s: float | None = None) -> bool:
+        """Wait for the clips still being logged in the background, then stop its thread (harmless when repeated).
+
+        Call it before closing the writer. Later clips are logged in the caller's thread.
+
+        Args:
+            timeout_s: how long to wait; None: until they are done.
+
+        Returns:
+            True when no clip is left pending.
+        """
+        return self._background.close(timeout_s) if self._background is not None else True
+
+    def _log_item(self, item: tuple[str | None, ClipMeta]) -> None:
+        self.log_now(*item)
+
+    def log_now(self, video_path: str | None, meta: ClipMeta) -> None:
+        """Log one clip in this thread (what ``__call__`` does without a background thread); never raises."""
         name = meta.get("name", video_path) if isinstance(meta, Mapping) else video_path
         try:
             if not self._loggable(video_path, meta):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import subprocess
 from dataclasses import dataclass
 
@@ -97,21 +98,31 @@ def gif_size(data: bytes) -> tuple[int, int]:
 
 
 def clip_gif(exe: str, src: str, *, fps: float | None, max_frames: int, crop: tuple[int, int] | None,
-             timeout_s: float) -> Gif:
+             timeout_s: float, nice: int = 0) -> Gif:
     """``src`` as an animated GIF (see ``gif_command``), made by ffmpeg within ``timeout_s`` seconds.
+
+    ``nice``: ffmpeg's niceness (0: this process's), so a GIF made in the background yields the CPU to the env.
 
     Raises:
         GifError: ffmpeg failed, timed out (it is killed) or wrote no GIF.
         OSError: ffmpeg could not be started.
     """
     command = gif_command(exe, src, fps=fps, max_frames=max_frames, crop=crop)
-    try:
-        out = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired as exc:
-        raise GifError(f"ffmpeg took more than {timeout_s:g} s to make a GIF of {src} (killed)") from exc
-    if out.returncode != 0:
-        tail = out.stderr.decode("utf-8", "replace").strip()[-_STDERR_TAIL_CHARS:]
-        raise GifError(f"ffmpeg exited with status {out.returncode} making a GIF of {src}: {tail}")
-    width, height = gif_size(out.stdout)
-    logger.debug("envrec.log: %s as a %dx%d GIF of %d bytes", src, width, height, len(out.stdout))
-    return Gif(out.stdout, width, height)
+    with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        if nice:
+            try:
+                os.setpriority(os.PRIO_PROCESS, proc.pid, nice)
+            except OSError:
+                pass  # it exited already, or this system refuses: it runs at our priority, no harm done
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            proc.kill()
+            proc.communicate()
+            raise GifError(f"ffmpeg took more than {timeout_s:g} s to make a GIF of {src} (killed)") from exc
+    if proc.returncode != 0:
+        tail = stderr.decode("utf-8", "replace").strip()[-_STDERR_TAIL_CHARS:]
+        raise GifError(f"ffmpeg exited with status {proc.returncode} making a GIF of {src}: {tail}")
+    width, height = gif_size(stdout)
+    logger.debug("envrec.log: %s as a %dx%d GIF of %d bytes", src, width, height, len(stdout))
+    return Gif(stdout, width, height)

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..formats.clip_meta import ClipMeta
 from ..formats.ffmpeg import find_ffmpeg
-from ..option_checks import POSITIVE_NUMBER, STR, Accepts, check_options, int_in, optional
+from ..option_checks import BOOL, POSITIVE_NUMBER, STR, Accepts, check_options, int_in, optional
 from .clip_logger import DEFAULT_SCALARS, SCALARS, STEP, TAG, ClipLogger, StepFn
 from .gif import MAX_GIF_FPS, Gif, clip_gif, gif_fps
 
@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_FRAMES = 300  # 6 s at 50 frames/s: a CartPole GIF of that many frames is about 0.6 MB (docs/logging.md)
 DEFAULT_TIMEOUT_S = 60.0  # ffmpeg making one GIF (a few tenths of a second for an RL clip)
+BACKGROUND_NICE = 10  # a GIF made in the background yields the CPU to the env's loop (as the encoder's ffmpeg does)
 GIF_COLORSPACE = 3  # Summary.Image's colorspace: RGB (a GIF's palette entries are RGB)
 
 # the writer classes accepted: module -> (class, the module of the Summary protobuf its event files take)
@@ -48,6 +49,7 @@ _OPTIONS = {
     "scalars": SCALARS,
     "ffmpeg": optional(STR),
     "timeout_s": POSITIVE_NUMBER,
+    "background": BOOL,
 }
 
 
@@ -75,10 +77,10 @@ class TensorBoardClips(ClipLogger):
     what = "TensorBoard"
 
     def __init__(self, writer: Any, tag: str, *, fps: float | None, max_frames: int, step: StepFn | None,
-                 scalars: tuple[str, ...], ffmpeg: str | None, timeout_s: float) -> None:
+                 scalars: tuple[str, ...], ffmpeg: str | None, timeout_s: float, background: bool) -> None:
         self._proto = importlib.import_module(summary_module(writer))
         check_options("to_tensorboard", _OPTIONS, locals())
-        super().__init__(step, scalars)
+        super().__init__(step, scalars, background)
         self.writer = writer
         self.tag = tag
         self.fps = fps
@@ -89,7 +91,7 @@ class TensorBoardClips(ClipLogger):
     def _log(self, video_path: str, meta: ClipMeta) -> None:
         rate = gif_fps(_number(meta.get("fps")), _count(meta.get("frames_written")), self.fps, self.max_frames)
         gif = clip_gif(self.ffmpeg, video_path, fps=rate, max_frames=self.max_frames, crop=_crop(meta),
-                       timeout_s=self.timeout_s)
+                       timeout_s=self.timeout_s, nice=BACKGROUND_NICE if self._background is not None else 0)
         episode = meta.get("episode_id")
         step = self.global_step(meta, episode if isinstance(episode, int) else self.logged)
         self.writer._get_file_writer().add_summary(self.summary(gif), step)  # what add_video does (no public way)
@@ -114,13 +116,16 @@ def to_tensorboard(
     scalars: tuple[str, ...] = DEFAULT_SCALARS,
     ffmpeg: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    background: bool = True,
 ) -> TensorBoardClips:
     """An ``on_clip_closed`` callback logging each clip to TensorBoard as an animated GIF (Images tab).
 
     ``RecordVideo(env, "videos", on_clip_closed=envrec.log.to_tensorboard(writer))``.
     Works with moviepy 2 or without moviepy: ffmpeg (the one envrec encodes
-    with) turns the clip's MP4 into the GIF, in this process, a few tenths of
-    a second per clip, inside the ``step()`` or ``reset()`` that reports it.
+    with) turns the clip's MP4 into the GIF, a few tenths of a second of CPU
+    per clip, in a thread of this callback's (``background=True``) so the
+    ``step()`` that reports a clip does not wait for it: call ``close()``
+    before ``writer.close()`` (clips still queued at exit are logged then).
     A failure (ffmpeg, the writer) is logged as a warning and counted in
     ``failed``, never raised into your loop.
 
@@ -141,6 +146,8 @@ def to_tensorboard(
             writes such keys). Default ``("episode_return", "length")``.
         ffmpeg: the ffmpeg executable. Default None: found as ``RecordVideo`` finds it.
         timeout_s: ffmpeg is killed (the clip not logged, a warning) after this long. Default 60.
+        background: make the GIFs in this callback's thread, in order, ffmpeg at niceness 10. Default True;
+            False: inside the ``step()`` or ``reset()`` that reports the clip, which waits for it.
 
     Returns:
         A ``TensorBoardClips``: call it as ``callback(video_path, meta)``.
@@ -149,7 +156,7 @@ def to_tensorboard(
         ConfigError: ``writer`` is not such a SummaryWriter, a bad option (naming it), no ffmpeg found.
     """
     return TensorBoardClips(writer, tag, fps=fps, max_frames=max_frames, step=step, scalars=scalars, ffmpeg=ffmpeg,
-                            timeout_s=timeout_s)
+                            timeout_s=timeout_s, background=background)
 
 
 def _number(value: Any) -> float | None:
