@@ -6,8 +6,12 @@ Each length is a clip recorded once with ``RecordVideo`` (actions that keep the 
 the spread reported, with the GIF's frames and bytes. ``to_wandb`` is not timed here: it copies the MP4
 (W&B's own ``run.log``), which no envrec code makes slower or faster.
 
-Usage: ``python scripts/bench/bench_log.py [--rounds 7] [--lengths 50 300 1000] [--max-frames 300]``;
-a quick check that it runs: ``--rounds 1 --lengths 20``.
+``--loop-steps N`` also steps CartPole N steps filming every episode, with no logger, with ``to_tensorboard``
+in the background (its default) and in the loop (``background=False``): the loop's steps/s, and how long
+``close()`` then waits for the GIFs still queued.
+
+Usage: ``python scripts/bench/bench_log.py [--rounds 7] [--lengths 50 300 1000] [--max-frames 300] [--loop-steps 2000]``;
+a quick check that it runs: ``--rounds 1 --lengths 20 --loop-steps 50``.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ def measure(folder: str, path: str, meta: dict, rounds: int, max_frames: int) ->
     for r in range(rounds):
         logdir = os.path.join(folder, f"runs-{meta['frames_written']}-{r}")
         writer = SummaryWriter(logdir)
-        callback = envrec.log.to_tensorboard(writer, max_frames=max_frames)
+        callback = envrec.log.to_tensorboard(writer, max_frames=max_frames, background=False)  # the call is the work
         start, children = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
         callback(path, meta)
         times.append(time.perf_counter() - start)
@@ -76,13 +80,45 @@ def _frames(gif: bytes) -> int | None:
     return Image.open(io.BytesIO(gif)).n_frames
 
 
+def loop(folder: str, steps: int) -> list[dict]:
+    """CartPole filming every episode for ``steps`` steps: steps/s with no logger, and with to_tensorboard in the
+    background (the default) and in the loop (``background=False``); the background's drain timed apart."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    rows = []
+    for variant in ("none", "background", "in-loop"):
+        writer = SummaryWriter(os.path.join(folder, f"loop-{variant}"))
+        callback = None if variant == "none" else envrec.log.to_tensorboard(writer, background=variant == "background")
+        env = envrec.RecordVideo(gym.make("CartPole-v1", render_mode="rgb_array"), os.path.join(folder, f"v-{variant}"),
+                                 episode_trigger=lambda e: True, on_clip_closed=callback)
+        env.action_space.seed(0)
+        env.reset(seed=0)
+        start = time.perf_counter()
+        for _ in range(steps):
+            if any(env.step(env.action_space.sample())[2:4]):
+                env.reset()
+        looped = time.perf_counter() - start
+        env.close()
+        drain = time.perf_counter()
+        if callback is not None:
+            callback.close()
+        drained = time.perf_counter() - drain
+        writer.close()
+        rows.append({"variant": variant, "steps_per_s": round(steps / looped), "clips_logged": callback.logged if callback else 0,
+                     "drain_after_close_s": round(drained, 2)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--lengths", type=int, nargs="+", default=[50, 300, 1000])
     parser.add_argument("--max-frames", type=int, default=300)
+    parser.add_argument("--loop-steps", type=int, default=0, help="also time CartPole's loop filming every episode")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
+        for row in loop(folder, args.loop_steps) if args.loop_steps else []:
+            print(json.dumps(row))
         for length in args.lengths:
             path, meta = record_clip(os.path.join(folder, f"clips-{length}"), length)
             print(json.dumps(measure(folder, path, meta, args.rounds, args.max_frames)))
