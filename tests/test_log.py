@@ -333,6 +333,22 @@ def test_in_the_background_the_loop_does_not_wait_for_the_gif(tmp_path):
     assert [e.step for e in images(tmp_path / "runs")] == [0, 0]  # both of the background callback, at episode 0
 
 
+def test_the_step_is_taken_when_the_clip_is_reported_not_when_its_gif_is_made(tmp_path, caplog):
+    writer = torch_writer(tmp_path / "runs")
+    trainer = {"num_timesteps": 2048}
+    callback = envrec.log.to_tensorboard(writer, ffmpeg=slow_ffmpeg(tmp_path), step=lambda meta: trainer["num_timesteps"])
+    record_frames(tmp_path / "v", ramp(4), callback)
+    trainer["num_timesteps"] = 4096  # the trainer goes on while the GIF is made
+    broken = envrec.log.to_tensorboard(writer, "broken", step=lambda meta: 1 / 0)
+    with caplog.at_level(logging.WARNING, logger="envrec.log"):
+        record_frames(tmp_path / "w", ramp(4), broken)
+    assert callback.close(timeout_s=60) and broken.close(timeout_s=60)
+    writer.close()
+    assert [e.step for e in images(tmp_path / "runs")] == [2048]
+    (failure,) = [r for r in caplog.records if r.name == "envrec.log.clip_logger"]
+    assert broken.failed == 1 and "was not logged to TensorBoard: ZeroDivisionError" in failure.getMessage()
+
+
 def test_clips_still_queued_at_exit_are_logged_before_the_process_ends(tmp_path):
     need("torch")
     rec = envrec.VideoRecorder(str(tmp_path / "v"), fps=30)

@@ -61,9 +61,14 @@ class ClipLogger:
             video_path: the clip's file; None for a clip with no playable file (it is skipped).
             meta: the clip's metadata (its ``.meta.json``).
         """
-        if self._background is not None and self._background.submit((video_path, meta)):
+        try:
+            at = self._step_now(meta)  # now, in the caller's thread: step(meta) may read the trainer's counter
+        except Exception as exc:  # noqa: BLE001  (the user's step function failed: a warning, as any failure)
+            self._failed(meta, video_path, exc)
             return
-        self.log_now(video_path, meta)
+        if self._background is not None and self._background.submit((video_path, meta, at)):
+            return
+        self.log_now(video_path, meta, at)
 
     @property
     def pending(self) -> int:
@@ -83,24 +88,33 @@ class ClipLogger:
         """
         return self._background.close(timeout_s) if self._background is not None else True
 
-    def _log_item(self, item: tuple[str | None, ClipMeta]) -> None:
+    def _log_item(self, item: tuple[str | None, ClipMeta, int | None]) -> None:
         self.log_now(*item)
 
-    def log_now(self, video_path: str | None, meta: ClipMeta) -> None:
-        """Log one clip in this thread (what ``__call__`` does without a background thread); never raises."""
-        name = meta.get("name", video_path) if isinstance(meta, Mapping) else video_path
+    def log_now(self, video_path: str | None, meta: ClipMeta, at: int | None = None) -> None:
+        """Log one clip in this thread (what ``__call__`` does without a background thread); never raises.
+
+        Args:
+            video_path: the clip's file, or None.
+            meta: the clip's metadata.
+            at: the step ``step(meta)`` gave when the clip was reported; None: the logger's default.
+        """
         try:
             if not self._loggable(video_path, meta):
                 self.skipped += 1
                 return
             assert video_path is not None
-            self._log(os.fspath(video_path), meta)
-        except Exception as exc:  # whatever the logger raises must not end the user's loop
-            self.failed += 1
-            logger.warning("envrec.log: clip %s was not logged to %s: %s: %s", name, self.what, type(exc).__name__, exc,
-                           exc_info=self.failed == 1)
+            self._log(os.fspath(video_path), meta, at)
+        except Exception as exc:  # noqa: BLE001  (whatever the logger raises must not end the user's loop)
+            self._failed(meta, video_path, exc)
         else:
             self.logged += 1
+
+    def _failed(self, meta: Any, video_path: str | None, exc: Exception) -> None:
+        self.failed += 1
+        name = meta.get("name", video_path) if isinstance(meta, Mapping) else video_path
+        logger.warning("envrec.log: clip %s was not logged to %s: %s: %s", name, self.what, type(exc).__name__, exc,
+                       exc_info=(type(exc), exc, exc.__traceback__) if self.failed == 1 else None)
 
     def _loggable(self, video_path: str | None, meta: Any) -> bool:
         if not isinstance(meta, Mapping):
@@ -113,13 +127,14 @@ class ClipLogger:
             return False
         return True
 
-    def _log(self, video_path: str, meta: ClipMeta) -> None:
+    def _log(self, video_path: str, meta: ClipMeta, at: int | None) -> None:
+        """Log the clip at step ``at`` (None: the logger's default step)."""
         raise NotImplementedError
 
-    def global_step(self, meta: ClipMeta, default: int | None) -> int | None:
-        """The step to log ``meta``'s clip at: ``step(meta)`` when given, else ``default``."""
+    def _step_now(self, meta: ClipMeta) -> int | None:
+        """``step(meta)`` when given (an integer, checked), else None."""
         if self.step is None:
-            return default
+            return None
         value = self.step(meta)
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"step(meta) must return an integer, not {value!r}")

@@ -88,12 +88,12 @@ class TensorBoardClips(ClipLogger):
         self.timeout_s = timeout_s
         self.ffmpeg = find_ffmpeg(ffmpeg)[0]
 
-    def _log(self, video_path: str, meta: ClipMeta) -> None:
+    def _log(self, video_path: str, meta: ClipMeta, at: int | None) -> None:
         rate = gif_fps(_number(meta.get("fps")), _count(meta.get("frames_written")), self.fps, self.max_frames)
         gif = clip_gif(self.ffmpeg, video_path, fps=rate, max_frames=self.max_frames, crop=_crop(meta),
                        timeout_s=self.timeout_s, nice=BACKGROUND_NICE if self._background is not None else 0)
         episode = meta.get("episode_id")
-        step = self.global_step(meta, episode if isinstance(episode, int) else self.logged)
+        step = at if at is not None else episode if isinstance(episode, int) else self.logged
         self.writer._get_file_writer().add_summary(self.summary(gif), step)  # what add_video does (no public way)
         for key, value in self.scalar_values(meta).items():
             self.writer.add_scalar(f"{self.tag}/{key}", value, step)

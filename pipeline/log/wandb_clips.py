@@ -50,21 +50,20 @@ class WandbClips(ClipLogger):
         self.run = run
         self.key = key
 
-    def _log(self, video_path: str, meta: ClipMeta) -> None:
+    def _log(self, video_path: str, meta: ClipMeta, at: int | None) -> None:
         wandb = importlib.import_module("wandb")
         data: dict[str, Any] = {self.key: wandb.Video(video_path, caption=meta.get("name"), format="mp4")}
         episode = meta.get("episode_id")
         if isinstance(episode, int) and not isinstance(episode, bool):
             data[f"{self.key}/episode"] = episode
         data.update({f"{self.key}/{k}": v for k, v in self.scalar_values(meta).items()})
-        step = self.global_step(meta, None)
-        if step is None:
+        if at is None:
             self.run.log(data)
             return
         current = getattr(self.run, "step", None)
-        if isinstance(current, int) and step < current:  # W&B would drop it with a warning of its own
-            raise ValueError(f"step {step} is below the run's current step {current}; W&B keeps only increasing steps")
-        self.run.log(data, step=step)
+        if isinstance(current, int) and at < current:  # W&B would drop it with a warning of its own
+            raise ValueError(f"step {at} is below the run's current step {current}; W&B keeps only increasing steps")
+        self.run.log(data, step=at)
 
 
 def to_wandb(
