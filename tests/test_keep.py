@@ -8,6 +8,7 @@ import os
 
 import gymnasium as gym
 import pytest
+from gymnasium.vector import AutoresetMode
 
 import envrec
 from envrec.errors import ConfigError
@@ -268,10 +269,80 @@ def test_eviction_deletes_only_that_clips_own_files(tmp_path):
     assert not delete_clip_files(str(tmp_path), "c0", "mine")  # no metadata: nothing of the clip's to delete
 
 
-def test_record_vector_video_has_no_keep_if(tmp_path):
-    venv = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1", render_mode="rgb_array")] * 2)
-    try:
-        with pytest.raises(TypeError, match="keep_if"):
-            envrec.RecordVectorVideo(venv, str(tmp_path), keep_if=envrec.keep.best(1))
-    finally:
-        venv.close()
+def vector_clips(folder) -> dict[tuple[int, int], set[str]]:
+    """(sub-env, episode) -> the files of its clip in ``folder``."""
+    found: dict[tuple[int, int], set[str]] = {}
+    for name in os.listdir(folder):
+        if name.startswith(f"{PREFIX}-env"):
+            stem = name.split(".", 1)[0]
+            j, k = stem[len(PREFIX) + 4:].split("-episode-")
+            found.setdefault((int(j), int(k)), set()).add(name[len(stem):])
+    return found
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_vector_best_keeps_the_k_best_clips_of_all_sub_envs_together(tmp_path, mode):
+    keeper = envrec.keep.best(2)
+    venv = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync", vector_kwargs={"autoreset_mode": mode}, render_mode="rgb_array")
+    env = envrec.RecordVectorTrace(venv, tmp_path, name_prefix="vec")
+    env = envrec.RecordVectorVideo(env, tmp_path, sub_envs=(0, 1, 2), episode_trigger=lambda e: True, keep_if=keeper)
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    for _ in range(150):
+        env.step(env.action_space.sample())
+    env.close()
+    returns = {(j, ep.episode_id): ep.total_reward for j in range(3) for ep in envrec.TraceReader(tmp_path, prefix=f"vec.env{j}")}
+    on_disk = vector_clips(tmp_path)
+    assert len(on_disk) == 2 and all(files == {".mp4", ".meta.json"} for files in on_disk.values())
+    assert sorted(returns[c] for c in on_disk) == sorted(returns.values())[-2:], (returns, on_disk)
+    assert {(int(o.clip.split("-env")[1].split("-")[0]), o.episode_id) for o in keeper.kept} == set(on_disk)
+    discarded = sum(env.stats()[f"env{j}"]["clips_discarded"] for j in range(3))
+    assert keeper.evicted >= 1 and discarded == len(returns) - 2
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_vector_failures_are_each_sub_envs_terminated_episodes(tmp_path, mode):
+    venv = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": mode}, render_mode="rgb_array")
+    env = envrec.RecordVectorTrace(venv, tmp_path, name_prefix="vec")
+    seen = []
+    keeper = envrec.keep.failures(is_failure=lambda o: seen.append(o) or envrec.keep.is_failure(o))
+    env = envrec.RecordVectorVideo(env, tmp_path, sub_envs=(0, 1), episode_trigger=lambda e: True, keep_if=keeper)
+    env.reset(seed=1)
+    env.action_space.seed(1)
+    for _ in range(80):
+        env.step(env.action_space.sample())
+    env.close()
+    episodes = [(j, ep) for j in range(2) for ep in envrec.TraceReader(tmp_path, prefix=f"vec.env{j}")]
+    assert any(not ep.complete for _, ep in episodes)  # the last ones, cut by close: not failures
+    assert set(vector_clips(tmp_path)) == {(j, ep.episode_id) for j, ep in episodes if ep.ended_by == "terminated"}
+    # each outcome is its sub-env's episode as the trace has it (the next-step reset step belongs to none)
+    assert sorted((o.clip, o.length, o.episode_return, o.terminated, o.truncated) for o in seen) == sorted(
+        (f"{PREFIX}-env{j}-episode-{ep.episode_id}", ep.length, ep.total_reward, ep.ended_by == "terminated",
+         ep.ended_by == "truncated") for j, ep in episodes)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_vector_is_success_comes_from_each_sub_envs_last_info(tmp_path, mode):
+    """Same-step autoreset puts an episode's last info in info["final_info"]; next-step in the step's info."""
+    flags = [[True, False, False, True, True, False], [False, True, True, False, False, False]]
+    venv = gym.vector.SyncVectorEnv(
+        [lambda f=f: ReturnsEnv([0] * 6, ends=["truncated"] * 6, infos=[{"is_success": x} for x in f]) for f in flags],
+        autoreset_mode=mode)
+    env = envrec.RecordVectorVideo(venv, tmp_path, sub_envs=(0, 1), episode_trigger=lambda e: True,
+                                   keep_if=envrec.keep.successes())
+    env.reset(seed=0)
+    while min(env.episode.values()) < 4:  # until both sub-envs ended 4 episodes
+        env.step(env.action_space.sample())
+    env.close()
+    assert set(vector_clips(tmp_path)) == {(j, k) for j in range(2) for k in range(4) if flags[j][k]}
+
+
+def test_one_keeper_on_two_vector_recorders_is_refused(tmp_path):
+    keeper = envrec.keep.worst(1)
+    make = lambda: gym.vector.SyncVectorEnv([ColourEnv, ColourEnv])
+    first = envrec.RecordVectorVideo(make(), str(tmp_path / "a"), keep_if=keeper)
+    second_env = make()
+    with pytest.raises(ConfigError, match=r"worst\(1\) already decides on another recorder's clips"):
+        envrec.RecordVectorVideo(second_env, str(tmp_path / "b"), keep_if=keeper)
+    second_env.close()
+    first.close()
