@@ -163,6 +163,23 @@ def test_a_clip_evicted_after_it_was_reported_goes_at_once(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_disk_budget_no_longer_counts_a_clip_the_keeper_evicted(tmp_path):
+    """keep_last_clips=2 with best(2): c1, evicted before c2 ends, is not counted, so the budget leaves c0
+    (the best) alone instead of deleting it as the oldest of three."""
+    keeper, closed = envrec.keep.best(2), []
+    rec = envrec.VideoRecorder(tmp_path, fps=25, keep_last_clips=2, on_clip_closed=lambda p, m: closed.append(m["name"]))
+    keeper.attach(rec)
+    frame = ColourEnv().render()
+    for k, ret in enumerate([9.0, 1.0, 2.0]):
+        rec.start_clip(f"c{k}", episode_id=k)
+        rec.add_frame(frame, 0)
+        rec.end_clip(keep=keeper(envrec.EpisodeOutcome(k, ret, 1, True, False, {}, f"c{k}")))
+        assert wait_for(lambda k=k: rec.poll() or len(closed) == k + 1, 30)
+    rec.close()
+    assert sorted(os.listdir(tmp_path)) == ["c0.meta.json", "c0.mp4", "c2.meta.json", "c2.mp4"]
+    assert rec.stats()["clips_evicted"] == 0 and rec.stats()["clips_discarded"] == 1
+
+
 def test_any_of_best_and_worst_keeps_a_clip_until_neither_holds_it(tmp_path):
     keeper = envrec.keep.any_of(envrec.keep.best(1), envrec.keep.worst(1))
     # e0 is both best and worst; e1 takes best, e0 stays (worst); e2 takes worst: e0 goes; e4 worst, e5 best
