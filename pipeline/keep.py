@@ -59,13 +59,21 @@ from .record.clip_triggers import ClipKeeper, EpisodeOutcome, Evictor, KeepIf
 __all__ = ["AnyOf", "Failures", "Ranked", "Successes", "any_of", "best", "failures", "is_failure", "is_success", "successes", "worst"]
 
 
+def _not_an_outcome(value: object, preset: str, example: str) -> None:
+    """``keep_if=envrec.keep.best`` (the factory itself) is asked with an outcome: say what to pass instead."""
+    if isinstance(value, EpisodeOutcome):
+        raise ConfigError(f"envrec.keep.{preset} makes a keep_if: pass keep_if=envrec.keep.{preset}({example}), not the function itself")
+
+
 def _check_k(k: object, preset: str) -> int:
+    _not_an_outcome(k, preset, "3")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError(f"envrec.keep.{preset}(k): k must be a positive integer (how many clips to keep), not {k!r}")
     return k
 
 
 def _check_rule(rule: object, preset: str, name: str) -> None:
+    _not_an_outcome(rule, preset, "")
     if rule is not None and not callable(rule):
         raise ConfigError(f"envrec.keep.{preset}({name}=...): {name} must be callable (outcome -> bool), not {rule!r}")
 
@@ -317,12 +325,14 @@ def any_of(*keepers: KeepIf) -> AnyOf:
         keepers: two or more ``keep_if`` callables (presets or your functions); ranked ones new, for this one only.
 
     Raises:
-        ConfigError: fewer than two keepers, or one that is not callable.
+        ConfigError: fewer than two keepers, one that is not callable, or one given twice.
     """
     if len(keepers) < 2:
         raise ConfigError(f"envrec.keep.any_of needs two or more keepers, got {len(keepers)}")
     for keeper in keepers:
         if not callable(keeper):
             raise ConfigError(f"envrec.keep.any_of: {keeper!r} is not callable (a keep_if takes an EpisodeOutcome)")
+    if len({id(k) for k in keepers}) < len(keepers):
+        raise ConfigError("envrec.keep.any_of: the same keeper twice (a ranked one would see each clip twice)")
     return AnyOf(keepers)
 

@@ -259,6 +259,23 @@ def test_bad_rules_and_any_of_are_config_errors():
         envrec.keep.any_of(envrec.keep.best(1), "worst")
 
 
+@pytest.mark.parametrize("preset", ["best", "worst", "failures", "successes"])
+def test_the_factory_itself_as_keep_if_says_what_to_pass(tmp_path, preset):
+    env = envrec.RecordVideo(ColourEnv(episode_len=2), str(tmp_path), episode_trigger=lambda e: True,
+                             keep_if=getattr(envrec.keep, preset))
+    try:
+        with pytest.raises(ConfigError, match=rf"pass keep_if=envrec.keep.{preset}\("):
+            run_episodes(env, 2)  # asked when the first clip ends, at the second reset
+    finally:
+        env.close()
+
+
+def test_any_of_refuses_the_same_keeper_twice():
+    keeper = envrec.keep.best(1)
+    with pytest.raises(ConfigError, match="the same keeper twice"):
+        envrec.keep.any_of(keeper, keeper)
+
+
 def test_an_unattached_ranked_keeper_says_how_to_use_it():
     with pytest.raises(ConfigError, match=r"best\(2\) is not attached to a recorder: pass it as RecordVideo"):
         envrec.keep.best(2)(envrec.EpisodeOutcome(0, 1.0, 1, True, False, {}, "c0"))
@@ -352,6 +369,18 @@ def test_vector_is_success_comes_from_each_sub_envs_last_info(tmp_path, mode):
         env.step(env.action_space.sample())
     env.close()
     assert set(vector_clips(tmp_path)) == {(j, k) for j in range(2) for k in range(4) if flags[j][k]}
+
+
+def test_a_keep_if_that_raises_still_lets_close_stop_every_encoder(tmp_path):
+    venv = gym.vector.SyncVectorEnv([ColourEnv, ColourEnv])
+    env = envrec.RecordVectorVideo(venv, str(tmp_path), sub_envs=(0, 1), episode_trigger=lambda e: True,
+                                   keep_if=lambda o: 1 / 0)
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(env.action_space.sample())
+    with pytest.raises(ZeroDivisionError):
+        env.close()  # the leak fixture checks that both encoders are gone
+    assert all(rec.closed for rec in env.recorders.values())
 
 
 def test_one_keeper_on_two_vector_recorders_is_refused(tmp_path):

@@ -251,10 +251,14 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         assert self.recording, "stop_recording was called, but no recording was started"
         if self.recorded_frames == 0:
             logger.warning("Ignored saving a video as there were zero frames to save.")
-        self.recorder.end_clip(keep=decide(self.keep_if, self._outcome.outcome(self._video_name)))
-        self.recorded_frames = 0
-        self.recording = False
-        self._video_name = None
+        keep = True
+        try:
+            keep = decide(self.keep_if, self._outcome.outcome(self._video_name))
+        finally:  # a keep_if that raises: its clip still ends (kept), so that close() finishes
+            self.recorder.end_clip(keep=keep)
+            self.recorded_frames = 0
+            self.recording = False
+            self._video_name = None
         if self.gc_trigger and self.gc_trigger(self.episode_id):
             gc.collect()
 

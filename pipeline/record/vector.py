@@ -407,10 +407,12 @@ class RecordVectorVideo(VectorWrapper):
 
     def close(self, **kwargs) -> None:
         try:
-            for j, rec in self.recorders.items():
-                if rec.recording and not rec.closed:
-                    rec.end_clip(keep=self._keep(j))  # decided on its episode so far
-            for rec in [*self.recorders.values(), *([self.tiled] if self.tiled else [])]:
-                rec.close()
+            try:
+                for j, rec in self.recorders.items():
+                    if rec.recording and not rec.closed:
+                        rec.end_clip(keep=self._keep(j))  # decided on its episode so far
+            finally:  # a keep_if that raised: every recorder is closed all the same (its clip kept)
+                for rec in [*self.recorders.values(), *([self.tiled] if self.tiled else [])]:
+                    rec.close()
         finally:
             self.env.close(**kwargs)
