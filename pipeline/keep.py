@@ -12,7 +12,8 @@ or ``close()``: that episode as far as it went).
   ``.mp4`` and ``.meta.json`` are deleted once the encoder has finished it
   (``VideoRecorder.evict_clip``), and it counts in ``clips_discarded``. Ties:
   the earlier clip stays. A NaN return is the least worth keeping for both:
-  it is kept only while fewer than k clips are. After ``close()`` exactly ``min(k, clips)`` clips remain.
+  it is kept only while fewer than k clips are. After ``close()`` exactly
+  ``min(k, clips)`` clips remain.
 * ``failures()`` / ``successes()`` decide on each clip alone (below).
 * ``any_of(best(1), worst(1))``: a clip is kept while any of them keeps it —
   the best and the worst clip of a run from one recorder, rendered once.
@@ -32,14 +33,15 @@ episode reached a terminal state of the task: the pole fell, the agent died,
 or a goal state was reached) and ``truncated`` (it was cut from outside, by
 a time limit):
 
-* when the last step's info has ``"is_success"`` (Gymnasium-Robotics, SB3's
-  ``Monitor`` users, many goal-conditioned envs report it), an episode that
+* when the last step's info has ``"is_success"`` (Gymnasium-Robotics and
+  other goal-conditioned envs report it; SB3 reads it for its success
+  rate), an episode that
   ended (terminated or truncated) is a success if ``bool(info["is_success"])``
   and a failure otherwise;
 * without it, a failure is an episode that terminated (``terminated`` True,
   whatever ``truncated`` says on the same step), and a success one that was
-  truncated without terminating: it survived to the time limit (CartPole,
-  the MuJoCo walkers, Atari games lost by losing lives). For tasks whose
+  truncated without terminating: it survived to the time limit (right for
+  CartPole, Pendulum, the MuJoCo walkers). For tasks whose
   terminal state is the goal (MountainCar, FrozenLake, LunarLander's
   landing) pass your own rule: ``successes(is_success=lambda o: o.terminated
   and o.episode_return > 0)``.
@@ -109,15 +111,20 @@ class Ranked(_Attached):
     Args:
         k: how many clips to keep, a positive integer.
         sign: 1 for the highest returns, -1 for the lowest.
+
+    Raises:
+        ConfigError: ``k`` is not a positive integer, or ``sign`` neither 1 nor -1.
     """
 
     def __init__(self, k: int, sign: int) -> None:
         super().__init__()
+        if sign not in (1, -1):
+            raise ConfigError(f"Ranked(k, sign): sign must be 1 (the best) or -1 (the worst), not {sign!r}")
         self.k = _check_k(k, "best" if sign > 0 else "worst")
         self.sign = sign
         self.evicted = 0  # clips this keeper kept, then evicted
         self._seen = 0
-        # a min-heap of (score, -order, outcome): its top is the kept clip to go first (the lowest score; of
+        # a min-heap of (score, -order, order, outcome): its top is the kept clip to go first (the lowest score; of
         # equal scores the latest, so the earlier stays)
         self._heap: list[tuple[float, int, int, EpisodeOutcome]] = []
 
