@@ -301,6 +301,12 @@ def test_eviction_deletes_only_that_clips_own_files(tmp_path):
     assert delete_clip_files(str(tmp_path), "c0", "mine")
     assert sorted(os.listdir(tmp_path)) == ["c0.mp4", "victim.mp4"]
     assert not delete_clip_files(str(tmp_path), "c0", "mine")  # no metadata: nothing of the clip's to delete
+    inner = tmp_path / "videos"
+    inner.mkdir()
+    (tmp_path / "up.mp4").write_bytes(b"outside")
+    (tmp_path / "up.meta.json").write_text(json.dumps({"version": 1, "name": "../up", "path": "../up.mp4", "recorder": "mine"}))
+    assert not delete_clip_files(str(inner), "../up", "mine")  # a name that leaves the folder deletes nothing
+    assert sorted(os.listdir(tmp_path)) == ["c0.mp4", "up.meta.json", "up.mp4", "victim.mp4", "videos"]
 
 
 def vector_clips(folder) -> dict[tuple[int, int], set[str]]:

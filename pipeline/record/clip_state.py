@@ -9,7 +9,9 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..errors import ConfigError
 from ..formats.clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_meta
+from ..formats.trace_format import check_prefix
 from .packer import RecordPacker
 
 __all__ = ["ClipState", "delete_clip_files", "mark_evicted", "write_broken_meta"]
@@ -84,9 +86,14 @@ def delete_clip_files(folder: str, name: str, recorder: str) -> bool:
 
     Args:
         folder: the recorder's folder.
-        name: the clip's name (checked by ``check_prefix`` when it started: a plain file name).
+        name: the clip's name (a plain file name, ``check_prefix``'s; any other deletes nothing).
         recorder: the recorder's id (``VideoRecorder.recorder_id``).
     """
+    try:
+        check_prefix(name)
+    except ConfigError:
+        logger.warning("envrec: %r is not a clip name (it could leave the folder): nothing deleted", name)
+        return False
     path = meta_path(folder, name)
     try:
         meta = read_clip_meta(path)
