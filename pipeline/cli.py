@@ -273,11 +273,13 @@ def build_parser() -> argparse.ArgumentParser:
     from envrec.export.command import add_parser as add_export
     from envrec.viewer.command import add_parser as add_view
 
+    from .doctor.command import add_parser as add_doctor
     from .replay.command import add_parser as add_replay
 
     add_export(sub)
     add_view(sub)
     add_replay(sub)
+    add_doctor(sub)
     b = sub.add_parser(
         "bench", help="measure what recording costs an environment, side by side",
         formatter_class=argparse.RawDescriptionHelpFormatter,

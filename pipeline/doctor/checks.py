@@ -1,0 +1,84 @@
+"""``run_checks``: every check of ``envrec doctor``, each under a time limit, in a fixed order.
+
+The checks that start interpreters or ffmpeg (the env, SDL, MuJoCo's GL platforms, ffmpeg) run side by side in
+threads; the others are quick. Results are handed to ``on_result`` in order as soon as each is known, so a
+terminal sees them come. Nothing a check makes outlives it: temporary folders, probe files, segments,
+eventfds and processes are all gone when ``run_checks`` returns.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from ..version import __version__
+from .display import SDL_TIMEOUT_S, gl_probes, gl_result, sdl_result
+from .env_check import ENV_TIMEOUT_S, EnvFindings, env_results, probe_env
+from .ffmpeg_check import FFMPEG_TIMEOUT_S, ffmpeg_results
+from .folder import folder_results
+from .gl import BACKENDS
+from .kernel import eventfd_result, memfd_result, nofile_result
+from .result import Result, Status, bounded
+
+__all__ = ["DEFAULT_ENV", "DEFAULT_FOLDER", "GL_TIMEOUT_S", "run_checks", "versions"]
+
+DEFAULT_ENV = "CartPole-v1"
+DEFAULT_FOLDER = "recordings"  # envrec record's default --out
+GL_TIMEOUT_S = 30.0  # each MuJoCo GL platform's probe
+SLACK_S = 5.0  # a group's limit beyond the limits of the processes it runs
+QUICK_TIMEOUT_S = 20.0  # the folder's checks (fsyncs), the kernel's
+
+
+def versions() -> Result:
+    """Python, envrec, Gymnasium, NumPy (and MuJoCo, ale-py when installed) as an INFO line."""
+    found = {"python": platform.python_version(), "envrec": __version__}
+    for name in ("gymnasium", "numpy", "mujoco", "ale-py", "imageio-ffmpeg"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    kernel = f"{platform.system()} {platform.release()}"
+    line = ", ".join(f"{k} {v}" for k, v in found.items())
+    return Result("versions", Status.INFO, f"{line}; {kernel}", facts={**found, "kernel": kernel})
+
+
+def _env_and_gl(findings: Future[EnvFindings], probes: Future[dict[str, str | None] | None], env_id: str) -> list[Result]:
+    found = findings.result()
+    gl, backend = gl_result(probes.result(), found.uses_mujoco)
+    return [*env_results(env_id, found, backend), gl]
+
+
+def run_checks(env_id: str = DEFAULT_ENV, folder: str = DEFAULT_FOLDER,
+               on_result: Callable[[Result], None] | None = None) -> list[Result]:
+    """Run every check; the results in order (versions, the env, headless rendering, ffmpeg, the folder, the kernel).
+
+    Args:
+        env_id: the env to check (any id ``envrec.env_ids.make_env`` takes).
+        folder: the output folder to check (made for the check and removed after, if missing).
+        on_result: called with each result as soon as it and those before it are known.
+    """
+    results: list[Result] = []
+
+    def emit(batch: list[Result]) -> None:
+        for result in batch:
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
+
+    emit([versions()])
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="envrec-doctor") as pool:
+        findings = pool.submit(probe_env, env_id, ENV_TIMEOUT_S)
+        probes = pool.submit(gl_probes, GL_TIMEOUT_S)
+        sdl = pool.submit(bounded, "SDL video driver", lambda: [sdl_result()], SDL_TIMEOUT_S + SLACK_S)
+        ffmpeg = pool.submit(bounded, "ffmpeg", ffmpeg_results, 4 * FFMPEG_TIMEOUT_S + SLACK_S)
+        env_and_gl = bounded("env", lambda: _env_and_gl(findings, probes, env_id),
+                             max(ENV_TIMEOUT_S, len(BACKENDS) * GL_TIMEOUT_S) + 2 * SLACK_S)
+        emit(env_and_gl[:-1])
+        emit(sdl.result())
+        emit(env_and_gl[-1:])
+        emit(ffmpeg.result())
+    emit(bounded("folder", lambda: folder_results(folder), QUICK_TIMEOUT_S))
+    emit(bounded("memfd", lambda: [memfd_result(), eventfd_result(), nofile_result()], QUICK_TIMEOUT_S))
+    return results
