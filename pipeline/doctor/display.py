@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from .gl import APT_PACKAGES, BACKENDS, mujoco_installed, probe
 from .result import Result, Status, run_process, tail
@@ -67,7 +68,10 @@ def gl_probes(timeout_s: float) -> dict[str, str | None] | None:
     if not mujoco_installed():
         return None
     given = os.environ.get("MUJOCO_GL")
-    return {b: probe(b, timeout_s) for b in dict.fromkeys([*([given] if given else []), *BACKENDS])}
+    backends = list(dict.fromkeys([*([given] if given else []), *BACKENDS]))
+    with ThreadPoolExecutor(max_workers=len(backends), thread_name_prefix="envrec-doctor-gl") as pool:
+        found = list(pool.map(lambda b: probe(b, timeout_s), backends))  # side by side: each waits on its interpreter
+    return dict(zip(backends, found, strict=True))
 
 
 def gl_result(tried: dict[str, str | None] | None, mujoco_env: bool) -> tuple[Result, str | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,7 @@ class EnvFindings:
     stages: dict[str, dict[str, Any]] = field(default_factory=dict)
     returncode: int | None = 0
     stderr: str = ""
+    timeout_s: float = ENV_TIMEOUT_S
 
     def fact(self, name: str, default: Any = None) -> Any:
         for facts in reversed(self.stages.values()):
@@ -44,7 +46,7 @@ class EnvFindings:
     def died(self) -> str:
         """How the probe's process ended, when it did not finish: '' when it did."""
         if self.returncode is None:
-            return f"it did not finish within {ENV_TIMEOUT_S:g} s"
+            return f"it did not finish within {self.timeout_s:g} s"
         if self.returncode < 0:
             import signal
 
@@ -67,7 +69,7 @@ def probe_env(env_id: str, timeout_s: float = ENV_TIMEOUT_S) -> EnvFindings:
         timeout_s: how long its interpreter may take.
     """
     done = run_process([sys.executable, "-m", "envrec.doctor.env_probe", env_id], timeout_s, _probe_environ())
-    findings = EnvFindings(returncode=done.returncode, stderr=done.stderr)
+    findings = EnvFindings(returncode=done.returncode, stderr=done.stderr, timeout_s=timeout_s)
     for line in done.stdout.splitlines():
         try:
             facts = json.loads(line)
@@ -84,8 +86,9 @@ def _made(env_id: str, f: EnvFindings) -> Result:
         failed = f.stages["make-failed"]
         fix = f"pip install {failed['install']}" if failed.get("install") else (
             f"check the id (the registered ones: {REGISTRY_HINT}), or install the package that registers it")
-        if failed.get("kind") == "ModuleNotFoundError":
-            fix = f"install the missing package ({failed['error'].split(': ', 1)[-1]}), or fix the module in the id"
+        module = re.search(r"No module named '([^']+)'", failed["error"]) if failed.get("kind") == "ModuleNotFoundError" else None
+        if module:
+            fix = f"install the package that provides {module[1]!r}, or fix the module named in the id"
         return Result("env", Status.FAIL, f"cannot make {env_id!r}: {failed['error']}", fix, facts={"env": env_id})
     if "made" not in f.stages:
         return Result("env", Status.FAIL, f"cannot make {env_id!r}: {f.died() or 'the probe said nothing'}",
@@ -114,7 +117,8 @@ def _fps(f: EnvFindings) -> Result:
     fps = f.fact("render_fps")
     if isinstance(fps, int | float) and not isinstance(fps, bool) and fps > 0:
         return Result("env render_fps", Status.PASS, f"{fps:g} frames per second", facts={"render_fps": fps})
-    return Result("env render_fps", Status.FAIL, f"metadata['render_fps'] is {fps!r}: clips would play at envrec's "
+    said = "no render_fps in its metadata" if fps is None else f"metadata['render_fps'] is {fps!r}"
+    return Result("env render_fps", Status.FAIL, f"{said}: clips would play at envrec's "
                   "fallback of 30 frames per second, not the env's speed",
                   "pass fps= to RecordVideo (envrec record --fps N, envrec render --fps N), or set "
                   "metadata['render_fps'] in the env", facts={"render_fps": fps})
