@@ -67,7 +67,7 @@ def test_everything_passes_here_for_cartpole_and_nothing_is_left(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     found = checks(out.stdout)
     for name in ("env", "env render modes", "env render_fps", "env frame", "SDL video driver", "ffmpeg", "ffmpeg encodes",
-                 "folder", "folder space", "memfd", "eventfd"):
+                 "folder", "folder space", "memfd", "eventfd", "recording"):
         assert found[name][0] == "PASS", (name, found[name])
     assert found["env frame"][1].startswith("uint8 400x600x3")
     assert "30 frames decoded back" in found["ffmpeg encodes"][1] and "padded to 64x48" in found["ffmpeg encodes"][1]
@@ -161,6 +161,16 @@ def test_ffmpeg_missing_fails_with_its_fix(tmp_path):
     assert "ffmpeg encodes" not in checks(out.stdout)
 
 
+def test_workers_that_cannot_start_fail_the_recording_with_its_fix(tmp_path):
+    out = doctor("--folder", str(tmp_path), env={**child_env(), "ENVREC_PYTHON": shutil.which("false") or "/bin/false"})
+    assert out.returncode == 1, out.stdout + out.stderr
+    found = checks(out.stdout)
+    label, message, fix = found["recording"]
+    assert label == "FAIL" and "the encoder finished 0 clip(s)" in message and "the trace broke" in message
+    assert fix.startswith("envrec starts its workers as `python -P -m envrec.workers ROLE`") and "ENVREC_PYTHON" in fix
+    assert [n for n, (lab, _, _) in found.items() if lab == "FAIL"] == ["recording"]
+
+
 def test_bad_env_ids():
     out = doctor("--env", "not an id!")
     assert out.returncode == 2 and out.stdout == ""
@@ -205,6 +215,13 @@ def test_a_low_open_files_limit_warns_and_passes(tmp_path):
     label, message, fix = checks(out.stdout)["open files limit"]
     assert label == "WARN" and message.startswith("RLIMIT_NOFILE 200") and "room for ~26" in message
     assert fix.startswith("ulimit -n")
+
+
+def test_an_env_that_renders_text_passes_as_ansi():
+    results = {r.name: r for r in env_results(env_id("AnsiOnly"), probe_env(env_id("AnsiOnly")))}
+    assert all(r.status is Status.PASS for r in results.values()), results
+    assert results["env render modes"].message == "ansi: text frames, recorded as asciicast clips (its modes: ansi)"
+    assert results["env frame"].message.startswith("a text frame of 15 characters")
 
 
 def test_an_env_that_hangs_is_given_up_on_and_killed():

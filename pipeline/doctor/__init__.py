@@ -3,8 +3,8 @@
 Each check is a small module: the env (``env_check``, made in its own interpreter by ``env_probe``),
 headless rendering (``display``: the display and SDL's driver; ``gl``: MuJoCo's OpenGL platforms), ffmpeg
 (``ffmpeg_check``), the output folder (``folder``), the kernel (``kernel``: memfd, eventfd, the open-files
-limit). ``checks.run_checks`` runs them under time limits, ``report`` prints them, ``command`` is the
-command line. Every check reports a ``Result`` (``result``): PASS, WARN, FAIL, SKIP or INFO, and what to fix.
+limit), a recording made by real workers (``recording``). ``checks.run_checks`` runs them under time
+limits, ``report`` prints them, ``command`` is the command line. Every check reports a ``Result`` (``result``): PASS, WARN, FAIL, SKIP or INFO, and what to fix.
 This room may import anything of envrec but the worker side.
 """
 

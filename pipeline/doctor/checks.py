@@ -1,7 +1,7 @@
 """``run_checks``: every check of ``envrec doctor``, each under a time limit, in a fixed order.
 
-The checks that start interpreters or ffmpeg (the env, SDL, MuJoCo's GL platforms, ffmpeg) run side by side in
-threads; the others are quick. Results are handed to ``on_result`` in order as soon as each is known, so a
+The checks that start interpreters or ffmpeg (the env, SDL, MuJoCo's GL platforms, ffmpeg, the recording's
+workers) run side by side in threads; the others are quick. Results are handed to ``on_result`` in order as soon as each is known, so a
 terminal sees them come. Nothing a check makes outlives it: temporary folders, probe files, segments,
 eventfds and processes are all gone when ``run_checks`` returns.
 """
@@ -19,6 +19,7 @@ from .env_check import ENV_TIMEOUT_S, EnvFindings, env_results, probe_env
 from .ffmpeg_check import FFMPEG_TIMEOUT_S, ffmpeg_results
 from .folder import folder_results
 from .kernel import eventfd_result, memfd_result, nofile_result
+from .recording import recording_result
 from .result import Result, Status, bounded
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_FOLDER", "GL_TIMEOUT_S", "run_checks", "versions"]
@@ -28,6 +29,7 @@ DEFAULT_FOLDER = "recordings"  # envrec record's default --out
 GL_TIMEOUT_S = 30.0  # each MuJoCo GL platform's probe
 SLACK_S = 5.0  # a group's limit beyond the limits of the processes it runs
 QUICK_TIMEOUT_S = 20.0  # the folder's checks (fsyncs), the kernel's
+RECORDING_TIMEOUT_S = 120.0  # two workers started and closed: ~1 s alone, far more on a loaded machine
 
 
 def versions() -> Result:
@@ -51,7 +53,8 @@ def _env_and_gl(findings: Future[EnvFindings], probes: Future[dict[str, str | No
 
 def run_checks(env_id: str = DEFAULT_ENV, folder: str = DEFAULT_FOLDER,
                on_result: Callable[[Result], None] | None = None) -> list[Result]:
-    """Run every check; the results in order (versions, the env, headless rendering, ffmpeg, the folder, the kernel).
+    """Run every check; the results in order (versions, the env, headless rendering, ffmpeg, the folder, the kernel,
+    a recording made by real workers).
 
     Args:
         env_id: the env to check (any id ``envrec.env_ids.make_env`` takes).
@@ -72,12 +75,14 @@ def run_checks(env_id: str = DEFAULT_ENV, folder: str = DEFAULT_FOLDER,
         probes = pool.submit(gl_probes, GL_TIMEOUT_S)
         sdl = pool.submit(bounded, "SDL video driver", lambda: [sdl_result()], SDL_TIMEOUT_S + SLACK_S)
         ffmpeg = pool.submit(bounded, "ffmpeg", ffmpeg_results, 4 * FFMPEG_TIMEOUT_S + SLACK_S)
+        recording = pool.submit(bounded, "recording", lambda: [recording_result()], RECORDING_TIMEOUT_S)
         env_and_gl = bounded("env", lambda: _env_and_gl(findings, probes, env_id),
                              max(ENV_TIMEOUT_S, GL_TIMEOUT_S) + 2 * SLACK_S)
         emit(env_and_gl[:-1])
         emit(sdl.result())
         emit(env_and_gl[-1:])
         emit(ffmpeg.result())
-    emit(bounded("folder", lambda: folder_results(folder), QUICK_TIMEOUT_S))
-    emit(bounded("memfd", lambda: [memfd_result(), eventfd_result(), nofile_result()], QUICK_TIMEOUT_S))
+        emit(bounded("folder", lambda: folder_results(folder), QUICK_TIMEOUT_S))
+        emit(bounded("memfd", lambda: [memfd_result(), eventfd_result(), nofile_result()], QUICK_TIMEOUT_S))
+        emit(recording.result())
     return results

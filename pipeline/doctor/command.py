@@ -19,8 +19,8 @@ DESCRIPTION = """\
 Check that envrec can record here, and say what to fix for each failure: the env (it makes, renders rgb_array
 or ansi, has render_fps, and one reset + render gives a frame envrec records), headless rendering (the display,
 SDL's video driver, which MUJOCO_GL renders MuJoCo), ffmpeg (found, and it encodes a test clip with envrec's
-settings), the output folder (writable as envrec writes, free space, filesystem), memfd and eventfd, and the
-open-files limit. Each check has a time limit; everything the doctor makes is removed after.
+settings), the output folder (writable as envrec writes, free space, filesystem), memfd and eventfd, the
+open-files limit, and a short trace and clip recorded by envrec's own worker processes. Each check has a time limit; everything the doctor makes is removed after.
 Exit status: 0 when all passed (warnings pass), 1 when one failed, 2 for bad arguments."""
 
 EPILOG = """\

@@ -20,7 +20,7 @@ from .result import Result, Status
 __all__ = ["FDS_PER_RECORDER", "FDS_PER_VECTOR_SUB_ENV", "NOFILE_WARN_BELOW", "eventfd_result", "memfd_result", "nofile_result"]
 
 SEGMENT_BYTES = 1 << 20  # a small ring: the default ring is larger, but the calls are the same
-# Measured (envrec 0.x, CartPole): a RecordTrace and a RecordVideo held 12 descriptors in the env process (the
+# Measured on CartPole: a RecordTrace and a RecordVideo held 12 descriptors in the env process (the
 # ring's memfd, two eventfds, the report and output pipes of each worker); a RecordVectorTrace's worker held 15
 # with one sub-env and 120 with 16 (batch files, checkpoints and a spill file per field of each sub-env).
 FDS_PER_RECORDER = 6

@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Result", "Status", "bounded", "run_process", "tail"]
+__all__ = ["Finished", "Result", "Status", "bounded", "run_process", "tail"]
+
+KILLED_WAIT_S = 5.0  # how long the output of a process killed at its time limit is still read
 
 
 class Status(enum.Enum):
@@ -118,7 +120,14 @@ def run_process(cmd: Sequence[str], timeout_s: float, env: Mapping[str, str] | N
         out, err = proc.communicate(stdin, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc.pid)
-        out, err = proc.communicate()
+        try:
+            out, err = proc.communicate(timeout=KILLED_WAIT_S)
+        except subprocess.TimeoutExpired:  # something that left the group holds the pipes: stop reading them
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
+            out, err = b"", b""
         return Finished(None, out.decode(errors="replace"), err.decode(errors="replace"), out)
     except BaseException:
         _kill_group(proc.pid)

@@ -57,6 +57,15 @@ class FloatFrames(_Base):
         return np.zeros((24, 32, 3), np.float32)
 
 
+class AnsiOnly(_Base):
+    """Renders text only: recorded as asciicast clips."""
+
+    metadata: ClassVar[dict] = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def render(self):
+        return "+--+\n|@ |\n+--+\n"
+
+
 class Hangs(_Base):
     """Never finishes making: the doctor must give up on it, not wait."""
 
@@ -66,7 +75,8 @@ class Hangs(_Base):
         time.sleep(600)
 
 
-for _name, _cls in (("HumanOnly", HumanOnly), ("NoFps", NoFps), ("FloatFrames", FloatFrames), ("Hangs", Hangs)):
+for _name, _cls in (("HumanOnly", HumanOnly), ("NoFps", NoFps), ("FloatFrames", FloatFrames), ("AnsiOnly", AnsiOnly),
+                    ("Hangs", Hangs)):
     gym.register(f"Doctor{_name}-v0", entry_point=_cls)
 
 
