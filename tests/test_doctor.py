@@ -26,6 +26,7 @@ from envrec.doctor import Result, Status, run_checks
 from envrec.doctor.env_check import env_results, probe_env
 from envrec.doctor.gl import first_rendering
 from envrec.doctor.result import bounded, run_process
+from envrec.errors import ConfigError
 
 from .support.doctor_envs import env_id
 from .support.headless_gl import CANDIDATES, need_headless_gl, need_mujoco
@@ -114,19 +115,20 @@ def _unwritable_folder(tmp_path) -> tuple[str, contextlib.AbstractContextManager
 def test_a_folder_under_a_file_fails_with_its_fix(tmp_path):
     blocker = tmp_path / "afile"
     blocker.write_text("in the way\n")
-    out = doctor("--folder", str(blocker / "x"))
+    out = doctor("--only", "folder", "--folder", str(blocker / "x"))
     assert out.returncode == 1, out.stdout + out.stderr
     label, message, fix = checks(out.stdout)["folder"]
     assert label == "FAIL" and f"{blocker} is a file, not a folder" in message
     assert fix.startswith(f"remove or rename the file {blocker}") and "envrec record --out DIR" in fix
     assert "folder space" not in checks(out.stdout) and "fix the failures above" in out.stdout
+    assert set(checks(out.stdout)) == {"versions", "folder"}  # --only folder
     assert blocker.read_text() == "in the way\n"
 
 
 def test_a_folder_that_cannot_be_written_fails_with_its_fix(tmp_path):
     folder, undo = _unwritable_folder(tmp_path)
     with undo:
-        out = doctor("--folder", folder)
+        out = doctor("--only", "folder", "--folder", folder)
         assert os.listdir(folder) == []
     assert out.returncode == 1, out.stdout + out.stderr
     label, message, fix = checks(out.stdout)["folder"]
@@ -142,7 +144,7 @@ def test_a_folder_that_cannot_be_written_fails_with_its_fix(tmp_path):
      "render() must return a uint8 HxWx3 numpy array"),
 ])
 def test_an_env_envrec_cannot_film_fails_with_its_fix(name, check, said, fix):
-    out = doctor("--env", env_id(name), "--folder", tempfile.gettempdir())
+    out = doctor("--only", "env", "--env", env_id(name))
     assert out.returncode == 1, out.stdout + out.stderr
     found = checks(out.stdout)
     assert found["env"][0] == "PASS" and found[check][0] == "FAIL", found
@@ -153,7 +155,7 @@ def test_an_env_envrec_cannot_film_fails_with_its_fix(name, check, said, fix):
 def test_ffmpeg_missing_fails_with_its_fix(tmp_path):
     env = {k: v for k, v in child_env().items() if k != "ENVREC_FFMPEG"}
     env.update(IMAGEIO_FFMPEG_EXE=str(tmp_path / "no-ffmpeg"), PATH=os.path.dirname(sys.executable))  # no ffmpeg on PATH
-    out = doctor("--folder", str(tmp_path), env=env)
+    out = doctor("--only", "ffmpeg", env=env)
     assert out.returncode == 1, out.stdout + out.stderr
     label, message, fix = checks(out.stdout)["ffmpeg"]
     assert label == "FAIL" and message == f"{tmp_path / 'no-ffmpeg'} (named by IMAGEIO_FFMPEG_EXE={tmp_path / 'no-ffmpeg'}) is not an executable file"
@@ -162,7 +164,7 @@ def test_ffmpeg_missing_fails_with_its_fix(tmp_path):
 
 
 def test_workers_that_cannot_start_fail_the_recording_with_its_fix(tmp_path):
-    out = doctor("--folder", str(tmp_path), env={**child_env(), "ENVREC_PYTHON": shutil.which("false") or "/bin/false"})
+    out = doctor("--only", "recording", env={**child_env(), "ENVREC_PYTHON": shutil.which("false") or "/bin/false"})
     assert out.returncode == 1, out.stdout + out.stderr
     found = checks(out.stdout)
     label, message, fix = found["recording"]
@@ -171,16 +173,23 @@ def test_workers_that_cannot_start_fail_the_recording_with_its_fix(tmp_path):
     assert [n for n, (lab, _, _) in found.items() if lab == "FAIL"] == ["recording"]
 
 
-def test_bad_env_ids():
+def test_bad_usage_exits_2():
     out = doctor("--env", "not an id!")
     assert out.returncode == 2 and out.stdout == ""
     assert "envrec doctor: --env 'not an id!': Malformed environment ID" in out.stderr
-    out = doctor("--env", "CartPol-v1", "--folder", tempfile.gettempdir())
+    out = doctor("--only", "env,nothing")
+    assert out.returncode == 2 and "argument --only: 'env,nothing': the groups are env, sdl, ffmpeg" in out.stderr
+    with pytest.raises(ConfigError, match="no check group 'nothing': the groups are env, sdl"):
+        run_checks(only=["nothing"])
+
+
+def test_bad_env_ids():
+    out = doctor("--only", "env", "--env", "CartPol-v1")
     assert out.returncode == 1, out.stdout + out.stderr
     label, message, fix = checks(out.stdout)["env"]
     assert label == "FAIL" and "cannot make 'CartPol-v1'" in message and "Did you mean: `CartPole`?" in message
     assert "gym.pprint_registry()" in fix and "env frame" not in checks(out.stdout)
-    out = doctor("--env", "no_such_module_here:Thing-v0", "--folder", tempfile.gettempdir())
+    out = doctor("--only", "env", "--env", "no_such_module_here:Thing-v0")
     label, message, fix = checks(out.stdout)["env"]
     assert out.returncode == 1 and label == "FAIL" and "ModuleNotFoundError" in message
     assert fix == "install the package that provides 'no_such_module_here', or fix the module named in the id"
@@ -192,14 +201,14 @@ def test_a_mujoco_env_without_a_headless_gl_fails_and_passes_once_it_is_set():
     if backend is None:
         need_headless_gl()  # skips with the reason (fails under CI=true)
     base = {k: v for k, v in child_env().items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
-    out = doctor("--env", "InvertedPendulum-v5", "--folder", tempfile.gettempdir(), env=base)
+    out = doctor("--only", "env", "--env", "InvertedPendulum-v5", env=base)
     assert out.returncode == 1, out.stdout + out.stderr
     found = checks(out.stdout)
     assert found["env frame"][0] == "FAIL" and "MUJOCO_GL=unset" in found["env frame"][1]
     assert found["env frame"][2].startswith("export MUJOCO_GL=") and found["MuJoCo GL"][0] == "FAIL"
     assert "MuJoCo's default, glfw, does not render: there is no display" in found["MuJoCo GL"][1]
     use = found["env frame"][2].split()[1].split("=")[1]
-    out = doctor("--env", "InvertedPendulum-v5", "--folder", tempfile.gettempdir(), env={**base, "MUJOCO_GL": use})
+    out = doctor("--only", "env", "--env", "InvertedPendulum-v5", env={**base, "MUJOCO_GL": use})
     assert out.returncode == 0, out.stdout + out.stderr
     found = checks(out.stdout)
     assert found["env frame"][0] == "PASS" and found["env frame"][1].startswith("uint8 480x480x3")
@@ -210,7 +219,7 @@ def test_a_low_open_files_limit_warns_and_passes(tmp_path):
     def lower() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (200, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
-    out = doctor("--folder", str(tmp_path), preexec_fn=lower)
+    out = doctor("--only", "kernel", preexec_fn=lower)
     assert out.returncode == 0, out.stdout + out.stderr
     label, message, fix = checks(out.stdout)["open files limit"]
     assert label == "WARN" and message.startswith("RLIMIT_NOFILE 200") and "room for ~26" in message
@@ -250,8 +259,11 @@ def test_every_check_and_process_has_a_time_limit():
 def test_run_checks_in_process_leaves_no_segment_fd_or_folder(tmp_path):
     fds = set(os.listdir("/proc/self/fd"))
     seen: list[Result] = []
-    results = run_checks(folder=str(tmp_path / "r"), on_result=seen.append)
-    assert [r.name for r in results] == [r.name for r in seen] and results[0].name == "versions"
+    results = run_checks(folder=str(tmp_path / "r"), on_result=seen.append, only=("recording", "kernel", "folder", "ffmpeg"))
+    assert [r.name for r in results] == [r.name for r in seen] == [
+        "versions", "ffmpeg", "ffmpeg encodes", "folder", "folder space", "folder filesystem", "memfd", "eventfd",
+        "open files limit", "recording"]  # in the order of GROUPS, whatever the order asked
+    assert all(r.status in (Status.PASS, Status.WARN) for r in results[1:]), results
     assert {r.name: r.status for r in results}["memfd"] is Status.PASS and not (tmp_path / "r").exists()
     assert set(os.listdir("/proc/self/fd")) <= fds  # the segment, its mappings and the eventfd are closed
 

@@ -1,4 +1,4 @@
-"""``envrec doctor [--env ID] [--folder DIR] [--json]``: registered on the CLI's subparsers by ``envrec.cli``.
+"""``envrec doctor [--env ID] [--folder DIR] [--only GROUP,...] [--json]``: registered on the CLI's subparsers by ``envrec.cli``.
 
 Exit status: 0 when every check passed (a warning passes), 1 when one failed, 2 for bad arguments (an env id
 Gymnasium cannot parse included).
@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from .checks import DEFAULT_ENV, DEFAULT_FOLDER, run_checks
+from .checks import DEFAULT_ENV, DEFAULT_FOLDER, GROUPS, run_checks
 from .report import exit_status, print_json, print_line, print_summary
 
 __all__ = ["add_parser", "run"]
@@ -27,6 +27,7 @@ EPILOG = """\
 examples:
   envrec doctor                                   CartPole-v1, into ./recordings
   envrec doctor --env ALE/Pong-v5 --folder /data/runs
+  envrec doctor --only ffmpeg,folder              just those checks
   MUJOCO_GL=egl envrec doctor --env HalfCheetah-v5
   envrec doctor --env my_package.envs:MyEnv-v0 --json > doctor.json"""
 
@@ -39,8 +40,18 @@ def add_parser(sub: Any) -> None:
                    help=f"the env to check: a Gymnasium id, ALE/... or module:Env-v0 (default {DEFAULT_ENV})")
     d.add_argument("--folder", default=DEFAULT_FOLDER, metavar="DIR",
                    help=f"the output folder to check (default ./{DEFAULT_FOLDER}; made and removed if missing)")
+    d.add_argument("--only", type=_groups, default=None, metavar="GROUP[,GROUP]",
+                   help=f"run only these groups of checks: {', '.join(GROUPS)} (default: all)")
     d.add_argument("--json", action="store_true", help="print the results as a JSON list")
     d.set_defaults(func=run)
+
+
+def _groups(text: str) -> list[str]:
+    groups = [g.strip() for g in text.split(",") if g.strip()]
+    unknown = [g for g in groups if g not in GROUPS]
+    if unknown or not groups:
+        raise argparse.ArgumentTypeError(f"{text!r}: the groups are {', '.join(GROUPS)}")
+    return groups
 
 
 def _bad_id(env_id: str) -> str:
@@ -59,14 +70,14 @@ def _bad_id(env_id: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """``envrec doctor``: run the checks, print them (or their JSON), 1 if one failed."""
-    bad = _bad_id(args.env)
+    bad = _bad_id(args.env) if args.only is None or "env" in args.only else ""
     if bad:
         print(f"envrec doctor: --env {args.env!r}: {bad}", file=sys.stderr)
         return 2
     if args.json:
-        results = run_checks(args.env, args.folder)
+        results = run_checks(args.env, args.folder, only=args.only)
         print_json(results, sys.stdout)
     else:
-        results = run_checks(args.env, args.folder, on_result=lambda r: print_line(r, sys.stdout))
+        results = run_checks(args.env, args.folder, on_result=lambda r: print_line(r, sys.stdout), only=args.only)
         print_summary(results, sys.stdout)
     return exit_status(results)
