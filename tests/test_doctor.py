@@ -14,6 +14,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -241,6 +242,23 @@ def test_an_env_that_hangs_is_given_up_on_and_killed():
     assert result.status is Status.FAIL and "it did not finish within 3 s" in result.message
     assert result.fix.startswith("try it alone: python -c")
     # the conftest fixture fails this test if the probe's interpreter were still alive
+
+
+def test_ctrl_c_ends_the_doctor_at_once_and_kills_its_probes():
+    proc = subprocess.Popen([sys.executable, "-m", "envrec", "doctor", "--only", "env,ffmpeg", "--env", env_id("Hangs")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    try:
+        first = proc.stdout.readline()  # the versions line: the checks have started
+        assert first.startswith("INFO  versions"), first
+        time.sleep(2.0)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130 and "interrupted" in err and time.monotonic() - started < 15, (out, err)
+    # the env probe (asleep in its constructor) is gone: the conftest fixture fails a test that leaves it
 
 
 def test_every_check_and_process_has_a_time_limit():

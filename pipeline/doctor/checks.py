@@ -21,7 +21,7 @@ from .ffmpeg_check import FFMPEG_TIMEOUT_S, ffmpeg_results
 from .folder import folder_results
 from .kernel import eventfd_result, memfd_result, nofile_result
 from .recording import recording_result
-from .result import Result, Status, bounded
+from .result import Result, Status, bounded, kill_running
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_FOLDER", "GL_TIMEOUT_S", "GROUPS", "run_checks", "versions"]
 
@@ -97,6 +97,10 @@ def run_checks(env_id: str = DEFAULT_ENV, folder: str = DEFAULT_FOLDER,
     chosen = [g for g in GROUPS if only is None or g in only]
     with ThreadPoolExecutor(max_workers=len(slow), thread_name_prefix="envrec-doctor") as pool:
         started = {g: pool.submit(slow[g]) for g in chosen if g in slow}
-        for group in chosen:
-            emit(started[group].result() if group in started else quick[group]())
+        try:
+            for group in chosen:
+                emit(started[group].result() if group in started else quick[group]())
+        except BaseException:  # Ctrl-C: the probes' processes are killed, so their threads end and clean up now
+            kill_running()
+            raise
     return results

@@ -1,7 +1,7 @@
 """``envrec doctor [--env ID] [--folder DIR] [--only GROUP,...] [--json]``: registered on the CLI's subparsers by ``envrec.cli``.
 
 Exit status: 0 when every check passed (a warning passes), 1 when one failed, 2 for bad arguments (an env id
-Gymnasium cannot parse included).
+Gymnasium cannot parse included), 130 when interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -74,10 +74,14 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         print(f"envrec doctor: --env {args.env!r}: {bad}", file=sys.stderr)
         return 2
-    if args.json:
-        results = run_checks(args.env, args.folder, only=args.only)
-        print_json(results, sys.stdout)
-    else:
-        results = run_checks(args.env, args.folder, on_result=lambda r: print_line(r, sys.stdout), only=args.only)
-        print_summary(results, sys.stdout)
+    try:
+        if args.json:
+            results = run_checks(args.env, args.folder, only=args.only)
+            print_json(results, sys.stdout)
+        else:
+            results = run_checks(args.env, args.folder, on_result=lambda r: print_line(r, sys.stdout), only=args.only)
+            print_summary(results, sys.stdout)
+    except KeyboardInterrupt:
+        print("envrec doctor: interrupted (what the checks made is removed)", file=sys.stderr)
+        return 130
     return exit_status(results)

@@ -13,9 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Finished", "Result", "Status", "bounded", "run_process", "tail"]
+__all__ = ["Finished", "Result", "Status", "bounded", "kill_running", "run_process", "tail"]
 
 KILLED_WAIT_S = 5.0  # how long the output of a process killed at its time limit is still read
+_running: set[int] = set()  # the process groups run_process has started and not yet ended
+_running_lock = threading.Lock()
 
 
 class Status(enum.Enum):
@@ -116,6 +118,24 @@ def run_process(cmd: Sequence[str], timeout_s: float, env: Mapping[str, str] | N
     proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=None if env is None else dict(env),
                             process_group=0)
+    with _running_lock:
+        _running.add(proc.pid)
+    try:
+        return _finish(proc, stdin, timeout_s)
+    finally:
+        with _running_lock:
+            _running.discard(proc.pid)
+
+
+def kill_running() -> None:
+    """Kill every process group ``run_process`` is running (Ctrl-C: the checks waiting on them end at once)."""
+    with _running_lock:
+        groups = list(_running)
+    for pgid in groups:
+        _kill_group(pgid)
+
+
+def _finish(proc: subprocess.Popen[bytes], stdin: bytes | None, timeout_s: float) -> Finished:
     try:
         out, err = proc.communicate(stdin, timeout=timeout_s)
     except subprocess.TimeoutExpired:
