@@ -13,7 +13,17 @@ __all__ = ["add_parser"]
 
 def add_parser(sub) -> None:
     """Register ``envrec view`` on the CLI's subparsers."""
-    v = sub.add_parser("view", help="watch recorded episodes: video synced with reward, action and observation plots")
+    v = sub.add_parser(
+        "view", help="watch recorded episodes: video synced with reward, action and observation plots",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Serve a folder of recordings to a browser: the episodes of every recording, each episode's clip\n"
+                    "with its reward, action and observation plots under it, the cursor following the video.\n"
+                    "Binds 127.0.0.1 by default; Ctrl-C stops it.",
+        epilog="examples:\n"
+               "  envrec view recordings                          opens a browser at http://127.0.0.1:8765/\n"
+               "  envrec view runs --port 0 --no-browser          any free port, the address printed\n"
+               "  envrec view runs --host 0.0.0.0 --allow-host gpu-box   reachable as http://gpu-box:8765/",
+    )
     v.add_argument("directory", help="a folder of recordings and clips (searched recursively)")
     v.add_argument("--port", type=int, default=8765, help="port to serve on (default 8765; 0: any free port)")
     v.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
