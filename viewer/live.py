@@ -102,7 +102,7 @@ def recording_state(manifest: Manifest, changed_at: float, stale_after_s: float 
         now: the time to judge at (default: now).
     """
     idle = max(0.0, (time.time() if now is None else now) - changed_at)
-    out: dict[str, Any] = {"idle_s": round(idle, 1)}
+    out: dict[str, Any] = {"idle_s": None}
     if manifest.get("complete"):
         if manifest.get("closed_cleanly", True):
             return {**out, "state": State.COMPLETE.value, "state_detail": "complete"}
@@ -110,6 +110,7 @@ def recording_state(manifest: Manifest, changed_at: float, stale_after_s: float 
                f"error: {manifest['error']}" if manifest.get("error") else None]
         detail = "; ".join(w for w in why if w) or "its env process died"
         return {**out, "state": State.ENDED.value, "state_detail": f"ended, not closed cleanly ({detail})"}
+    out["idle_s"] = round(idle, 1)
     pid = (manifest.get("writer") or {}).get("pid")
     alive = worker_running(pid)
     limit = _stale_after(manifest, stale_after_s)
