@@ -145,6 +145,27 @@ def test_a_rescan_reads_only_what_changed(tmp_path, monkeypatch):
     assert [e["clip"] is not None for e in rows] == [True, True]
 
 
+@pytest.mark.parametrize("manifest, idle_s, state, detail", [
+    ({"complete": True, "closed_cleanly": True}, 999, "complete", "complete"),
+    ({"complete": True, "closed_cleanly": False}, 0, "ended", "its env process died"),
+    ({"complete": True, "closed_cleanly": False, "terminated_by": "SIGTERM"}, 0, "ended", "stopped by SIGTERM"),
+    ({"complete": True, "closed_cleanly": False, "error": "disk full"}, 0, "ended", "error: disk full"),
+    ({"complete": False}, 1.0, "recording", "recording"),
+    ({"complete": False}, 31.0, "interrupted", "no file changed for 31 s (timeout 30 s)"),
+    ({"complete": False, "settings": {"commit_interval": 20.0}}, 31.0, "recording", "recording"),  # 3 intervals: 60 s
+    ({"complete": False, "settings": {"commit_interval": 20.0}}, 61.0, "interrupted", "(timeout 60 s)"),
+    ({"complete": False, "writer": {"pid": os.getpid()}}, 31.0, "interrupted", "no worker of it runs here"),  # a pid, no worker
+    ({"batches": []}, 999, "unknown", "not written by envrec"),  # gym-recording's manifest
+])
+def test_a_recordings_state_is_told_from_its_manifest_and_files(manifest, idle_s, state, detail):
+    from envrec.viewer.live import recording_state
+
+    doc = manifest if "batches" in manifest else {"format": "envrec.trace", **manifest}
+    got = recording_state(doc, changed_at=1000.0, stale_after_s=30.0, now=1000.0 + idle_s)
+    assert got["state"] == state and detail in got["state_detail"], got
+    assert got["idle_s"] == (idle_s if state in ("recording", "interrupted") else None)
+
+
 def _kill(pid):
     try:
         os.kill(pid, signal.SIGKILL)
@@ -181,7 +202,7 @@ def _recording(server):
     return doc["recordings"][0] if doc["recordings"] else None
 
 
-def test_a_running_episode_grows_on_the_index_and_a_killed_recording_reads_interrupted(tmp_path):
+def test_a_running_episode_grows_on_the_index_a_paused_one_stays_recording_and_a_killed_one_reads_interrupted(tmp_path):
     child, worker = _live_child(tmp_path)
     server = ViewerServer(tmp_path, stale_after_s=STALE_S).start()
     try:
@@ -194,6 +215,13 @@ def test_a_running_episode_grows_on_the_index_and_a_killed_recording_reads_inter
         assert ep["ended_by"] is None and grown["length"] > ep["length"] and grown["parts"] > ep["parts"]
         assert later["steps"] == later["live_episode"]["steps"] >= grown["length"] - 100  # the summary keeps up
         assert row["live"] is True and row["ended_by"] is None
+        os.kill(child.pid, signal.SIGSTOP)  # the env pauses: nothing more is committed, but its worker lives
+        try:
+            paused = _wait_for("idle past the timeout", lambda: (r := _recording(server))["idle_s"] > STALE_S + 0.5 and r, 10)
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+        assert paused["state"] == "recording" and f"its worker, pid {worker}, waits for steps" in paused["state_detail"]
+        _wait_for("committing again", lambda: _recording(server)["steps"] > paused["steps"] + 30, 10)
         _kill(child.pid)
         _kill(worker)  # both at once, as a job's SIGKILL takes the group: no one finalizes the manifest
         child.wait(10)

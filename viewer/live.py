@@ -23,6 +23,8 @@ The state of a recording (``State``):
                no worker of it runs here: the env process and its worker were
                killed together (or the machine went down), and nothing will
                finalize it. It stays so unless a file changes again.
+``unknown``    a trace envrec did not write (gym-recording's manifests say
+               nothing of how far they got): read as it is, never polled
 =============  ===================================================================
 
 The staleness timeout is ``stale_after_s`` (``STALE_AFTER_S`` by default), or
@@ -40,7 +42,7 @@ from typing import Any
 
 import psutil
 
-from envrec.formats.trace_format import Manifest, checkpoint_names
+from envrec.formats.trace_format import FORMAT_NAME, Manifest, checkpoint_names
 
 __all__ = ["STALE_AFTER_S", "State", "newest_change", "recording_state", "worker_running"]
 
@@ -55,6 +57,7 @@ class State(StrEnum):
     ENDED = "ended"
     RECORDING = "recording"
     INTERRUPTED = "interrupted"
+    UNKNOWN = "unknown"
 
 
 def worker_running(pid: Any) -> bool:
@@ -103,6 +106,8 @@ def recording_state(manifest: Manifest, changed_at: float, stale_after_s: float 
     """
     idle = max(0.0, (time.time() if now is None else now) - changed_at)
     out: dict[str, Any] = {"idle_s": None}
+    if manifest.get("format") != FORMAT_NAME:
+        return {**out, "state": State.UNKNOWN.value, "state_detail": "not written by envrec: whether it is still written is not known"}
     if manifest.get("complete"):
         if manifest.get("closed_cleanly", True):
             return {**out, "state": State.COMPLETE.value, "state_detail": "complete"}
