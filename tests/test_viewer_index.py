@@ -4,6 +4,7 @@ a recording followed while it is written, and one killed mid-episode read as int
 The 10,000-episode folder is built once per session by envrec itself (``scripts/bench/bench_viewer_index.py``'s
 ``build``: CartPole fed to a ``TraceRecorder``). The live tests run ``tests/child_live.py``, an env process stepping
 one endless episode committed in parts every 0.2 s, and kill it (and its worker) the way a job is killed.
+``ENVREC_VIEWER_LIVE_SCREENSHOT=FILE`` saves the index of the running recording (``docs/viewer-live.png``).
 """
 
 from __future__ import annotations
@@ -282,6 +283,8 @@ def test_a_browser_follows_the_running_episode_on_the_index_and_its_page(tmp_pat
             page.wait_for_function(f"() => Number({running}) > {first + 150}", timeout=10_000)  # polled, it grew
             assert page.locator("#episodes tbody td.live").inner_text() == "recording…"
             page.wait_for_function("() => Number(document.body.dataset.polls) >= 2 && document.body.dataset.polling === '1'")
+            if os.environ.get("ENVREC_VIEWER_LIVE_SCREENSHOT"):  # docs/viewer-live.png was made so
+                page.screenshot(path=os.environ["ENVREC_VIEWER_LIVE_SCREENSHOT"], full_page=True)
 
             page.click("#recordings a.running")  # the running episode's page: its plots grow as parts arrive
             page.wait_for_selector("body[data-loaded='1'][data-live='1']", timeout=10_000)

@@ -20,6 +20,11 @@ listed as two, told apart by ``first_step`` (``/api/episode?...&first_step=K``).
 What cannot be read (a folder whose manifest is damaged, a damaged batch,
 unreadable clip metadata) is listed in the index's ``damaged`` rows, each
 with its file and reason, and left out; the rest is listed as usual.
+
+The pages use the lazy index (``summary``, ``episodes``, ``clips``:
+``envrec.viewer.listing``), which reads a recording's batches only when its
+episodes are asked for and says which recordings are live
+(``envrec.viewer.live``); ``index()`` is the full scan, every episode at once.
 """
 
 from __future__ import annotations
@@ -52,7 +57,13 @@ DEFAULT_OBS_DIMS = 4  # observation dimensions plotted when the user has not cho
 
 
 class Catalog:
-    """The recordings under ``root`` for the viewer's pages; thread-safe, re-scanned on each index request."""
+    """The recordings under ``root`` for the viewer's pages; thread-safe, re-scanned (what changed) on each request.
+
+    Args:
+        root: the folder of recordings and clips (searched recursively).
+        stale_after_s: the staleness timeout of ``envrec.viewer.live`` (a recording never finalized reads
+            ``interrupted`` once nothing of it changed this long and no worker of it runs here).
+    """
 
     def __init__(self, root: str, stale_after_s: float = STALE_AFTER_S) -> None:
         self.root = os.path.realpath(root)
@@ -64,7 +75,7 @@ class Catalog:
 
     # -- index -------------------------------------------------------------
     def index(self) -> dict[str, Any]:
-        """Recordings, episodes and clips, as the index page lists them."""
+        """Recordings, episodes and clips, every one at once: the full scan (the pages use ``summary`` and ``episodes``)."""
         with self._lock:
             return self._scan()
 
