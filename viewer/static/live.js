@@ -1,12 +1,24 @@
 // envrec view: follows an episode still being recorded on the episode page. Every POLL_MS it asks the index how
 // far the recording's running episode has got; when it has grown it draws the page again (episode.js's
 // loadEpisode: new parts extend the plots), and it stops once the episode ended or the recording stopped.
-// Needs viewer.js and episode.js (loaded before it).
+// Needs viewer.js and episode.js (loaded before it), whose loadEpisode(false) draws the page again and whose
+// state.firstStep and state.length say what is drawn; without them it reloads the page instead.
 "use strict";
 
 const LIVE_POLL_MS = 2000;
 
 const following = {steps: null, polls: 0};
+
+function liveShown() {
+  // the steps drawn, from the reset: episode.js's state, or the page's summary ("N steps ...")
+  if (typeof state === "object" && state && Number.isInteger(state.length)) return state.firstStep + state.length;
+  const n = parseInt(($("#summary") || {}).textContent || "", 10);
+  return Number.isInteger(n) ? n : 0;
+}
+
+async function liveRedraw() {
+  if (typeof loadEpisode === "function") await loadEpisode(false); else location.reload();
+}
 
 function liveBox() {
   let box = $("#live-status");
@@ -34,20 +46,20 @@ async function followLive() {
   document.body.dataset.livePolls = String(following.polls);
   if (!running) {
     if (following.steps !== null) {  // it was growing: it ended or stopped since, draw it as it is now
-      await loadEpisode(false);
+      await liveRedraw();
       liveBox().textContent = r ? `recording ${liveStateText(r)}` : "";
     }
     document.body.dataset.live = "0";
     return;
   }
   document.body.dataset.live = r.state === "recording" ? "1" : "0";
-  const shown = state.firstStep + state.length;  // episode.js's: the steps drawn
+  const shown = liveShown();
   if (following.steps === null) following.steps = shown;
   if (running.steps > following.steps) {
     following.steps = running.steps;
-    await loadEpisode(false);
+    await liveRedraw();
   }
-  document.body.dataset.liveSteps = String(state.firstStep + state.length);
+  document.body.dataset.liveSteps = String(liveShown());
   const box = liveBox();
   box.className = r.state === "recording" ? "live" : "stopped";
   box.textContent = r.state === "recording"
