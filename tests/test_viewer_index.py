@@ -287,11 +287,11 @@ def test_a_browser_follows_the_running_episode_on_the_index_and_its_page(tmp_pat
                 page.screenshot(path=os.environ["ENVREC_VIEWER_LIVE_SCREENSHOT"], full_page=True)
 
             page.click("#recordings a.running")  # the running episode's page: its plots grow as parts arrive
-            page.wait_for_selector("body[data-loaded='1'][data-live='1']", timeout=10_000)
-            shown = int(page.locator("#summary").inner_text().split(" steps")[0])
+            page.wait_for_selector("body[data-loaded='1'][data-live='1'][data-live-steps]", timeout=10_000)
+            shown = int(page.get_attribute("body", "data-live-steps"))  # the steps its plots were drawn with
             page.wait_for_function(f"() => Number(document.body.dataset.liveSteps) > {shown + 150}", timeout=10_000)
-            grown = int(page.locator("#summary").inner_text().split(" steps")[0])
-            assert grown > shown + 150 and page.locator("#live-status").inner_text().startswith("recording: ")
+            assert page.locator("#live-status").inner_text().startswith("recording: ")
+            assert page.locator("canvas").count() >= 3  # drawn again, not emptied
 
             _kill(child.pid)
             _kill(worker)

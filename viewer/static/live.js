@@ -1,8 +1,7 @@
 // envrec view: follows an episode still being recorded on the episode page. Every POLL_MS it asks the index how
 // far the recording's running episode has got; when it has grown it draws the page again (episode.js's
 // loadEpisode: new parts extend the plots), and it stops once the episode ended or the recording stopped.
-// Needs viewer.js and episode.js (loaded before it), whose loadEpisode(false) draws the page again and whose
-// state.firstStep and state.length say what is drawn; without them it reloads the page instead.
+// Needs viewer.js and episode.js (loaded before it): what it draws (liveShown) and how it draws again (liveRedraw).
 "use strict";
 
 const LIVE_POLL_MS = 2000;
@@ -10,21 +9,24 @@ const LIVE_POLL_MS = 2000;
 const following = {steps: null, polls: 0};
 
 function liveShown() {
-  // the steps drawn, from the reset: episode.js's state, or the page's summary ("N steps ...")
-  if (typeof state === "object" && state && Number.isInteger(state.length)) return state.firstStep + state.length;
-  const n = parseInt(($("#summary") || {}).textContent || "", 10);
-  return Number.isInteger(n) ? n : 0;
+  // The steps drawn, from the reset, as episode.js keeps them: its first pane's doc, or its state's length.
+  if (typeof state !== "object" || !state) return null;
+  const doc = Array.isArray(state.panes) && state.panes[0] ? state.panes[0].doc : null;
+  if (doc && Number.isInteger(doc.length)) return doc.first_step + doc.length;
+  return Number.isInteger(state.length) ? state.firstStep + state.length : null;
 }
 
 async function liveRedraw() {
-  if (typeof loadEpisode === "function") await loadEpisode(false); else location.reload();
+  // episode.js draws the page again with the parts committed since: loadPanes (panes) or loadEpisode (one episode)
+  if (typeof loadPanes === "function") await loadPanes(false);
+  else if (typeof loadEpisode === "function") await loadEpisode(false);
 }
 
 function liveBox() {
   let box = $("#live-status");
   if (!box) {
     box = el("div", {id: "live-status"});
-    $("#summary").after(box);
+    $("h1").after(box);
   }
   return box;
 }
@@ -47,13 +49,14 @@ async function followLive() {
   if (!running) {
     if (following.steps !== null) {  // it was growing: it ended or stopped since, draw it as it is now
       await liveRedraw();
-      liveBox().textContent = r ? `recording ${liveStateText(r)}` : "";
+      liveBox().textContent = !r ? "" : r.state === "recording" ? "the episode ended" : `the recording ${liveStateText(r)}`;
     }
     document.body.dataset.live = "0";
     return;
   }
   document.body.dataset.live = r.state === "recording" ? "1" : "0";
   const shown = liveShown();
+  if (shown === null) return;  // an episode.js this file does not know: nothing to extend
   if (following.steps === null) following.steps = shown;
   if (running.steps > following.steps) {
     following.steps = running.steps;
