@@ -54,6 +54,7 @@ from .verdict_marks import VerdictMarks
 __all__ = ["Catalog", "NotFound"]
 
 DEFAULT_OBS_DIMS = 4  # observation dimensions plotted when the user has not chosen
+REFRESH_EVERY_S = 1.0  # an episode's requests walk the folder for new clips at most this often
 
 
 class Catalog:
@@ -213,7 +214,7 @@ class Catalog:
         """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled.
         ``first_step`` picks one of the pieces of an episode split by a damaged part (default: the first)."""
         with self._lock:
-            self.listing.refresh()  # a clip, or a part of a running episode, may have come since the last page
+            self.listing.refresh(REFRESH_EVERY_S)  # a clip may have come since the last page (piece re-stats its manifest)
             where = self.listing.piece(recording, episode_id, first_step)
             if where is None:
                 raise NotFound(f"no episode {episode_id} in recording {recording!r}"

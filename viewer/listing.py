@@ -19,6 +19,7 @@ name is read again). Pages are sorted by any column, missing values last.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,10 +125,19 @@ class Listing:
         self._clips_of: dict[tuple[str, Any], list[tuple[str, ClipMeta]]] = {}  # (folder, episode id) -> clips
         self._batches: dict[tuple[str, str, Any, Any], list[dict]] = {}  # (folder, fn, size, crc) -> summaries
         self._verdict_damaged: list[Damaged] = []
+        self._refreshed_at = -float("inf")  # time.monotonic() of the last refresh
 
     # -- reading the folder ------------------------------------------------------
-    def refresh(self) -> None:
-        """Stat the folder's manifests and clip metadata; read again those that changed."""
+    def refresh(self, max_age_s: float = 0.0) -> None:
+        """Stat the folder's manifests and clip metadata; read again those that changed.
+
+        Args:
+            max_age_s: do nothing when the last refresh is younger than this (seconds): an episode's requests
+                re-stat their recording's manifest (``recording``) and need the rest of the folder only now and then.
+        """
+        if max_age_s > 0 and time.monotonic() - self._refreshed_at < max_age_s:
+            return
+        self._refreshed_at = time.monotonic()
         manifests, metas = [], []
         for folder, dirs, names in os.walk(self.root):
             dirs.sort()
@@ -249,8 +259,12 @@ class Listing:
         return pieces
 
     def piece(self, recording: str, episode_id: int, first_step: int | None) -> Where | None:
-        """The piece of an episode (``first_step``: which, when a damaged part split it; None: the first)."""
-        pieces = self.pieces(self.recording(recording))
+        """The piece of an episode (``first_step``: which, when a damaged part split it; None: the first); None when
+        there is none, in that recording or because there is no such recording."""
+        try:
+            pieces = self.pieces(self.recording(recording))
+        except NotFound:
+            return None
         return next((p for p in pieces if p.summary["episode_id"] == episode_id
                      and (first_step is None or p.summary["first_step"] == first_step)), None)
 
