@@ -1,4 +1,4 @@
-"""``envrec view DIR [--port P] [--host H] [--allow-host NAME]... [--no-browser]``."""
+"""``envrec view DIR [--port P] [--host H] [--allow-host NAME]... [--stale-after S] [--no-browser]``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import os
 import signal
 import sys
 import webbrowser
+
+from envrec.errors import ConfigError
+
+from .live import STALE_AFTER_S
 
 __all__ = ["add_parser"]
 
@@ -30,6 +34,10 @@ def add_parser(sub) -> None:
     v.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="a name browsers may reach the server by besides the bound address (and localhost when bound "
                         "to a loopback or all addresses), e.g. this machine's host name; repeat for more")
+    v.add_argument("--stale-after", type=float, default=STALE_AFTER_S, metavar="SECONDS",
+                   help="a recording whose manifest was never finalized reads 'interrupted' once none of its files changed "
+                        f"for this long and no worker of it runs here (default {STALE_AFTER_S:g}; at least three of its "
+                        "commit intervals)")
     v.add_argument("--no-browser", action="store_true", help="do not open a browser; print the address only")
     v.set_defaults(func=run)
 
@@ -41,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"envrec view: {args.directory} is not a folder", file=sys.stderr)
         return 2
     try:
-        server = ViewerServer(args.directory, args.host, args.port, allow_hosts=args.allow_host)
+        server = ViewerServer(args.directory, args.host, args.port, allow_hosts=args.allow_host, stale_after_s=args.stale_after)
+    except ConfigError as exc:
+        print(f"envrec view: --stale-after: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"envrec view: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
