@@ -24,6 +24,7 @@ with its file and reason, and left out; the rest is listed as usual.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import threading
@@ -42,11 +43,13 @@ from envrec.read.reader import Damaged
 from envrec.read.stitch import check_follows, joins, recording_ended, settled, stitch
 
 from .series import MAX_SERIES, Columns, downsample
+from .step_view import action_space_json, image_layout
 from .verdict_marks import VerdictMarks
 
 __all__ = ["Catalog", "NotFound"]
 
 DEFAULT_OBS_DIMS = 4  # observation dimensions plotted when the user has not chosen
+OPEN_EPISODES = 2  # stitched episodes kept for per-step requests: the one shown and the one compared with
 
 
 class NotFound(LookupError):
@@ -71,6 +74,7 @@ class Catalog:
         self._summaries: dict[tuple[str, str], list[dict]] = {}  # (folder, batch json) -> its episodes' summaries
         self._where: dict[tuple[str, int], list[_Where]] = {}  # (recording, episode id) -> its pieces, oldest first
         self._clips: list[tuple[str, ClipMeta]] = []
+        self._opened: collections.OrderedDict[tuple, Any] = collections.OrderedDict()  # the episodes read last
 
     # -- index -------------------------------------------------------------
     def index(self) -> dict[str, Any]:
@@ -193,7 +197,22 @@ class Catalog:
     def episode(self, recording: str, episode_id: int, width: int = 800, obs_dims: list[int] | None = None,
                 first_step: int | None = None) -> dict[str, Any]:
         """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled.
-        ``first_step`` picks one of the pieces of an episode split by a damaged part (default: the first)."""
+        ``first_step`` picks one of the pieces of an episode split by a damaged part (default: the first).
+        An image observation's pixels are not plotted unless asked for (``obs_dims``): the page shows it as an image."""
+        ep, manifest, clip, marks = self._open(recording, episode_id, first_step)
+        extras = {"image": image_layout(manifest.get("observation_space")),
+                  "action_space": action_space_json(manifest.get("action_space"), manifest.get("env"))}
+        if obs_dims is None and extras["image"] is not None:
+            obs_dims = []
+        return {**self._episode_json(recording, ep, width, obs_dims, clip), **marks, **extras}
+
+    def open(self, recording: str, episode_id: int, first_step: int | None = None) -> tuple[Any, dict[str, Any]]:
+        """One episode, stitched (an ``Episode``), and its recording's manifest; NotFound when there is none.
+        The last ``OPEN_EPISODES`` opened are kept, so the page's per-step requests read it once."""
+        ep, manifest, _, _ = self._open(recording, episode_id, first_step)
+        return ep, manifest
+
+    def _open(self, recording: str, episode_id: int, first_step: int | None):
         with self._lock:
             where = self._piece(recording, episode_id, first_step)
             if where is None:  # committed since the last index, perhaps
@@ -204,6 +223,17 @@ class Catalog:
                                + (f" from step {first_step}" if first_step is not None else ""))
             clip = self._clip_for(where.source, episode_id, where.summary["first_step"] + where.summary["length"])
             marks = self.verdicts.episode(recording, episode_id, full=True, clip=clip is not None)
+            key = (recording, episode_id, tuple((e["fn"], i) for e, i in where.parts), where.after and where.after["fn"])
+            ep = self._opened.get(key)
+        if ep is None:
+            ep = self._read(where)
+            with self._lock:
+                self._opened[key] = ep
+                while len(self._opened) > OPEN_EPISODES:
+                    self._opened.popitem(last=False)
+        return ep, where.source.manifest, clip, marks
+
+    def _read(self, where: _Where):
         files = BatchFiles(where.source.directory)
         try:
             parts = []
@@ -212,8 +242,7 @@ class Catalog:
                 parts.append(files.episode(where.source.manifest, entry["first"] + position, raw))
             for before, after in itertools.pairwise(parts):
                 check_follows(before, after)
-            ep = settled(stitch(parts), where.source.manifest, where.parts[-1][0], where.after)
-            return {**self._episode_json(recording, ep, width, obs_dims, clip), **marks}
+            return settled(stitch(parts), where.source.manifest, where.parts[-1][0], where.after)
         finally:
             files.close()
 
