@@ -186,6 +186,7 @@ def test_one_steps_values_are_those_recorded(pong):
         doc = json.loads(get(server, f"/api/step?recording=pong&episode=0&step={step}&obs=0,100")[2])
         assert doc["reward"] == ep.rewards[step - 1] and doc["actions"] == [{"label": "value", "value": int(ep.actions[step - 1])}]
         assert doc["truncated"] == (step == PONG_STEPS) and doc["terminated"] is False
+        assert doc["return"] == pytest.approx(float(ep.rewards[:step].sum()))
         assert [o["value"] for o in doc["observations"]] == [int(flat[step, 0]), int(flat[step, 100])]
         assert doc["info"] == {"items": [[k, repr(v)] for k, v in ep.infos[step].items()], "keys": len(ep.infos[step]),
                                "truncated": False}

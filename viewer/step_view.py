@@ -119,7 +119,8 @@ def info_texts(info: Any) -> dict[str, Any]:
 
 
 def step_json(ep: Any, step: int, dims: list[int]) -> dict[str, Any]:
-    """One step's values: reward, action (each action dimension), flags, the chosen observation dimensions, the info.
+    """One step's values: reward, return so far (of the steps read), action (each action dimension), flags, the chosen
+    observation dimensions, the info.
 
     Args:
         ep: the episode (``envrec.read.batch_files.Episode``).
@@ -131,10 +132,12 @@ def step_json(ep: Any, step: int, dims: list[int]) -> dict[str, Any]:
     bad = [d for d in dims if not 0 <= d < observations.count]
     if bad:
         raise LookupError(f"observation dimensions {bad}: there are 0..{observations.count - 1}")
-    out: dict[str, Any] = {"step": step, "reward": None, "actions": [], "terminated": None, "truncated": None}
+    out: dict[str, Any] = {"step": step, "reward": None, "return": 0.0, "actions": [], "terminated": None, "truncated": None}
     if row > 0:  # the step that led to this observation
         actions = Columns(ep.actions, ep.length)
-        out.update(reward=_number(ep.rewards[row - 1]), terminated=bool(ep.terminations[row - 1]),
+        rewards = np.asarray(ep.rewards[:row], np.float64)
+        out.update(reward=_number(rewards[-1]), terminated=bool(ep.terminations[row - 1]),
+                   **{"return": _number(rewards.sum())},
                    truncated=bool(ep.truncations[row - 1]),
                    actions=[{"label": actions.label(i), "value": _number(actions.column(i)[row - 1])}
                             for i in range(min(actions.count, MAX_SERIES))])
