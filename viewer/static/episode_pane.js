@@ -126,7 +126,7 @@ class Pane {
   async showMedia() {
     const clip = this.doc.clip, media = this.parts.media, image = this.doc.image;
     media.replaceChildren();
-    const each = image ? this.width / 2 - 12 : this.width - 12;  // the clip and the observation image side by side
+    const each = image ? (this.width - 12) / 2 : this.width;  // the clip and the observation image side by side
     if (!clip || !clip.url) {
       const none = el("div", {}, el("p", {class: "muted"}, "no clip of this episode: plots only"));
       if (this.doc.render_command) {
