@@ -96,6 +96,13 @@ function tick() {
   requestAnimationFrame(tick);
 }
 
+function followLink() {
+  // Seek to the address's #step=K, or #t=SECONDS of the (first) clip.
+  const q = params();
+  const link = q.step !== null ? Number(q.step) : q.t !== null ? Math.floor(Number(q.t) * state.panes[0].fps + 1e-6) : null;
+  if (link !== null && Number.isFinite(link)) seek(Math.round(link));
+}
+
 async function metadata(pane) {
   // A clip's duration is known (seeking works) once its metadata has loaded; a clip that never loads is waited for 5 s.
   const v = pane.player;
@@ -144,11 +151,11 @@ async function showEpisode() {
   }
   $("#status").textContent = "";
   await Promise.all(state.panes.map(metadata));
-  const link = q.step !== null ? Number(q.step) : q.t !== null ? Math.floor(Number(q.t) * state.panes[0].fps + 1e-6) : null;
-  if (link !== null && Number.isFinite(link)) seek(Math.round(link));
+  followLink();
   for (const p of state.panes) p.playerStep = p.stepOfPlayer();
   state.ready = true;
   window.addEventListener("keydown", onKey, true);
+  window.addEventListener("hashchange", followLink);  // a link to another instant of this page, opened here
   document.body.dataset.loaded = "1";
   requestAnimationFrame(tick);
 }
