@@ -117,6 +117,7 @@ def test_pong_clip_is_scaled_up_beside_its_observation_and_actions_are_named_ste
     assert page.locator("canvas.axis").get_attribute("data-ticks").split(",")[0] == "0"
     _assert_step_line(page, ep)
     if os.environ.get("ENVREC_VIEWER_EPISODE_SCREENSHOT"):
+        page.wait_for_function("() => { const v = document.getElementById('player'); return !v.seeking && v.readyState >= 2; }")
         page.screenshot(path=os.environ["ENVREC_VIEWER_EPISODE_SCREENSHOT"], full_page=True)
     _open(page, server, "episode?recording=pong&episode=0")
     assert "seed 3;" in page.locator("#summary").inner_text()

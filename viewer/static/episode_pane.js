@@ -174,7 +174,7 @@ class Pane {
     for (const o of s.observations) groups.push([`observation ${o.label}`, [o], null]);
     this.plots = groups.map(([label, series, d]) => new Plot(label, series, domain, doc.diverged_at, width, d));
     const axis = new Axis(domain, width);
-    this.parts.plots.replaceChildren(...this.plots.map((p) => el("div", {}, p.box)), el("div", {class: "axis-box"}, axis.canvas));
+    this.parts.plots.replaceChildren(...this.plots.map((p) => el("div", {}, p.box)), el("div", {class: "axis-box"}, el("span", {class: "axis-name"}, "step"), axis.canvas));
     for (const p of this.plots) {
       p.canvas.addEventListener("click", (ev) => {
         const rect = p.canvas.getBoundingClientRect();

@@ -142,7 +142,6 @@ class Axis {
       ctx.fillText(String(t), Math.max(10, Math.min(width - 14, x)), 17);
       ticks.push(t);
     }
-    ctx.textAlign = "right"; ctx.fillText("step", width - 2, 8);
     this.canvas.dataset.ticks = ticks.join(",");
   }
 }
