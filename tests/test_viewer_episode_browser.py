@@ -144,7 +144,7 @@ def _assert_step_line(page, ep):
 
 
 def test_a_deep_link_seeks_and_the_keys_step_and_keep_it(browser_page):
-    page, server, episodes, _, _ = browser_page
+    page, server, _, _, _ = browser_page
     _open(page, server, "episode?recording=pong&episode=1#step=17")
     _at(page, 17)
 
