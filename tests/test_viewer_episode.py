@@ -248,3 +248,22 @@ def test_bad_step_requests_say_what_is_wrong_and_serve_nothing_else(pong, path, 
     got, headers, body = get(server, path)
     assert got == status and headers["Content-Type"] == "application/json", body
     assert says in json.loads(body)["error"], body
+
+
+def test_opened_episodes_are_kept_for_step_requests_within_a_memory_bound(pong, monkeypatch):
+    from envrec.viewer import catalog as catalog_module
+
+    server, episodes, folder = pong
+    cat = server.catalog
+    first, _ = cat.open("pong", 0)
+    assert cat.open("pong", 0)[0] is first  # read once: the next cursor move costs no decompression
+    second, _ = cat.open("pong", 1)
+    assert len(cat._opened) == 2 and cat.open("pong", 0)[0] is first  # the one compared with stays too
+    cat.open("cp", 0)
+    assert len(cat._opened) == 2 and cat.open("pong", 1)[0] is not second  # the least recently used went
+    monkeypatch.setattr(catalog_module, "OPEN_BYTES", episodes[0].observations.nbytes + 1)  # room for one Pong episode
+    small = catalog_module.Catalog(str(folder))
+    small.index()
+    small.open("pong", 0)
+    last, _ = small.open("pong", 1)
+    assert [e is last for e in small._opened.values()] == [True]  # over the bound: only the last opened is kept

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import mmap
 import os
 import threading
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ __all__ = ["Catalog", "NotFound"]
 
 DEFAULT_OBS_DIMS = 4  # observation dimensions plotted when the user has not chosen
 OPEN_EPISODES = 2  # stitched episodes kept for per-step requests: the one shown and the one compared with
+OPEN_BYTES = 512 << 20  # ... and their decompressed arrays at most (beyond, only the last opened is kept)
 
 
 class NotFound(LookupError):
@@ -208,7 +210,8 @@ class Catalog:
 
     def open(self, recording: str, episode_id: int, first_step: int | None = None) -> tuple[Any, dict[str, Any]]:
         """One episode, stitched (an ``Episode``), and its recording's manifest; NotFound when there is none.
-        The last ``OPEN_EPISODES`` opened are kept, so the page's per-step requests read it once."""
+        The last ``OPEN_EPISODES`` opened (at most ``OPEN_BYTES`` of arrays, but always the last) are kept, so the
+        page's per-step requests read an episode once."""
         ep, manifest, _, _ = self._open(recording, episode_id, first_step)
         return ep, manifest
 
@@ -225,11 +228,13 @@ class Catalog:
             marks = self.verdicts.episode(recording, episode_id, full=True, clip=clip is not None)
             key = (recording, episode_id, tuple((e["fn"], i) for e, i in where.parts), where.after and where.after["fn"])
             ep = self._opened.get(key)
+            if ep is not None:
+                self._opened.move_to_end(key)
         if ep is None:
             ep = self._read(where)
             with self._lock:
                 self._opened[key] = ep
-                while len(self._opened) > OPEN_EPISODES:
+                while len(self._opened) > OPEN_EPISODES or (len(self._opened) > 1 and _held_bytes(self._opened) > OPEN_BYTES):
                     self._opened.popitem(last=False)
         return ep, where.source.manifest, clip, marks
 
@@ -277,6 +282,17 @@ class Catalog:
             "observation_dims": observations.count, "series": series,
             "clip": self._clip_json(*clip) if clip is not None else None,
         }
+
+
+def _held_bytes(opened: collections.OrderedDict[tuple, Any]) -> int:
+    """Bytes of the arrays the opened episodes hold in memory (memory-mapped ones cost nothing: the page cache's)."""
+    total = 0
+    for ep in opened.values():
+        for field in (ep.observations, ep.actions):
+            for a in field.values() if isinstance(field, dict) else field if isinstance(field, tuple) else (field,):
+                if isinstance(a, np.ndarray) and not isinstance(a.base, mmap.mmap | np.memmap):
+                    total += a.nbytes
+    return total
 
 
 def _shifted(s: dict[str, Any], by: int) -> dict[str, Any]:
