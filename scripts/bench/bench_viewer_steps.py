@@ -75,7 +75,7 @@ def main() -> None:
     finally:
         if args.folder is None:
             shutil.rmtree(folder, ignore_errors=True)
-    ms = lambda xs: 1000 * statistics.median(t for t, _ in xs)  # noqa: E731
+    ms = lambda xs: 1000 * statistics.median(t for t, _ in xs)
     print(f"Pong episode of {length} steps: plot data {size} B in {1000 * first:.0f} ms the first time, {1000 * again:.1f} ms again")
     print(f"/api/step: median {ms(step):.2f} ms, {statistics.median(n for _, n in step):.0f} B")
     print(f"/api/observation.png: median {ms(png):.2f} ms, {statistics.median(n for _, n in png):.0f} B (raw frame 100,800 B)")
