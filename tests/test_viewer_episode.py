@@ -267,3 +267,26 @@ def test_opened_episodes_are_kept_for_step_requests_within_a_memory_bound(pong, 
     small.open("pong", 0)
     last, _ = small.open("pong", 1)
     assert [e is last for e in small._opened.values()] == [True]  # over the bound: only the last opened is kept
+
+
+def test_episodes_read_in_threads_at_once_decompress_right(pong):
+    """The server's threads decompress frames at the same time (two panes, two tabs): each thread has its own
+    zstd context (one shared corrupted what it returned, answered 422 'Data corruption detected')."""
+    import threading
+
+    server, episodes, _ = pong
+    got: list = []
+
+    def read(episode):
+        status, _, body = get(server, f"/api/observation.png?recording=pong&episode={episode}&step=30")
+        got.append((episode, status, body))
+
+    for _ in range(8):
+        server.catalog._opened.clear()
+        threads = [threading.Thread(target=read, args=(e,)) for e in (0, 1, 0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert len(got) == 32 and {s for _, s, _ in got} == {200}, [b[:200] for _, s, b in got if s != 200]
+    assert all(np.array_equal(_decoded(body), episodes[e].observations[30]) for e, _, body in got)

@@ -179,7 +179,7 @@ def test_a_deep_link_seeks_and_the_keys_step_and_keep_it(browser_page):
 
 
 def test_two_episodes_side_by_side_on_one_cursor(browser_page):
-    page, server, episodes, _, _ = browser_page
+    page, server, episodes, errors, _ = browser_page
     _open(page, server, "episode?recording=pong&episode=1&compare=0#step=6")
     assert page.locator("video").count() == 2 and page.locator(".pane").count() == 2
     scales = [int(s) for s in page.locator("video").evaluate_all("(vs) => vs.map((v) => v.dataset.scale)")]
@@ -208,3 +208,8 @@ def test_two_episodes_side_by_side_on_one_cursor(browser_page):
     page.wait_for_url("**compare=pong%3A1**")
     page.wait_for_selector("body[data-loaded='1']")
     assert page.locator("#title").inner_text() == "pong, episode 1 compared with pong, episode 1"
+    assert not errors, errors
+    _open(page, server, "episode?recording=pong&episode=1&compare=99")  # not there: the page's own episode, alone
+    assert page.locator("video").count() == 1 and "no episode 99" in page.locator("#status").inner_text()
+    assert [e for e in errors if "404" in e] == errors and len(errors) == 1, errors  # the browser logs the 404 of its data
+    errors.clear()

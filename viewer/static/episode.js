@@ -116,7 +116,16 @@ async function metadata(pane) {
 
 async function loadPanes(withMedia) {
   const dims = $("#obs-dims").value.trim();
-  const docs = await Promise.all(state.panes.map((p) => p.load(dims, withMedia)));
+  $("#status").textContent = "";
+  const got = await Promise.allSettled(state.panes.map((p) => p.load(dims, withMedia)));
+  if (got[0].status === "rejected") throw got[0].reason;
+  if (got[1] && got[1].status === "rejected") {  // the episode compared with is not there: show the page's own alone
+    state.panes[1].root.remove();
+    state.panes.length = 1;
+    document.body.classList.remove("comparing");
+    $("#status").textContent = `compare with: ${got[1].reason.message}`;
+  }
+  const docs = got.slice(0, state.panes.length).map((g) => g.value);
   const main = docs[0];
   $("#title").textContent = `${main.recording}, episode ${main.episode_id}` +
     (docs[1] ? ` compared with ${docs[1].recording}, episode ${docs[1].episode_id}` : "");
@@ -149,7 +158,6 @@ async function showEpisode() {
     $("#status").textContent = e.message;
     return;
   }
-  $("#status").textContent = "";
   await Promise.all(state.panes.map(metadata));
   followLink();
   for (const p of state.panes) p.playerStep = p.stepOfPlayer();
