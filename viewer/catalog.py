@@ -238,7 +238,7 @@ class Catalog:
                     self._opened.popitem(last=False)
         return ep, where.source.manifest, clip, marks
 
-    def _read(self, where: _Where):
+    def _read(self, where):  # a piece of the index (its parts, the batch after them): stitched and settled
         files = BatchFiles(where.source.directory)
         try:
             parts = []
