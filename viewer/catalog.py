@@ -29,7 +29,9 @@ episodes are asked for and says which recordings are live
 
 from __future__ import annotations
 
+import collections
 import itertools
+import mmap
 import os
 import threading
 import time
@@ -49,12 +51,16 @@ from .listing import CLIP_SORTS, EPISODE_SORTS, Listing, page
 from .live import STALE_AFTER_S, State
 from .pieces import NotFound, Where, build, clip_json, settle, summary_of
 from .series import MAX_SERIES, Columns, downsample
+from .step_view import action_space_json, image_layout
 from .verdict_marks import VerdictMarks
 
 __all__ = ["Catalog", "NotFound"]
 
 DEFAULT_OBS_DIMS = 4  # observation dimensions plotted when the user has not chosen
 REFRESH_EVERY_S = 1.0  # an episode's requests walk the folder for new clips at most this often
+OPEN_EPISODES = 2  # stitched episodes kept for per-step requests: the one shown and the one compared with
+OPEN_BYTES = 512 << 20  # ... and their decompressed arrays at most (beyond, only the last opened is kept)
+
 
 
 class Catalog:
@@ -73,6 +79,7 @@ class Catalog:
         self._summaries: dict[tuple[str, str], list[dict]] = {}  # (folder, batch json) -> its episodes' summaries
         self._clips: list[tuple[str, ClipMeta]] = []
         self.listing = Listing(self.root, self.verdicts, stale_after_s)
+        self._opened: collections.OrderedDict[tuple, Any] = collections.OrderedDict()  # the episodes read last
 
     # -- index -------------------------------------------------------------
     def index(self) -> dict[str, Any]:
@@ -212,7 +219,23 @@ class Catalog:
     def episode(self, recording: str, episode_id: int, width: int = 800, obs_dims: list[int] | None = None,
                 first_step: int | None = None) -> dict[str, Any]:
         """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled.
-        ``first_step`` picks one of the pieces of an episode split by a damaged part (default: the first)."""
+        ``first_step`` picks one of the pieces of an episode split by a damaged part (default: the first).
+        An image observation's pixels are not plotted unless asked for (``obs_dims``): the page shows it as an image."""
+        ep, manifest, clip, marks = self._open(recording, episode_id, first_step)
+        extras = {"image": image_layout(manifest.get("observation_space")),
+                  "action_space": action_space_json(manifest.get("action_space"), manifest.get("env"))}
+        if obs_dims is None and extras["image"] is not None:
+            obs_dims = []
+        return {**self._episode_json(recording, ep, width, obs_dims, clip), **marks, **extras}
+
+    def open(self, recording: str, episode_id: int, first_step: int | None = None) -> tuple[Any, dict[str, Any]]:
+        """One episode, stitched (an ``Episode``), and its recording's manifest; NotFound when there is none.
+        The last ``OPEN_EPISODES`` opened (at most ``OPEN_BYTES`` of arrays, but always the last) are kept, so the
+        page's per-step requests read an episode once."""
+        ep, manifest, _, _ = self._open(recording, episode_id, first_step)
+        return ep, manifest
+
+    def _open(self, recording: str, episode_id: int, first_step: int | None):
         with self._lock:
             self.listing.refresh(REFRESH_EVERY_S)  # a clip may have come since the last page (piece re-stats its manifest)
             where = self.listing.piece(recording, episode_id, first_step)
@@ -221,6 +244,19 @@ class Catalog:
                                + (f" from step {first_step}" if first_step is not None else ""))
             clip = self.listing.clip_for(where.source, episode_id, where.summary["first_step"] + where.summary["length"])
             marks = self.verdicts.episode(recording, episode_id, full=True, clip=clip is not None)
+            key = (recording, episode_id, tuple((e["fn"], i) for e, i in where.parts), where.after and where.after["fn"])
+            ep = self._opened.get(key)
+            if ep is not None:
+                self._opened.move_to_end(key)
+        if ep is None:
+            ep = self._read(where)
+            with self._lock:
+                self._opened[key] = ep
+                while len(self._opened) > OPEN_EPISODES or (len(self._opened) > 1 and _held_bytes(self._opened) > OPEN_BYTES):
+                    self._opened.popitem(last=False)
+        return ep, where.source.manifest, clip, marks
+
+    def _read(self, where):  # a piece of the index (its parts, the batch after them): stitched and settled
         files = BatchFiles(where.source.directory)
         try:
             parts = []
@@ -229,8 +265,7 @@ class Catalog:
                 parts.append(files.episode(where.source.manifest, entry["first"] + position, raw))
             for before, after in itertools.pairwise(parts):
                 check_follows(before, after)
-            ep = settled(stitch(parts), where.source.manifest, where.parts[-1][0], where.after)
-            return {**self._episode_json(recording, ep, width, obs_dims, clip), **marks}
+            return settled(stitch(parts), where.source.manifest, where.parts[-1][0], where.after)
         finally:
             files.close()
 
@@ -261,6 +296,17 @@ class Catalog:
             "observation_dims": observations.count, "series": series,
             "clip": self._clip_json(*clip) if clip is not None else None,
         }
+
+
+def _held_bytes(opened: collections.OrderedDict[tuple, Any]) -> int:
+    """Bytes of the arrays the opened episodes hold in memory (memory-mapped ones cost nothing: the page cache's)."""
+    total = 0
+    for ep in opened.values():
+        for field in (ep.observations, ep.actions):
+            for a in field.values() if isinstance(field, dict) else field if isinstance(field, tuple) else (field,):
+                if isinstance(a, np.ndarray) and not isinstance(a.base, mmap.mmap | np.memmap):
+                    total += a.nbytes
+    return total
 
 
 def _shifted(s: dict[str, Any], by: int) -> dict[str, Any]:

@@ -27,6 +27,10 @@ and ``/api/clips?offset=&limit=&sort=`` (pages: ``Catalog.episodes``,
 ``Catalog.clips``), ``/api/episode?recording=R&episode=N`` (plot data). A bad
 parameter is answered 400 with what it must be.
 
+``/api/step`` (one step's values and info) and ``/api/observation.png`` (its
+image observation) read only episodes the catalog lists, by recording name
+and episode number: nothing in a query is a path.
+
 Byte ranges (``Range: bytes=a-b``, ``a-``, ``-n``) are answered 206, which
 browsers need to seek in an MP4. ``refused`` counts what each check refused.
 """
@@ -50,6 +54,7 @@ from envrec.formats.inside import open_inside
 
 from .catalog import Catalog, NotFound
 from .live import STALE_AFTER_S
+from .step_view import image_layout, observation_png, parse_step_query, step_json
 
 __all__ = ["CLIP_TYPES", "ViewerServer"]
 
@@ -191,6 +196,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_json(self.server.catalog.clips(*_paging(parse_qs(query))), head)
             elif raw_path == "/api/episode":
                 self._send_json(self._episode(parse_qs(query)), head)
+            elif raw_path == "/api/step":
+                self._send_json(self._step(parse_qs(query)), head)
+            elif raw_path == "/api/observation.png":
+                self._send_png(self._observation_png(parse_qs(query)), head)
             elif raw_path.startswith("/files/"):
                 self._send_clip(raw_path[len("/files/"):], head)
             else:
@@ -221,6 +230,27 @@ class _Handler(BaseHTTPRequestHandler):
         except (KeyError, ValueError):
             raise ValueError("expected recording=NAME&episode=N[&width=PX][&obs=I,J,...][&first_step=K]") from None
         return self.server.catalog.episode(recording, episode, width, dims, first_step)
+
+    def _step(self, q: dict[str, list[str]]) -> dict[str, Any]:
+        """One step's values and info (``envrec.viewer.step_view``)."""
+        recording, episode, step, first_step, dims = parse_step_query(q)
+        ep, _ = self.server.catalog.open(recording, episode, first_step)
+        try:
+            return step_json(ep, step, dims or [])
+        except LookupError as exc:
+            raise NotFound(str(exc)) from None
+
+    def _observation_png(self, q: dict[str, list[str]]) -> bytes:
+        """One step's image observation as a PNG; NotFound when the recording's observations are not images."""
+        recording, episode, step, first_step, _ = parse_step_query(q)
+        ep, manifest = self.server.catalog.open(recording, episode, first_step)
+        layout = image_layout(manifest.get("observation_space"))
+        if layout is None:
+            raise NotFound(f"the observations of {recording!r} are not images (a uint8 Box HxW or HxWxC, C in 1, 3, 4)")
+        try:
+            return observation_png(ep, step, layout)
+        except LookupError as exc:
+            raise NotFound(str(exc)) from None
 
     def _send_clip(self, encoded: str, head: bool) -> None:
         """A clip the page plays, by its path under the root; NotFound for anything else."""
@@ -255,6 +285,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
+        self._security_headers(DATA_CSP)
+        self.end_headers()
+        if not head:
+            self.wfile.write(body)
+
+    def _send_png(self, body: bytes, head: bool) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "image/png")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "private, max-age=60")  # a recorded step does not change
         self._security_headers(DATA_CSP)
         self.end_headers()
         if not head:

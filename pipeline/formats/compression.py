@@ -29,6 +29,7 @@ package, ``pip install envrec[lz4]``) trades ratio for speed.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -169,20 +170,23 @@ def compressor(c: Compression) -> Callable[[memoryview], bytes]:
     return lambda data: mod.compress(data, compression_level=level, store_size=True)
 
 
-_decompressors: dict[str, Callable[[Any, int], bytes]] = {}
+_decompressors = threading.local()  # per thread: a zstd context used by two threads at once corrupts what it returns
 
 
 def _decompressor(codec: str) -> Callable[[Any, int], bytes]:
-    if codec not in _decompressors:
+    """The thread's decompressing function for ``codec`` (its zstd context reused, never shared between threads:
+    the viewer's server and a user's reader threads decompress at the same time)."""
+    mine: dict[str, Callable[[Any, int], bytes]] = _decompressors.__dict__
+    if codec not in mine:
         if codec not in CODECS:
             raise ValueError(f"unknown compression codec {codec!r}")
         mod = _module(codec)
         if codec == "zstd":
             d = mod.ZstdDecompressor()
-            _decompressors[codec] = lambda data, size: d.decompress(data, max_output_size=size)
+            mine[codec] = lambda data, size: d.decompress(data, max_output_size=size)
         else:
-            _decompressors[codec] = lambda data, size: mod.decompress(data)
-    return _decompressors[codec]
+            mine[codec] = lambda data, size: mod.decompress(data)
+    return mine[codec]
 
 
 def _words(rows: np.ndarray) -> np.ndarray:

@@ -86,7 +86,7 @@ def check_episode_keys(raw: Mapping[str, Any], where: str) -> None:
 
 
 def check_env(env: Any, what: str) -> None:
-    """A manifest's ``env``: the env's spec (or why there is none), package versions, the snapshot hook.
+    """A manifest's ``env``: the env's spec (or why there is none), package versions, the snapshot hook, the action names.
 
     Args:
         env: the manifest's ``env`` value.
@@ -102,6 +102,9 @@ def check_env(env: Any, what: str) -> None:
     versions = env.get("versions")
     if versions is not None and not (isinstance(versions, dict) and all(isinstance(v, str) for v in versions.values())):
         raise _fail(f"{where}.versions", "an object of version strings", versions)
+    names = env.get("action_meanings")
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise _fail(f"{where}.action_meanings", "a list of action names (strings) or null", names)
     snap = env.get("snapshot")
     if snap is not None:
         if not isinstance(snap, dict) or not isinstance(snap.get("name"), str):

@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 from ..errors import ConfigError
+from .action_names import action_meanings
 from .snapshots import Snapshot, resolve_snapshot, snapshot_name
 
 __all__ = ["RECORDING_WRAPPERS", "ReplayCapture", "describe_env"]
@@ -58,7 +59,8 @@ def _versions(spec: dict | None) -> dict[str, str]:
 
 
 def describe_env(env: gym.Env, snapshot: Snapshot | None = None, snapshot_every: int | None = None) -> dict:
-    """The manifest's ``env``: the env's spec (or ``spec_error``), versions and the snapshot hook.
+    """The manifest's ``env``: the env's spec (or ``spec_error``), versions, the snapshot hook, and the names of
+    its discrete actions when it has them (``action_meanings``, see ``envrec.record.action_names``).
 
     Args:
         env: the env as the recorder wraps it.
@@ -71,6 +73,7 @@ def describe_env(env: gym.Env, snapshot: Snapshot | None = None, snapshot_every:
         "spec_error": error,
         "versions": _versions(spec),
         "snapshot": None if snapshot is None else {"name": snapshot_name(snapshot), "every": snapshot_every},
+        "action_meanings": action_meanings(env),
     }
 
 

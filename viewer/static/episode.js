@@ -1,241 +1,171 @@
-// envrec view: the episode page (video synced with plots). Needs viewer.js.
+// envrec view: the episode page: one episode, or two side by side (?compare=EPISODE or RECORDING:EPISODE), on one cursor.
+// Needs viewer.js, plots.js, episode_pane.js.
+//
+// The cursor is a step (the episode's observation index, the plots' x): clicking a plot, the keys (left/right one step,
+// shift: ten, Home/End, space plays and pauses) and a playing clip move it, and every pane follows. The address keeps
+// it: #step=K (or #t=SECONDS of the clip) opens the page there, and moving the cursor rewrites it (replaceState).
 "use strict";
 
-class CastPlayer {
-  // Plays an asciicast (text frames) with the interface the plots use: currentTime, paused, play(), pause().
-  constructor(pre, text) {
-    const lines = text.split("\n").filter((l) => l.trim());
-    const parse = (l) => { try { return JSON.parse(l); } catch { return null; } };  // a damaged line is skipped
-    this.events = lines.slice(1).map(parse).filter((e) => Array.isArray(e) && e[1] === "o" && typeof e[0] === "number" &&
-                                                      typeof e[2] === "string");
-    this.pre = pre;
-    this.paused = true;
-    this.base = 0;
-    this.startedAt = 0;
-    this.duration = this.events.length ? this.events[this.events.length - 1][0] + 0.001 : 0;
-    this.show();
-  }
-  get currentTime() {
-    return this.paused ? this.base : Math.min(this.duration, this.base + (performance.now() - this.startedAt) / 1000);
-  }
-  set currentTime(t) {
-    this.base = Math.max(0, Math.min(t, this.duration));
-    this.startedAt = performance.now();
-    this.show();
-  }
-  play() { this.base = this.currentTime >= this.duration ? 0 : this.currentTime; this.startedAt = performance.now(); this.paused = false; }
-  pause() { this.base = this.currentTime; this.paused = true; }
-  show() {
-    const t = this.currentTime;
-    let i = 0;
-    while (i + 1 < this.events.length && this.events[i + 1][0] <= t) i++;
-    // eslint-disable-next-line no-control-regex
-    this.pre.textContent = this.events.length ? this.events[i][2].replace(/\x1b\[[0-9;?]*[A-Za-z]/g, "") : "";
-  }
-}
-
-class Plot {
-  constructor(label, series, domain, mark) {
-    this.series = series;  // [{x, min, max, label}]
-    this.domain = domain;  // [first x, last x]
-    this.mark = mark;  // x where the replay diverged (null: none)
-    this.width = plotWidth();
-    this.height = 90;
-    this.canvas = el("canvas", {class: "plot", width: this.width, height: this.height, "data-label": label});
-    this.cursor = el("div", {class: "cursor"});
-    this.cursor.style.cssText = "position:absolute;top:0;width:1px;height:100%;background:#c01c28;pointer-events:none;left:0";
-    this.box = el("div", {class: "plot-box"});
-    this.box.style.cssText = "position:relative;display:inline-block";
-    this.box.append(this.canvas, this.cursor);
-    this.label = label;
-    this.draw();
-  }
-  px(x) {
-    const [a, b] = this.domain;
-    return 1 + (b > a ? (x - a) / (b - a) : 0) * (this.width - 2);
-  }
-  step(px) {
-    const [a, b] = this.domain;
-    return Math.max(a, Math.min(b, Math.round(a + ((px - 1) / (this.width - 2)) * (b - a))));
-  }
-  draw() {
-    const ctx = this.canvas.getContext("2d");
-    let lo = Infinity, hi = -Infinity;
-    for (const s of this.series) for (let i = 0; i < s.x.length; i++) {
-      if (s.min[i] !== null) lo = Math.min(lo, s.min[i]);
-      if (s.max[i] !== null) hi = Math.max(hi, s.max[i]);
-    }
-    if (!(lo <= hi)) { lo = 0; hi = 1; }
-    if (lo === hi) { lo -= 1; hi += 1; }
-    const pad = 14, y = (v) => pad + (1 - (v - lo) / (hi - lo)) * (this.height - pad - 4);
-    ctx.fillStyle = "#fff"; ctx.fillRect(0, 0, this.width, this.height);
-    ctx.fillStyle = "#555"; ctx.font = "11px sans-serif";
-    ctx.fillText(`${this.label}   [${fmt(lo)}, ${fmt(hi)}]`, 4, 11);
-    const colours = ["#1a5fb4", "#e66100", "#26a269", "#9141ac", "#c64600", "#613583", "#2ec27e", "#865e3c"];
-    this.series.forEach((s, k) => {
-      ctx.strokeStyle = colours[k % colours.length];
-      ctx.beginPath();
-      let open = false;
-      for (let i = 0; i < s.x.length; i++) {
-        if (s.min[i] === null || s.max[i] === null) { open = false; continue; }
-        const px = this.px(s.x[i]);
-        if (open) ctx.lineTo(px, y(s.min[i])); else ctx.moveTo(px, y(s.min[i]));
-        ctx.lineTo(px, y(s.max[i]));
-        open = true;
-      }
-      ctx.stroke();
-    });
-    if (Number.isInteger(this.mark) && this.mark >= this.domain[0] && this.mark <= this.domain[1]) {
-      ctx.strokeStyle = "#c01c28";
-      ctx.setLineDash([3, 3]);
-      ctx.beginPath();
-      ctx.moveTo(this.px(this.mark), 0);
-      ctx.lineTo(this.px(this.mark), this.height);
-      ctx.stroke();
-      ctx.setLineDash([]);
-    }
-  }
-  moveCursor(step) {
-    const px = Math.round(this.px(step));
-    this.cursor.style.left = `${px}px`;
-    this.canvas.dataset.cursorX = String(px);
-  }
-}
-
-function plotWidth() {
-  return Math.max(300, Math.min(1200, document.documentElement.clientWidth - 60));
-}
-
-// x (and a step here) is the episode's observation index: first_step .. first_step + length, where
-// first_step > 0 when the oldest parts of a long episode were evicted (or a damaged part split it).
-const state = {player: null, fps: 30, plots: [], length: 0, firstStep: 0, lastStep: -1};
+const HASH_EVERY_MS = 250;  // the address is rewritten at most this often while a clip plays (browsers throttle more)
+const state = {panes: [], step: null, hashAt: 0, hashTimer: null, ready: false};
 
 function params() {
-  const q = new URLSearchParams(location.search);
-  return {recording: q.get("recording"), episode: q.get("episode"), obs: q.get("obs"), firstStep: q.get("first_step")};
+  // The episode comes from the query (?recording=...&episode=...); a link may give it in the hash instead.
+  const q = new URLSearchParams(location.search), h = new URLSearchParams(location.hash.slice(1));
+  const get = (k) => q.get(k) ?? h.get(k);
+  return {recording: get("recording"), episode: get("episode"), obs: get("obs"), firstStep: get("first_step"),
+          compare: get("compare"), step: h.get("step"), t: h.get("t")};
 }
 
-function stepOfPlayer() {
-  // Frame f of an episode's clip shows observation f (frame 0: the reset), and x is the observation index.
-  const p = state.player;
-  if (!p) return null;
-  const last = state.firstStep + state.length;
-  return Math.max(state.firstStep, Math.min(last, Math.floor(p.currentTime * state.fps + 1e-6)));
+function compared(text, recording) {
+  // "EPISODE" (of the same recording) or "RECORDING:EPISODE"
+  const m = /^(?:(.*):)?(\d+)$/.exec((text || "").trim());
+  return m ? {recording: m[1] || recording, episode: m[2], firstStep: null} : null;
 }
 
-function seek(step) {
-  document.body.dataset.seekedTo = String(step);
-  if (state.player) state.player.currentTime = (step + 0.5) / state.fps;
-  setCursor(step);
+function range() {
+  const ready = state.panes.filter((p) => p.doc);
+  return [Math.min(...ready.map((p) => p.first)), Math.max(...ready.map((p) => p.last))];
 }
 
 function setCursor(step) {
-  if (step === null || step === state.lastStep) return;
-  state.lastStep = step;
+  if (step === null || step === state.step) return;
+  state.step = step;
   document.body.dataset.cursorStep = String(step);
-  for (const p of state.plots) p.moveCursor(step);
+  for (const p of state.panes) if (p.doc) p.show(step);
+  if (state.ready) writeHash();
+}
+
+function writeHash() {
+  clearTimeout(state.hashTimer);
+  const wait = state.hashAt + HASH_EVERY_MS - performance.now();
+  if (wait > 0) { state.hashTimer = setTimeout(writeHash, wait); return; }
+  state.hashAt = performance.now();
+  const h = new URLSearchParams(location.hash.slice(1));
+  h.delete("t");
+  h.set("step", String(state.step));
+  history.replaceState(null, "", `${location.pathname}${location.search}#${h.toString()}`);
+}
+
+function seek(step) {
+  const [a, b] = range();
+  const at = Math.max(a, Math.min(b, step));
+  document.body.dataset.seekedTo = String(at);
+  for (const p of state.panes) p.seek(at);
+  setCursor(at);
+}
+
+function playing() {
+  return state.panes.find((p) => p.player && !p.player.paused) || null;
+}
+
+function togglePlay() {
+  const players = state.panes.map((p) => p.player).filter(Boolean);
+  if (playing()) for (const pl of players) pl.pause();
+  else for (const pl of players) { const r = pl.play(); if (r && r.catch) r.catch(() => {}); }
+}
+
+function onKey(ev) {
+  if (ev.target instanceof HTMLInputElement || ev.ctrlKey || ev.metaKey || ev.altKey || !state.ready) return;
+  const [a, b] = range(), by = ev.shiftKey ? 10 : 1, now = state.step ?? a;
+  const moves = {ArrowRight: now + by, ArrowLeft: now - by, Home: a, End: b};
+  if (ev.key in moves) {
+    for (const p of state.panes) if (p.player && !p.player.paused) p.player.pause();
+    seek(moves[ev.key]);
+  } else if (ev.key === " ") {
+    togglePlay();
+  } else {
+    return;
+  }
+  ev.preventDefault();  // not also the video's own keys, nor a scroll
+  ev.stopPropagation();
 }
 
 function tick() {
-  const p = state.player;
-  if (p) {
-    if (p instanceof CastPlayer && !p.paused) p.show();
-    setCursor(stepOfPlayer());
+  // A playing clip drives the cursor, and so does one moved by its own controls; the other pane follows.
+  for (const p of state.panes) if (p.player instanceof CastPlayer && !p.player.paused) p.player.show();
+  const driver = playing() || state.panes.find((p) => p.player && p.doc && p.stepOfPlayer() !== p.playerStep);
+  if (driver && driver.doc) {
+    const step = driver.stepOfPlayer();
+    driver.playerStep = step;
+    if (step !== state.step) {
+      for (const p of state.panes) if (p !== driver && p.doc && p.player && Math.abs(p.stepOfPlayer() - p.clamp(step)) > 1) p.seek(step);
+      setCursor(step);
+    }
   }
   requestAnimationFrame(tick);
 }
 
-async function showMedia(doc) {
-  const clip = doc.clip;
-  const media = $("#media");
-  media.replaceChildren();
-  if (!clip || !clip.url) {
-    media.append(el("p", {class: "muted"}, "no clip of this episode: plots only"));
-    if (doc.render_command) {
-      media.append(el("p", {}, "render it from the trace: ", el("code", {id: "render-command"}, doc.render_command)));
-    }
-    return;
-  }
-  state.fps = clip.fps || 30;
-  if (clip.kind === "ansi") {
-    const pre = el("pre", {id: "cast"});
-    const button = el("button", {id: "cast-play"}, "play / pause");
-    media.append(pre, button);
-    const r = await fetch(clip.url);
-    state.player = new CastPlayer(pre, await r.text());
-    button.onclick = () => (state.player.paused ? state.player.play() : state.player.pause());
-  } else {
-    const video = el("video", {id: "player", src: clip.url, controls: "", muted: "", playsinline: "", preload: "auto"});
-    video.muted = true;
-    media.append(video);
-    state.player = video;
-  }
-}
-
-function showPlots(doc) {
-  const domain = [doc.first_step, doc.first_step + doc.length];
-  const s = doc.series;
-  const groups = [["reward", [s.reward]], ["return", [s["return"]]]];
-  for (const a of s.actions) groups.push([`action ${a.label}`, [a]]);
-  for (const o of s.observations) groups.push([`observation ${o.label}`, [o]]);
-  state.plots = groups.map(([label, series]) => new Plot(label, series, domain, doc.diverged_at));
-  $("#plots").replaceChildren(...state.plots.map((p) => el("div", {}, p.box)));
-  for (const p of state.plots) {
-    p.canvas.addEventListener("click", (ev) => {
-      const rect = p.canvas.getBoundingClientRect();
-      seek(p.step((ev.clientX - rect.left) * (p.width / rect.width)));
-    });
-  }
-  state.lastStep = -1;
-  setCursor(stepOfPlayer() ?? doc.first_step);
-}
-
-async function loadEpisode(first) {
+function followLink() {
+  // Seek to the address's #step=K, or #t=SECONDS of the (first) clip.
   const q = params();
-  const dims = $("#obs-dims").value.trim();
-  let url = `/api/episode?recording=${encodeURIComponent(q.recording)}&episode=${encodeURIComponent(q.episode)}&width=${plotWidth()}`;
-  if (dims) url += `&obs=${encodeURIComponent(dims)}`;
-  if (q.firstStep) url += `&first_step=${encodeURIComponent(q.firstStep)}`;
-  let doc;
-  try {
-    doc = await getJSON(url);
-  } catch (e) {
-    $("#status").textContent = e.message;
-    return;
-  }
-  $("#status").textContent = "";
-  state.length = doc.length;
-  state.firstStep = doc.first_step;
-  $("#title").textContent = `${doc.recording}, episode ${doc.episode_id}`;
-  const span = doc.first_step ? ` (steps ${doc.first_step}..${doc.first_step + doc.length - 1}: the ones before not kept)` : "";
-  const parts = doc.parts > 1 ? `, in ${doc.parts} parts` : "";
-  $("#summary").textContent = `${doc.length} steps${span}${parts}, return ${fmt(doc["return"])}, ended by ${doc.ended_by ?? "nothing yet (continues)"}` +
-    `${doc.complete ? "" : " (incomplete)"}, seed ${fmt(doc.seed)}; observation has ${doc.observation_dims} dimension(s)`;
-  if (!dims) $("#obs-dims").value = doc.series.observations.map((o) => o.dim).join(",");
-  showVerdict(doc);
-  if (first) await showMedia(doc);
-  showPlots(doc);
-  document.body.dataset.loaded = "1";
+  const link = q.step !== null ? Number(q.step) : q.t !== null ? Math.floor(Number(q.t) * state.panes[0].fps + 1e-6) : null;
+  if (link !== null && Number.isFinite(link)) seek(Math.round(link));
 }
 
-function showVerdict(doc) {
-  const box = $("#verdict");
-  box.replaceChildren();
-  if (doc.verdict_detail) {
-    const when = doc.verified_at ? ` (verified ${doc.verified_at})` : "";
-    box.append(el("span", {class: verdictClass(doc.verdict_status), id: "verdict-text"}, `verify: ${doc.verdict_detail}${when}`));
-  } else if (doc.verify_command) {
-    box.append(el("span", {class: "muted", id: "verdict-text"}, "not verified: "), el("code", {}, doc.verify_command));
+async function metadata(pane) {
+  // A clip's duration is known (seeking works) once its metadata has loaded; a clip that never loads is waited for 5 s.
+  const v = pane.player;
+  if (!(v instanceof HTMLMediaElement) || v.readyState >= 1) return;
+  await new Promise((resolve) => {
+    v.addEventListener("loadedmetadata", resolve, {once: true});
+    v.addEventListener("error", resolve, {once: true});
+    setTimeout(resolve, 5000);
+  });
+}
+
+async function loadPanes(withMedia) {
+  const dims = $("#obs-dims").value.trim();
+  $("#status").textContent = "";
+  const got = await Promise.allSettled(state.panes.map((p) => p.load(dims, withMedia)));
+  if (got[0].status === "rejected") throw got[0].reason;
+  if (got[1] && got[1].status === "rejected") {  // the episode compared with is not there: show the page's own alone
+    state.panes[1].root.remove();
+    state.panes.length = 1;
+    document.body.classList.remove("comparing");
+    $("#status").textContent = `compare with: ${got[1].reason.message}`;
   }
+  const docs = got.slice(0, state.panes.length).map((g) => g.value);
+  const main = docs[0];
+  $("#title").textContent = `${main.recording}, episode ${main.episode_id}` +
+    (docs[1] ? ` compared with ${docs[1].recording}, episode ${docs[1].episode_id}` : "");
+  if (!dims) $("#obs-dims").value = main.series.observations.map((o) => o.dim).join(",");
+  const at = state.step;
+  state.step = null;
+  setCursor(at ?? state.panes[0].stepOfPlayer() ?? main.first_step);
 }
 
 async function showEpisode() {
   const q = params();
   if (q.obs) $("#obs-dims").value = q.obs;
-  $("#apply-dims").onclick = () => loadEpisode(false);
-  await loadEpisode(true);
+  if (q.compare) $("#compare-with").value = q.compare;
+  const other = compared(q.compare, q.recording);
+  const width = Math.max(360, document.documentElement.clientWidth - 50);
+  const each = other ? width / 2 - 16 : width;
+  state.panes = [new Pane(0, q, each), ...(other ? [new Pane(1, other, each)] : [])];
+  $("#panes").replaceChildren(...state.panes.map((p) => p.root));
+  document.body.classList.toggle("comparing", Boolean(other));
+  $("#apply-dims").onclick = () => loadPanes(false).catch((e) => { $("#status").textContent = e.message; });
+  $("#apply-compare").onclick = () => {
+    const u = new URL(location.href), text = $("#compare-with").value.trim();
+    if (text && !compared(text, q.recording)) { $("#status").textContent = "compare with: EPISODE or RECORDING:EPISODE"; return; }
+    if (text) u.searchParams.set("compare", text); else u.searchParams.delete("compare");
+    location.assign(u.toString());
+  };
+  try {
+    await loadPanes(true);
+  } catch (e) {
+    $("#status").textContent = e.message;
+    return;
+  }
+  await Promise.all(state.panes.map(metadata));
+  followLink();
+  for (const p of state.panes) p.playerStep = p.stepOfPlayer();
+  state.ready = true;
+  window.addEventListener("keydown", onKey, true);
+  window.addEventListener("hashchange", followLink);  // a link to another instant of this page, opened here
+  document.body.dataset.loaded = "1";
   requestAnimationFrame(tick);
 }
-
 
 showEpisode();
