@@ -23,6 +23,7 @@ MAY_IMPORT = {
     "envrec.contract": ("envrec.formats",),
     "envrec.workers": ("envrec.contract", "envrec.formats"),
     "envrec.replay": ("envrec.read", "envrec.record", "envrec.formats", "envrec.supervision"),
+    "envrec.sb3": ("envrec.record", "envrec.supervision", "envrec.formats"),
 }
 
 
