@@ -9,6 +9,7 @@ record_video_trigger, video_length=200, name_prefix="rl-video")`` is SB3's
 
 from __future__ import annotations
 
+from . import adapter  # noqa: F401  (first: without Stable-Baselines3 it names the extra to install)
 from .trace import VecRecordTrace
 from .video import VecRecordVideo
 

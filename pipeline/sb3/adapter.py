@@ -32,7 +32,7 @@ from ..errors import ConfigError, RecordError
 
 try:
     from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
-except ModuleNotFoundError as exc:  # pragma: no cover  (the sb3 extra is not installed)
+except ModuleNotFoundError as exc:  # the sb3 extra is not installed
     raise ModuleNotFoundError(
         f"envrec.sb3 needs Stable-Baselines3 ({exc.name} is missing): pip install 'envrec[sb3]'", name=exc.name
     ) from exc
