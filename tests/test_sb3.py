@@ -182,6 +182,7 @@ def test_video_names_and_frames_are_sb3s(tmp_path):
         m = meta(str(tmp_path / "envrec"), name[:-4])
         frames, size = frames_and_size(str(tmp_path / "envrec" / name))
         assert not m["broken"] and m["frames_written"] == frames == sb3.counts[name]
+        assert (m["start_step"], m["num_envs"]) == (int(name.split("-")[3]), N_ENVS)
         assert size == frames_and_size(str(tmp_path / "sb3" / name))[1] == (600, 800)  # SB3's tiling: 2 frames, a column
 
 
