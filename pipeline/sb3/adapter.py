@@ -91,6 +91,8 @@ def vector_info(infos: Sequence[dict]) -> dict[str, Any]:
 
 def _own(info: dict) -> dict:
     """A sub-env's step info without what SB3 added to it."""
+    if len(info) == 1 and "TimeLimit.truncated" in info:
+        return {}  # the usual step: nothing but what SB3 adds to every one
     if not any(k in info for k in SB3_INFO_KEYS):
         return info
     return {k: v for k, v in info.items() if k not in SB3_INFO_KEYS}
@@ -126,7 +128,7 @@ def same_step(dones: np.ndarray, infos: Sequence[dict], reset_infos: Sequence[di
         truncations[i] = bool(info.get("TimeLimit.truncated", False))
         final_obs[i], final_info[i] = info["terminal_observation"], _own(info)
         now.append(dict(reset_infos[i]) if i < len(reset_infos) and reset_infos[i] else {})
-    out = vector_info(now)
+    out = vector_info(now) if any(now) else {}
     if ended.any():
         out.update(final_obs=final_obs, _final_obs=ended, final_info=vector_info(final_info), _final_info=ended)
     return ended & ~truncations, truncations, out
