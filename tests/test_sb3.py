@@ -43,14 +43,29 @@ class InfoTag(gym.Wrapper):
         return obs, reward, terminated, truncated, {**info, "t": self.steps}
 
 
+class DictObs(gym.ObservationWrapper):
+    """CartPole's observation as a Dict space (SB3's MultiInputPolicy kind): positions and velocities."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        low, high = env.observation_space.low, env.observation_space.high
+        self.observation_space = gym.spaces.Dict(
+            {"pos": gym.spaces.Box(low[::2], high[::2]), "vel": gym.spaces.Box(low[1::2], high[1::2])})
+
+    def observation(self, observation):
+        return {"pos": observation[::2], "vel": observation[1::2]}
+
+
 class MakeEnv:
     """A picklable make_env (SubprocVecEnv): CartPole with tagged infos, optionally recorded inside by RecordTrace."""
 
-    def __init__(self, i: int, inner: str | None = None, render_mode: str | None = None) -> None:
-        self.i, self.inner, self.render_mode = i, inner, render_mode
+    def __init__(self, i: int, inner: str | None = None, render_mode: str | None = None, dict_obs: bool = False) -> None:
+        self.i, self.inner, self.render_mode, self.dict_obs = i, inner, render_mode, dict_obs
 
     def __call__(self) -> gym.Env:
         env: gym.Env = InfoTag(gym.make("CartPole-v1", max_episode_steps=MAX_STEPS, render_mode=self.render_mode))
+        if self.dict_obs:
+            env = DictObs(env)
         if self.inner is not None:
             env = envrec.RecordTrace(env, self.inner, name_prefix=f"inner{self.i}")
         return env
@@ -74,11 +89,18 @@ def episodes(folder, prefix) -> list:
     return list(envrec.TraceReader(folder, prefix=prefix))
 
 
+def as_bytes(obs) -> bytes:
+    """An observation (or a batch of them) as bytes; a Dict's key by key."""
+    if isinstance(obs, dict):
+        return b"".join(as_bytes(obs[k]) for k in sorted(obs))
+    return np.asarray(obs).tobytes()
+
+
 def assert_same_episodes(outer: list, inner: list) -> None:
     """What VecRecordTrace recorded of a sub-env is what a RecordTrace inside its make_env recorded."""
     assert [e.length for e in outer] == [e.length for e in inner]
     for o, i in zip(outer, inner, strict=True):
-        assert o.observations.tobytes() == i.observations.tobytes()
+        assert as_bytes(o.observations) == as_bytes(i.observations)
         assert o.actions.tolist() == i.actions.tolist()
         assert o.rewards.tolist() == i.rewards.tolist()
         assert o.terminations.tolist() == i.terminations.tolist()
@@ -90,11 +112,11 @@ def assert_same_episodes(outer: list, inner: list) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind", ["dummy", "subproc"])
+@pytest.mark.parametrize("kind", ["dummy", "subproc", "dummy-dict"])
 def test_trace_equals_record_trace_inside_each_make_env(tmp_path, kind):
     """The same run recorded twice: by VecRecordTrace around the VecEnv and by a RecordTrace inside each sub-env."""
-    fns = [MakeEnv(i, str(tmp_path / "inner")) for i in range(N_ENVS)]
-    base = DummyVecEnv(fns) if kind == "dummy" else SubprocVecEnv(fns, start_method="spawn")  # forkserver would outlive the test
+    fns = [MakeEnv(i, str(tmp_path / "inner"), dict_obs=kind.endswith("dict")) for i in range(N_ENVS)]
+    base = DummyVecEnv(fns) if kind.startswith("dummy") else SubprocVecEnv(fns, start_method="spawn")  # forkserver would outlive the test
     venv = VecRecordTrace(base, tmp_path / "outer", name_prefix="outer")
     terminal = drive(venv)
     venv.close()
@@ -105,7 +127,8 @@ def test_trace_equals_record_trace_inside_each_make_env(tmp_path, kind):
         ended = [obs for j, obs in terminal if j == i]
         assert len(outer) == len(ended) + 1 and not outer[-1].complete  # the last one still ran
         for e, obs in zip(outer, ended, strict=False):
-            assert e.observations[-1].tobytes() == obs.tobytes() and e.ended_by in ("terminated", "truncated")
+            last = {k: v[-1] for k, v in e.observations.items()} if isinstance(obs, dict) else e.observations[-1]
+            assert as_bytes(last) == as_bytes(obs) and e.ended_by in ("terminated", "truncated")
     assert sum(e.length for i in range(N_ENVS) for e in episodes(tmp_path / "outer", f"outer.env{i}")) == STEPS * N_ENVS
 
 
