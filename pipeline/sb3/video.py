@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -115,7 +116,7 @@ class VecRecordVideo(VecEnvWrapper):
         self,
         venv: VecEnv,
         video_folder: str | os.PathLike,
-        record_video_trigger: Any,
+        record_video_trigger: Callable[[int], bool],
         video_length: int = 200,
         name_prefix: str = "rl-video",
         *,
