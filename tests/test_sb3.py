@@ -210,6 +210,21 @@ def test_video_names_and_frames_are_sb3s(tmp_path):
 
 
 @pytest.mark.timeout(120)
+def test_video_of_a_subproc_vec_env(tmp_path):
+    """The sub-envs render in their own processes (SB3's get_images over its pipes); the clip is tiled as SB3 tiles."""
+    venv = VecRecordVideo(SubprocVecEnv([MakeEnv(i, render_mode="rgb_array") for i in range(3)], start_method="spawn"),
+                          tmp_path, lambda s: s == 5, video_length=10)
+    venv.reset()
+    for _ in range(30):
+        venv.step(np.zeros(3, np.int64))
+    venv.close()
+    assert sorted(os.listdir(tmp_path)) == ["rl-video-step-5-to-step-15.meta.json", "rl-video-step-5-to-step-15.mp4"]
+    frames, size = frames_and_size(str(tmp_path / "rl-video-step-5-to-step-15.mp4"))
+    assert frames == meta(str(tmp_path), "rl-video-step-5-to-step-15")["frames_written"] == 11
+    assert size == (1200, 800)  # 3 frames of 600x400: 2 rows of 2, one cell black
+
+
+@pytest.mark.timeout(120)
 def test_video_keep_if_and_callbacks(tmp_path):
     seen, closed = [], []
 
