@@ -283,3 +283,22 @@ def test_without_stable_baselines3_the_import_says_which_extra():
     code = "import sys; sys.modules['stable_baselines3'] = None\nimport envrec.sb3"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "pip install 'envrec[sb3]'" in out.stderr, out.stderr
+
+
+@pytest.mark.timeout(120)
+def test_envrec_verify_replays_the_seeded_episodes(tmp_path):
+    """The manifest names the sub-envs' env id and each first episode's seed: envrec verify reproduces those;
+    the episodes SB3 reset itself, unseeded, cannot be replayed (no np_random state), as README says."""
+    from envrec.replay import verify
+
+    venv = VecRecordTrace(DummyVecEnv([lambda: gym.make("CartPole-v1")] * N_ENVS), tmp_path, name_prefix="v")
+    venv.seed(11)
+    venv.reset()
+    for a in np.random.default_rng(0).integers(0, 2, (60, N_ENVS)):
+        venv.step(a)
+    venv.close()
+    verdicts = verify(tmp_path)
+    firsts = [v for v in verdicts if v.episode_id == 0]
+    assert sorted(v.recording for v in firsts) == ["v.env0", "v.env1"]
+    assert all(v.status == "reproduced" and v.start == "seed" and v.steps > 0 for v in firsts), firsts
+    assert {v.status for v in verdicts if v.episode_id != 0} == {"cannot_replay"}
