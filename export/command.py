@@ -11,7 +11,15 @@ __all__ = ["add_parser"]
 
 def add_parser(sub) -> None:
     """Register ``envrec export`` on the CLI's subparsers."""
-    e = sub.add_parser("export", help="export recordings as a Parquet dataset or a Minari dataset")
+    e = sub.add_parser(
+        "export", help="export recordings as a Parquet dataset or a Minari dataset",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Export the recordings in folders (searched recursively) as a Parquet dataset, one partition per\n"
+                    "recording, or as a local Minari dataset, a batch at a time, each batch's CRC-32 checked.",
+        epilog="examples:\n"
+               "  envrec export recordings --parquet cartpole.parquet        needs envrec[arrow]\n"
+               "  envrec export runs/*/traces --minari envrec/cartpole/random-v0 --author me   needs envrec[minari]",
+    )
     e.add_argument("paths", nargs="+", metavar="DIR", help="folders (searched recursively) or globs of recordings")
     to = e.add_mutually_exclusive_group(required=True)
     to.add_argument("--parquet", metavar="OUT", help="write a Parquet dataset, one partition per recording, to the new folder OUT")

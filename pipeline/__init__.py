@@ -100,7 +100,7 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]  # noqa: PLE0604  (the exported names are the keys above, kept once)
 
 if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr__ imports lazily)
-    from . import replay  # noqa: F401
+    from . import doctor, keep, log, replay  # noqa: F401
     from .errors import ClosedError, ConfigError, EnvrecError, RecordError, RecordTooLargeError, SharedMemoryError, WorkerError  # noqa: F401
     from .export import to_arrow  # noqa: F401
     from .formats.compression import Compression  # noqa: F401
@@ -116,7 +116,7 @@ if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr
     from .supervision.signals import close_on_signals  # noqa: F401
 
 
-_SUBPACKAGES = ("replay",)  # ``envrec.replay.verify(...)`` after a bare ``import envrec``
+_SUBPACKAGES = ("replay", "log", "keep", "doctor")  # ``envrec.replay.verify(...)``, ``envrec.keep.best(3)``… after ``import envrec``
 
 
 def __getattr__(name: str):

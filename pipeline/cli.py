@@ -1,4 +1,4 @@
-"""The ``envrec`` command: ``envrec record`` (the main job), ``inspect``, ``export``, ``view``, ``verify`` and ``bench``."""
+"""The ``envrec`` command: ``envrec record`` (the main job), ``inspect``, ``export``, ``view``, ``verify``, ``render``, ``doctor`` and ``bench``."""
 
 from __future__ import annotations
 
@@ -266,18 +266,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"envrec {__version__}")
     sub = p.add_subparsers(dest="command")
     _add_record(sub)
-    i = sub.add_parser("inspect", help="summarize a folder of traces and check its files")
+    i = sub.add_parser(
+        "inspect", help="summarize a folder of traces and check its files",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Summarize every recording in a folder (episodes, lengths, returns, compression, clips, verify's\n"
+                    "verdicts) and check that each file its manifest names is present and complete. Exit status 1\n"
+                    "when one is missing or damaged, 2 when the folder cannot be read.",
+        epilog="examples:\n"
+               "  envrec inspect recordings\n"
+               "  envrec inspect recordings --list 50              list the first 50 episodes",
+    )
     i.add_argument("directory")
     i.add_argument("--list", type=int, default=10, metavar="N", help="list the first N episodes (default 10)")
     i.set_defaults(func=_inspect)
     from envrec.export.command import add_parser as add_export
     from envrec.viewer.command import add_parser as add_view
 
+    from .doctor.command import add_parser as add_doctor
     from .replay.command import add_parser as add_replay
 
     add_export(sub)
     add_view(sub)
     add_replay(sub)
+    add_doctor(sub)
     b = sub.add_parser(
         "bench", help="measure what recording costs an environment, side by side",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -175,6 +175,11 @@ def _viewer(folder: str) -> list:
     catalog = Catalog(folder)
     index = catalog.index()
     json.dumps(index, allow_nan=False)  # what the server sends
+    summary = catalog.summary()  # the lazy index the pages use: summaries, then each recording's page
+    json.dumps(summary, allow_nan=False)
+    for r in summary["recordings"]:
+        json.dumps(catalog.episodes(r["name"], 0, 1000, "-length"), allow_nan=False)
+    json.dumps(catalog.clips(), allow_nan=False)
     for ep in index["episodes"]:
         try:
             json.dumps(catalog.episode(ep["recording"], ep["episode_id"]), allow_nan=False)

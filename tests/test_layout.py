@@ -3,7 +3,9 @@
 Rooms of ``envrec`` (pipeline/): the leaves at the top (``errors``, ``option_checks``,
 ``version``), ``formats`` (what is on disk), ``contract`` (what both processes share),
 ``record`` and ``supervision`` (the env side), ``read`` (the read side), ``replay`` (replays
-recordings: it may use the env and read sides, not the public face), ``bench``, and the
+recordings: it may use the env and read sides, not the public face), ``log`` (clips to TensorBoard
+and W&B: only ``formats``), ``bench``, ``doctor`` (checks
+this machine with every room's own calls but the workers' and the public face's), and the
 public face at the top (``__init__``, ``cli``, ``options``, ``env_ids``, ``ray``).
 ``envrec.workers`` (workers/) is the worker side; ``envrec.export`` and ``envrec.viewer`` read.
 """
@@ -24,6 +26,10 @@ MAY_IMPORT = {
     "envrec.workers": ("envrec.contract", "envrec.formats"),
     "envrec.replay": ("envrec.read", "envrec.record", "envrec.formats", "envrec.supervision"),
     "envrec.sb3": ("envrec.record", "envrec.supervision", "envrec.formats"),
+    "envrec.log": ("envrec.formats",),  # the loggers take a clip's file and metadata, nothing of the recorders
+    # envrec doctor checks what every other room does, with their own calls; never the worker side or the public face
+    "envrec.doctor": ("envrec.contract", "envrec.formats", "envrec.record", "envrec.supervision", "envrec.read",
+                      "envrec.replay", "envrec.env_ids", "envrec.options"),
 }
 
 
@@ -134,7 +140,8 @@ def test_no_import_cycle():
 def test_the_rule_sees_the_rooms():
     """The rule is not vacuous: every room exists and has modules, and workers import both shared rooms."""
     graph = _graph()
-    for room in ("envrec.formats", "envrec.contract", "envrec.record", "envrec.supervision", "envrec.read", "envrec.bench"):
+    for room in ("envrec.formats", "envrec.contract", "envrec.record", "envrec.supervision", "envrec.read", "envrec.bench",
+                 "envrec.doctor"):
         assert sum(_under(m, room) for m in graph) >= 3, room
     imported = set().union(*(ts for m, ts in graph.items() if _under(m, "envrec.workers")))
     assert any(_under(t, "envrec.contract") for t in imported) and any(_under(t, "envrec.formats") for t in imported)

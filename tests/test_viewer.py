@@ -48,11 +48,14 @@ def test_index_lists_recordings_episodes_and_their_clips(served):
     assert status == 200 and headers["Content-Type"] == "application/json"
     doc = json.loads(body)
     episodes = list(envrec.TraceReader(root))
-    assert [(e["episode_id"], e["length"], e["return"], e["ended_by"]) for e in doc["episodes"]] == [
+    recording = doc["recordings"][0]
+    listed = json.loads(get(server, f"/api/episodes?recording={recording['name']}")[2])["episodes"]
+    assert [(e["episode_id"], e["length"], e["return"], e["ended_by"]) for e in listed] == [
         (e.episode_id, e.length, e.total_reward, e.ended_by) for e in episodes]
-    assert all(e["clip"] == f"{_clip_prefix(root)}-episode-{e['episode_id']}" for e in doc["episodes"])
-    assert doc["recordings"][0]["steps"] == sum(e.length for e in episodes) and doc["recordings"][0]["complete"]
-    assert len(doc["clips"]) == 3 and all(c["url"].startswith("/files/") and not c["broken"] for c in doc["clips"])
+    assert all(e["clip"] == f"{_clip_prefix(root)}-episode-{e['episode_id']}" for e in listed)
+    assert recording["steps"] == sum(e.length for e in episodes) and recording["complete"] and recording["state"] == "complete"
+    clips = json.loads(get(server, "/api/clips")[2])["clips"]
+    assert doc["clips"] == len(clips) == 3 and all(c["url"].startswith("/files/") and not c["broken"] for c in clips)
     for page in ("/", "/episode", "/static/viewer.js", "/static/style.css"):
         assert get(server, page)[0] == 200
 
@@ -102,7 +105,7 @@ def test_a_long_episode_is_downsampled_min_max_and_fast(tmp_path):
     rec.close()
     server = ViewerServer(tmp_path).start()
     try:
-        get(server, "/api/index")
+        get(server, f"/api/episodes?recording={rec.prefix}")  # the index page lists it before it is opened
         t0 = time.perf_counter()
         status, _, body = get(server, f"/api/episode?recording={rec.prefix}&episode=0&width=1000")
         took = time.perf_counter() - t0
@@ -167,7 +170,7 @@ def test_cli_serves_until_interrupted(tmp_path):
         assert "http://127.0.0.1:" in line, line
         port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        conn.request("GET", "/api/index")
+        conn.request("GET", "/api/episodes")
         assert len(json.loads(conn.getresponse().read())["episodes"]) == 1
         conn.request("GET", "/api/index", headers={"Host": f"viewer.example:{port}"})
         assert conn.getresponse().read().startswith(b'{"root"')  # the --allow-host name is answered
@@ -227,8 +230,9 @@ def test_a_damaged_batch_is_an_error_row_and_the_rest_of_the_index_works(tmp_pat
         assert sorted(errors) == [bad, "other.manifest.json"]
         assert "other.manifest.json: not JSON" in errors["other.manifest.json"] and "bytes, the manifest says" in errors[bad]
         listed = sum(b["len"] for b in batches) - batches[1]["len"]
-        assert len(doc["episodes"]) == listed
-        first, last = doc["episodes"][0], doc["episodes"][-1]
+        rows = json.loads(get(server, "/api/episodes?recording=cp")[2])["episodes"]
+        assert doc["recordings"][0]["episodes"] == len(rows) == listed
+        first, last = rows[0], rows[-1]
         assert get(server, f"/api/episode?recording={first['recording']}&episode={first['episode_id']}")[0] == 200
         last_batch = batches[-1]["fn"]
         (tmp_path / last_batch).write_text('{"episodes": [{"observations": 1}]}')  # damaged after the index listed it

@@ -83,6 +83,7 @@ def test_episode_page_plays_the_clip_with_a_cursor_that_follows_and_seeks(record
         assert rows.count() == len(episodes)
         page.click("#episodes th[data-key='length']")
         page.click("#episodes th[data-key='length']")  # descending: the longest first
+        page.wait_for_selector("body[data-episodes-sort='-length']")  # sorted by the server: the page is drawn again
         assert rows.first.get_attribute("data-episode") == str(longest.episode_id)
 
         rows.first.locator("a").click()

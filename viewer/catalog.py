@@ -20,6 +20,11 @@ listed as two, told apart by ``first_step`` (``/api/episode?...&first_step=K``).
 What cannot be read (a folder whose manifest is damaged, a damaged batch,
 unreadable clip metadata) is listed in the index's ``damaged`` rows, each
 with its file and reason, and left out; the rest is listed as usual.
+
+The pages use the lazy index (``summary``, ``episodes``, ``clips``:
+``envrec.viewer.listing``), which reads a recording's batches only when its
+episodes are asked for and says which recordings are live
+(``envrec.viewer.live``); ``index()`` is the full scan, every episode at once.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from dataclasses import dataclass
+import time
 from typing import Any
 
 import numpy as np
@@ -35,53 +40,49 @@ import numpy as np
 from envrec.errors import TraceError
 from envrec.export.sources import RecordingSource, find_recordings
 from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
-from envrec.formats.part_checks import part_of
 from envrec.formats.trace_format import BatchEntry
 from envrec.read.batch_files import BatchFiles
 from envrec.read.reader import Damaged
-from envrec.read.stitch import check_follows, joins, recording_ended, settled, stitch
+from envrec.read.stitch import check_follows, settled, stitch
 
+from .listing import CLIP_SORTS, EPISODE_SORTS, Listing, page
+from .live import STALE_AFTER_S, State
+from .pieces import NotFound, Where, build, clip_json, settle, summary_of
 from .series import MAX_SERIES, Columns, downsample
 from .verdict_marks import VerdictMarks
 
 __all__ = ["Catalog", "NotFound"]
 
 DEFAULT_OBS_DIMS = 4  # observation dimensions plotted when the user has not chosen
-
-
-class NotFound(LookupError):
-    """No such recording, episode or dimension (the server answers 404)."""
-
-
-@dataclass
-class _Where:
-    source: RecordingSource
-    parts: list[tuple[BatchEntry, int]]  # each part's batch and place in it
-    summary: dict[str, Any]
-    after: BatchEntry | None = None  # the batch after its last part's (how it ended: stitch.settled)
+REFRESH_EVERY_S = 1.0  # an episode's requests walk the folder for new clips at most this often
 
 
 class Catalog:
-    """The recordings under ``root`` for the viewer's pages; thread-safe, re-scanned on each index request."""
+    """The recordings under ``root`` for the viewer's pages; thread-safe, re-scanned (what changed) on each request.
 
-    def __init__(self, root: str) -> None:
+    Args:
+        root: the folder of recordings and clips (searched recursively).
+        stale_after_s: the staleness timeout of ``envrec.viewer.live`` (a recording never finalized reads
+            ``interrupted`` once nothing of it changed this long and no worker of it runs here).
+    """
+
+    def __init__(self, root: str, stale_after_s: float = STALE_AFTER_S) -> None:
         self.root = os.path.realpath(root)
         self.verdicts = VerdictMarks(root, self.root)  # the render command names the folder as given
         self._lock = threading.Lock()
         self._summaries: dict[tuple[str, str], list[dict]] = {}  # (folder, batch json) -> its episodes' summaries
-        self._where: dict[tuple[str, int], list[_Where]] = {}  # (recording, episode id) -> its pieces, oldest first
         self._clips: list[tuple[str, ClipMeta]] = []
+        self.listing = Listing(self.root, self.verdicts, stale_after_s)
 
     # -- index -------------------------------------------------------------
     def index(self) -> dict[str, Any]:
-        """Recordings, episodes and clips, as the index page lists them."""
+        """Recordings, episodes and clips, every one at once: the full scan (the pages use ``summary`` and ``episodes``)."""
         with self._lock:
             return self._scan()
 
     def _scan(self) -> dict[str, Any]:
         """The index, the lock held by the caller."""
         damaged: list[Damaged] = []
-        self._where = {}
         try:
             sources = find_recordings(self.root, verify=False, damaged=damaged)
         except TraceError:
@@ -110,7 +111,7 @@ class Catalog:
                 key = (src.directory, entry["fn"])
                 if key not in self._summaries:
                     try:
-                        self._summaries[key] = [_summary(raw) for raw in files.load(entry, src.manifest)]
+                        self._summaries[key] = [summary_of(raw) for raw in files.load(entry, src.manifest)]
                     except TraceError as exc:
                         damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, entry["fn"]), self.root), str(exc)))
                         continue  # not cached: a batch being repaired is read again at the next index
@@ -123,36 +124,61 @@ class Catalog:
             files.close()
         out = []
         for piece in pieces:
-            self._where.setdefault((src.name, piece.summary["episode_id"]), []).append(piece)
             s = piece.summary
             clip = self._clip_for(src, s["episode_id"], s["first_step"] + s["length"])
             out.append({"recording": src.name, **s, "clip": clip[1]["name"] if clip else None,
                         **self.verdicts.episode(src.name, s["episode_id"])})
         return out
 
-    def _pieces(self, src: RecordingSource, kept: list[BatchEntry]) -> list[_Where]:
+    def _pieces(self, src: RecordingSource, kept: list[BatchEntry]) -> list[Where]:
         """The recording's episodes (pieces of one, when a damaged part split it), stitched from the kept batches."""
-        pieces: list[_Where] = []
-        for k, (entry, joined) in enumerate(zip(kept, joins(kept), strict=True)):
-            for i, s in enumerate(self._summaries[(src.directory, entry["fn"])]):
-                if i == 0 and joined and pieces and pieces[-1].summary["episode_id"] == s["episode_id"]:
-                    _extend(pieces[-1], entry, s)
-                else:
-                    pieces.append(_Where(src, [(entry, i)], dict(s, parts=1)))
-                pieces[-1].after = kept[k + 1] if k + 1 < len(kept) else None
-        return pieces
+        return build(src, kept, lambda entry: self._summaries[(src.directory, entry["fn"])])
 
-    def _settle(self, piece: _Where, files: BatchFiles) -> None:
-        """How an episode whose last part continues ended, when something came after it (``stitch.settled``)."""
-        entry, position = piece.parts[-1]
-        if recording_ended(piece.source.manifest, entry, piece.after) is None:
-            return
-        try:
-            last = files.episode(piece.source.manifest, 0, files.load(entry, piece.source.manifest)[position])
-        except TraceError:
-            return  # listed damaged when its plots are asked for
-        last = settled(last, piece.source.manifest, entry, piece.after)
-        piece.summary.update(ended_by=last.ended_by, complete=last.complete)
+    def _settle(self, piece: Where, files: BatchFiles) -> None:
+        settle(piece, files)
+
+    # -- the index at scale (envrec.viewer.listing) ------------------------------------
+    def summary(self) -> dict[str, Any]:
+        """``/api/index``: each recording's summary (counts, totals, live state), from the manifests; clips counted."""
+        with self._lock:
+            self.listing.refresh()
+            now = time.time()
+            recordings = [self.listing.summary(h, now) for h in self.listing.heads()]
+            return {"root": self.root, "recordings": recordings, "episodes": sum(r["episodes"] for r in recordings),
+                    "clips": len(self.listing.clip_rows()), "stale_after_s": self.listing.stale_after_s,
+                    "live": any(r["state"] == State.RECORDING for r in recordings),
+                    "damaged": [{"file": d.file, "error": d.reason} for d in self.listing.damaged()]}
+
+    def episodes(self, recording: str | None = None, offset: int = 0, limit: int = 100, sort: str | None = None) -> dict[str, Any]:
+        """``/api/episodes``: a page of a recording's episodes (of every recording when ``recording`` is None).
+
+        Args:
+            recording: the recording's name, as ``summary`` lists it.
+            offset: the first row of the page.
+            limit: rows in the page (1 to ``listing.MAX_PAGE``).
+            sort: a column of ``listing.EPISODE_SORTS``, ``-`` before it for descending (default: ``episode_id``, in
+                recording order).
+
+        Raises:
+            NotFound: no such recording.
+            ConfigError: a bad offset, limit or sort.
+        """
+        with self._lock:
+            if recording is None:
+                self.listing.refresh()
+                heads = self.listing.heads()
+            else:
+                heads = [self.listing.recording(recording)]
+            rows = [row for h in heads for row in self.listing.episode_rows(h, self.listing.state(h)["state"])]
+            found = page(rows, offset, limit, sort or None, EPISODE_SORTS, "recording" if recording is None else "episode_id")
+            return {"recording": recording, **{k: v for k, v in found.items() if k != "rows"}, "episodes": found["rows"]}
+
+    def clips(self, offset: int = 0, limit: int = 100, sort: str | None = None) -> dict[str, Any]:
+        """``/api/clips``: a page of the clips under the folder (``sort``: a column of ``listing.CLIP_SORTS``)."""
+        with self._lock:
+            self.listing.refresh()
+            found = page(self.listing.clip_rows(), offset, limit, sort or None, CLIP_SORTS, "folder")
+            return {**{k: v for k, v in found.items() if k != "rows"}, "clips": found["rows"]}
 
     # -- clips ---------------------------------------------------------------
     def _find_clips(self, damaged: list[Damaged]) -> list[tuple[str, ClipMeta]]:
@@ -180,14 +206,7 @@ class Catalog:
         return None
 
     def _clip_json(self, folder: str, meta: ClipMeta) -> dict[str, Any]:
-        path = meta.get("path")
-        return {
-            "name": meta["name"], "episode_id": meta.get("episode_id"), "fps": meta.get("fps"),
-            "frames": meta.get("frames_written"), "broken": bool(meta.get("broken")), "reason": meta.get("reason"),
-            "kind": "ansi" if meta.get("content_type") == "application/x-asciicast" else "video",
-            "url": _file_url(os.path.relpath(os.path.join(folder, path), self.root)) if path else None,
-            "folder": os.path.relpath(folder, self.root),
-        }
+        return clip_json(self.root, folder, meta)
 
     # -- one episode -----------------------------------------------------------
     def episode(self, recording: str, episode_id: int, width: int = 800, obs_dims: list[int] | None = None,
@@ -195,14 +214,12 @@ class Catalog:
         """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled.
         ``first_step`` picks one of the pieces of an episode split by a damaged part (default: the first)."""
         with self._lock:
-            where = self._piece(recording, episode_id, first_step)
-            if where is None:  # committed since the last index, perhaps
-                self._scan()
-                where = self._piece(recording, episode_id, first_step)
+            self.listing.refresh(REFRESH_EVERY_S)  # a clip may have come since the last page (piece re-stats its manifest)
+            where = self.listing.piece(recording, episode_id, first_step)
             if where is None:
                 raise NotFound(f"no episode {episode_id} in recording {recording!r}"
                                + (f" from step {first_step}" if first_step is not None else ""))
-            clip = self._clip_for(where.source, episode_id, where.summary["first_step"] + where.summary["length"])
+            clip = self.listing.clip_for(where.source, episode_id, where.summary["first_step"] + where.summary["length"])
             marks = self.verdicts.episode(recording, episode_id, full=True, clip=clip is not None)
         files = BatchFiles(where.source.directory)
         try:
@@ -216,10 +233,6 @@ class Catalog:
             return {**self._episode_json(recording, ep, width, obs_dims, clip), **marks}
         finally:
             files.close()
-
-    def _piece(self, recording: str, episode_id: int, first_step: int | None) -> _Where | None:
-        pieces = self._where.get((recording, episode_id), [])
-        return next((p for p in pieces if first_step is None or p.summary["first_step"] == first_step), None)
 
     def _episode_json(self, recording: str, ep, width: int, obs_dims: list[int] | None, clip) -> dict[str, Any]:
         width = max(50, min(int(width), 4000))
@@ -253,30 +266,3 @@ class Catalog:
 def _shifted(s: dict[str, Any], by: int) -> dict[str, Any]:
     s["x"] = [x + by for x in s["x"]]
     return s
-
-
-def _summary(raw: dict) -> dict[str, Any]:
-    ret = raw.get("return")
-    _, first_step, _ = part_of(raw)
-    return {
-        "episode_id": raw.get("episode_id"), "length": raw.get("length", 0),
-        "return": ret if isinstance(ret, int | float) and np.isfinite(ret) else None,
-        "ended_by": raw.get("ended_by", "unknown"), "complete": raw.get("complete", True),
-        "first_step": first_step,
-    }
-
-
-def _extend(piece: _Where, entry: BatchEntry, s: dict[str, Any]) -> None:
-    """Add the next part (``s``, the first record of ``entry``) to a piece of an episode."""
-    piece.parts.append((entry, 0))
-    t = piece.summary
-    t["length"] += s["length"]
-    total = t["return"] + s["return"] if t["return"] is not None and s["return"] is not None else None
-    t["return"] = total if total is not None and np.isfinite(total) else None
-    t.update(ended_by=s["ended_by"], complete=s["complete"], parts=t["parts"] + 1)
-
-
-def _file_url(rel: str) -> str:
-    from urllib.parse import quote
-
-    return "/files/" + "/".join(quote(part, safe="") for part in rel.split(os.sep))

@@ -21,6 +21,12 @@ A folder may be a stranger's, so the server trusts nothing in it:
 * Each connection times out after ``REQUEST_TIMEOUT_S`` without a byte, and
   at most ``MAX_CONNECTIONS`` are served at once; more are closed unanswered.
 
+The JSON: ``/api/index`` (each recording's summary and live state:
+``Catalog.summary``), ``/api/episodes?recording=R&offset=0&limit=100&sort=-length``
+and ``/api/clips?offset=&limit=&sort=`` (pages: ``Catalog.episodes``,
+``Catalog.clips``), ``/api/episode?recording=R&episode=N`` (plot data). A bad
+parameter is answered 400 with what it must be.
+
 Byte ranges (``Range: bytes=a-b``, ``a-``, ``-n``) are answered 206, which
 browsers need to seek in an MP4. ``refused`` counts what each check refused.
 """
@@ -39,10 +45,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from envrec.errors import TraceError
+from envrec.errors import ConfigError, TraceError
 from envrec.formats.inside import open_inside
 
 from .catalog import Catalog, NotFound
+from .live import STALE_AFTER_S
 
 __all__ = ["CLIP_TYPES", "ViewerServer"]
 
@@ -58,6 +65,7 @@ DATA_CSP = "default-src 'none'; sandbox; frame-ancestors 'none'"
 CHUNK = 1 << 16
 REQUEST_TIMEOUT_S = 20.0  # an idle connection (or one sending a byte at a time) frees its thread this late
 MAX_CONNECTIONS = 16  # served at once: a browser opens ~6 per host; more are closed unanswered
+DEFAULT_PAGE = 100  # rows of a page of episodes or clips when the request does not say
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
 
@@ -69,13 +77,20 @@ class ViewerServer(ThreadingHTTPServer):
         host: the address to bind (default 127.0.0.1: this machine only).
         port: the port (0: any free port; see ``url``).
         allow_hosts: more names the ``Host`` header may give (the machine's name when bound to 0.0.0.0).
+        stale_after_s: seconds without a change after which a recording whose manifest was never finalized, and
+            none of whose workers runs here, reads ``interrupted`` (``envrec.viewer.live``; default 30).
+
+    Raises:
+        ConfigError: ``stale_after_s`` is not a number of seconds > 0.
     """
 
     daemon_threads = True
 
     def __init__(self, root: str | os.PathLike, host: str = "127.0.0.1", port: int = 0,
-                 allow_hosts: list[str] | tuple[str, ...] = ()) -> None:
-        self.catalog = Catalog(os.fspath(root))
+                 allow_hosts: list[str] | tuple[str, ...] = (), stale_after_s: float = STALE_AFTER_S) -> None:
+        if not isinstance(stale_after_s, int | float) or isinstance(stale_after_s, bool) or not stale_after_s > 0:
+            raise ConfigError(f"stale_after_s must be a number of seconds > 0, not {stale_after_s!r}")
+        self.catalog = Catalog(os.fspath(root), float(stale_after_s))
         self.root = self.catalog.root
         super().__init__((host, port), _Handler)
         self.host_names = _host_names(host, str(self.server_address[0]), allow_hosts)
@@ -168,7 +183,12 @@ class _Handler(BaseHTTPRequestHandler):
                 kind = STATIC_TYPES.get(os.path.splitext(name)[1], "application/octet-stream")
                 self._send_file(os.path.join(STATIC_DIR, name), head, kind, PAGE_CSP)
             elif raw_path == "/api/index":
-                self._send_json(self.server.catalog.index(), head)
+                self._send_json(self.server.catalog.summary(), head)
+            elif raw_path == "/api/episodes":
+                q = parse_qs(query)
+                self._send_json(self.server.catalog.episodes(_one(q, "recording"), *_paging(q)), head)
+            elif raw_path == "/api/clips":
+                self._send_json(self.server.catalog.clips(*_paging(parse_qs(query))), head)
             elif raw_path == "/api/episode":
                 self._send_json(self._episode(parse_qs(query)), head)
             elif raw_path.startswith("/files/"):
@@ -305,6 +325,27 @@ def _parse_range(header: str, size: int) -> tuple[int, int] | None:
     start = int(m.group(1))
     end = min(int(m.group(2)), size - 1) if m.group(2) else size - 1
     return (start, end) if start < size and start <= end else None
+
+
+def _one(q: dict[str, list[str]], name: str) -> str | None:
+    """A query parameter given at most once; ``ConfigError`` (400) when repeated."""
+    values = q.get(name)
+    if values is None:
+        return None
+    if len(values) > 1:
+        raise ConfigError(f"{name} is given {len(values)} times: give it once")
+    return values[0]
+
+
+def _paging(q: dict[str, list[str]]) -> tuple[int, int, str | None]:
+    """``offset``, ``limit`` and ``sort`` of a page request (``offset=0&limit=100`` when not given)."""
+    out = []
+    for name, default in (("offset", 0), ("limit", DEFAULT_PAGE)):
+        text = _one(q, name)
+        if text is not None and not re.fullmatch(r"[0-9]{1,9}", text.strip()):
+            raise ConfigError(f"{name} must be a whole number >= 0, not {text[:40]!r}")
+        out.append(default if text is None else int(text))
+    return out[0], out[1], _one(q, "sort")
 
 
 def _static_names() -> set[str]:

@@ -4,6 +4,8 @@ After each clip is complete on disk (video and ``.meta.json``), the oldest
 clips of the same recorder are deleted until both limits hold; the newest
 clip is never deleted. A clip's metadata goes first (it is what names the
 video), then the video, so no reader sees metadata naming a missing file.
+A clip whose metadata someone else deleted (the env side evicting it for
+``envrec.keep.best``, or a user) no longer counts against the limits.
 A successor encoder finds its recorder's earlier clips by the ``recorder``
 key of their metadata.
 """
@@ -73,6 +75,7 @@ class ClipBudget:
         """Delete the oldest clips until the limits hold; returns (clips, bytes) deleted by this call."""
         if not self.active:
             return 0, 0
+        self._forget_deleted()
         n = nbytes = 0
         while len(self.clips) > 1 and (
             (self.keep_last is not None and len(self.clips) > self.keep_last)
@@ -94,6 +97,13 @@ class ClipBudget:
                 self.max_bytes, self.keep_last, n, nbytes, len(self.clips), self.bytes,
             )
         return n, nbytes
+
+    def _forget_deleted(self) -> None:
+        """Drop the clips whose metadata is gone: deleted by another hand, they hold no room (one stat a clip)."""
+        kept = deque(c for c in self.clips if os.path.lexists(os.path.join(self.folder, c.meta)))
+        if len(kept) != len(self.clips):
+            self.bytes = sum(c.bytes for c in kept)
+            self.clips = kept
 
 
 def _size(path: str) -> int:

@@ -1,16 +1,20 @@
-"""Env side: what the video recorder knows of the clip it records, and the metadata of a clip whose
-encoder failed before writing it."""
+"""Env side: what the video recorder knows of the clip it records, the metadata of a clip whose
+encoder failed before writing it, and the deletion of a clip evicted after it was kept (``envrec.keep``)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..formats.clip_meta import ClipMeta, meta_path, write_clip_meta
+from ..errors import ConfigError
+from ..formats.clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_meta
+from ..formats.trace_format import check_prefix
 from .packer import RecordPacker
 
-__all__ = ["ClipState", "write_broken_meta"]
+__all__ = ["ClipState", "delete_clip_files", "mark_evicted", "write_broken_meta"]
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +32,7 @@ class ClipState:
     dropped: int = 0
     broken: str | None = None
     keep: bool = True
+    evicted: bool = False  # kept when it ended, evicted since: its files go once the encoder has finished it
     blocked_at_start: float = 0.0
     calls_at_start: tuple[int, int] = (0, 0)
     packer: RecordPacker | None = None  # once a frame went through: the fast path for frames like it
@@ -60,3 +65,50 @@ def write_broken_meta(folder: str, clip: ClipState, reason: str | None) -> None:
         write_clip_meta(path, meta)
     except OSError as exc:  # never into the env's step; the stream is already reported broken
         logger.error("envrec: could not write the metadata of broken clip %s: %s", clip.name, exc)
+
+
+def mark_evicted(clips: Iterable[ClipState], name: str) -> bool:
+    """Mark the newest of ``clips`` (sent, not yet reported finished) named ``name`` evicted; False if none is."""
+    pending = next((c for c in reversed(list(clips)) if c.name == name), None)
+    if pending is not None:
+        pending.evicted = True
+    return pending is not None
+
+
+def delete_clip_files(folder: str, name: str, recorder: str) -> bool:
+    """Delete finished clip ``name``'s ``NAME.meta.json`` and the video it names; True if they were there.
+
+    Only those two files in ``folder``, and only when the metadata is this
+    clip's: it names ``name`` and ``recorder`` (the env process's own
+    metadata of a broken clip names no recorder), and its video is
+    ``NAME.mp4`` or ``NAME.cast``. The metadata goes first, as disk budgets
+    do: no reader sees metadata naming a missing video. Never raises.
+
+    Args:
+        folder: the recorder's folder.
+        name: the clip's name (a plain file name, ``check_prefix``'s; any other deletes nothing).
+        recorder: the recorder's id (``VideoRecorder.recorder_id``).
+    """
+    try:
+        check_prefix(name)
+    except ConfigError:
+        logger.warning("envrec: %r is not a clip name (it could leave the folder): nothing deleted", name)
+        return False
+    path = meta_path(folder, name)
+    try:
+        meta = read_clip_meta(path)
+    except (OSError, ValueError):
+        return False  # gone already (a disk budget took it), or not a clip's metadata: nothing of this clip's
+    if meta.get("name") != name or meta.get("recorder", recorder) != recorder:
+        logger.warning("envrec: %s is not the metadata of this recorder's clip %s: left in place", path, name)
+        return False
+    video = meta.get("path")
+    try:
+        os.unlink(path)
+        if video in (name + ".mp4", name + ".cast"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, video))
+    except OSError as exc:
+        logger.error("envrec: could not delete evicted clip %s: %s", name, exc)
+        return False
+    return True

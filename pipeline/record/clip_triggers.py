@@ -8,16 +8,19 @@ for its own encoder (``gymnasium.utils.save_video`` imports moviepy).
 ones": failures (``lambda o: o.terminated``), the best (``lambda o:
 o.episode_return > 400``), the long ones. It is called in the env process
 when a clip ends; a clip it refuses is deleted by the encoder worker and
-counted in ``clips_discarded``.
+counted in ``clips_discarded``. A ``keep_if`` that remembers earlier clips
+(``envrec.keep.best(k)``: the k best of the run) is a ``ClipKeeper``: the
+recorder attaches itself to it, so that it can evict a clip it kept earlier
+(``VideoRecorder.evict_clip``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, SupportsFloat
+from typing import Any, Protocol, SupportsFloat
 
-__all__ = ["EpisodeOutcome", "KeepIf", "OutcomeTracker", "capped_cubic_video_schedule"]
+__all__ = ["ClipKeeper", "EpisodeOutcome", "Evictor", "KeepIf", "OutcomeTracker", "capped_cubic_video_schedule"]
 
 
 def capped_cubic_video_schedule(episode_id: int) -> bool:
@@ -43,6 +46,8 @@ class EpisodeOutcome:
         truncated: the last step's ``truncated`` (both False for a clip ended
             mid-episode, by ``video_length``, a step trigger or ``close()``).
         info: the last step's info (the reset's before any step). Default ``{}``.
+        clip: the name of the clip that ends (``rl-video-episode-3``; its files are
+            ``NAME.mp4`` and ``NAME.meta.json``). Default None (an outcome made by hand).
     """
 
     episode_id: int
@@ -51,6 +56,7 @@ class EpisodeOutcome:
     terminated: bool
     truncated: bool
     info: dict = field(default_factory=dict)
+    clip: str | None = None
 
 
 KeepIf = Callable[[EpisodeOutcome], bool]
@@ -74,9 +80,39 @@ class OutcomeTracker:
         self._length += 1
         self._last = (bool(terminated), bool(truncated), info)
 
-    def outcome(self) -> EpisodeOutcome:
+    def outcome(self, clip: str | None = None) -> EpisodeOutcome:
         terminated, truncated, info = self._last
-        return EpisodeOutcome(self.episode_id, self._return, self._length, terminated, truncated, info)
+        return EpisodeOutcome(self.episode_id, self._return, self._length, terminated, truncated, info, clip)
+
+
+class Evictor(Protocol):
+    """What a ``ClipKeeper`` is attached to: a ``VideoRecorder`` (or ``envrec.keep.any_of``, which shares one)."""
+
+    def evict_clip(self, name: str) -> None: ...
+
+
+class ClipKeeper:
+    """A ``keep_if`` with memory (``envrec.keep.best``, ``worst``, ``any_of``): it may evict clips it kept earlier.
+
+    ``RecordVideo`` calls ``attach(recorder)`` once, before the first clip;
+    the keeper then calls ``recorder.evict_clip(name)`` for a clip it no
+    longer keeps. One keeper serves one recorder: attaching it to a second
+    one raises ``ConfigError`` (its ranking would mix two runs).
+    """
+
+    def attach(self, evictor: Evictor) -> None:
+        """Take ``evictor`` as the recorder whose clips this keeper decides on.
+
+        Args:
+            evictor: the recorder (its ``evict_clip(name)`` deletes a finished clip's files).
+
+        Raises:
+            ConfigError: this keeper is attached to another recorder already.
+        """
+        raise NotImplementedError
+
+    def __call__(self, outcome: EpisodeOutcome) -> bool:
+        raise NotImplementedError
 
 
 def decide(keep_if: KeepIf | None, outcome: EpisodeOutcome) -> bool:

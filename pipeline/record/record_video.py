@@ -16,7 +16,7 @@ from ..formats.trace_format import PREFIX, check_prefix
 from ..option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
 from ..options import StreamOptions
 from ..supervision.stream import warn_start_method
-from .clip_triggers import KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
+from .clip_triggers import ClipKeeper, KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
 from .headless import headless_display
 from .video import ClipCallback, VideoRecorder
 
@@ -82,6 +82,9 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         keep_if: ``keep_if(outcome) -> bool``, asked when a clip ends with the
             ``EpisodeOutcome`` of the episode it ends in; a clip it refuses
             is deleted by the encoder (``clips_discarded``). Default: keep all.
+            Presets: ``envrec.keep.best(k)``, ``worst(k)`` (the k best/worst of
+            the run: a clip kept earlier is deleted when it drops out, also
+            counted in ``clips_discarded``), ``failures()``, ``successes()``.
         options: a ``StreamOptions``; its fields may also come as keyword
             arguments (``**stream_options``), which win.
         start_method: deprecated and ignored (a ``DeprecationWarning``).
@@ -161,6 +164,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         )
         self._outcome = OutcomeTracker()
         self._text = env.render_mode == "ansi"
+        self._attach_keeper(keep_if)
 
     def _set_triggers(self, episode_trigger, step_trigger, video_length: int, gc_trigger, keep_if: KeepIf | None) -> None:
         """Gymnasium's defaults (the capped-cubic episode schedule)."""
@@ -171,6 +175,15 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.video_length: int | float = video_length if video_length != 0 else float("inf")
         self.gc_trigger = gc_trigger
         self.keep_if = keep_if
+
+    def _attach_keeper(self, keep_if: KeepIf | None) -> None:
+        """A ``ClipKeeper`` (``envrec.keep.best``) learns its recorder; one on a second recorder is refused."""
+        if isinstance(keep_if, ClipKeeper):
+            try:
+                keep_if.attach(self.recorder)
+            except BaseException:
+                self.recorder.close()  # its worker is not left running
+                raise
 
     def _capture_frame(self) -> None:
         assert self.recording, "Cannot capture a frame, recording wasn't started."
@@ -238,10 +251,14 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         assert self.recording, "stop_recording was called, but no recording was started"
         if self.recorded_frames == 0:
             logger.warning("Ignored saving a video as there were zero frames to save.")
-        self.recorder.end_clip(keep=decide(self.keep_if, self._outcome.outcome()))
-        self.recorded_frames = 0
-        self.recording = False
-        self._video_name = None
+        keep = True
+        try:
+            keep = decide(self.keep_if, self._outcome.outcome(self._video_name))
+        finally:  # a keep_if that raises: its clip still ends (kept), so that close() finishes
+            self.recorder.end_clip(keep=keep)
+            self.recorded_frames = 0
+            self.recording = False
+            self._video_name = None
         if self.gc_trigger and self.gc_trigger(self.episode_id):
             gc.collect()
 

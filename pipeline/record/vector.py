@@ -14,7 +14,8 @@ the next one and reset observations land where they belong:
 * disabled: sub-envs are reset by ``reset(options={"reset_mask": mask})``.
 
 ``RecordVectorVideo`` records clips of chosen sub-envs (and optionally one
-tiled clip of all), with triggers counted per sub-env episode.
+tiled clip of all), with triggers counted per sub-env episode, and a
+``keep_if`` asked per sub-env clip (``vector_keep``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Acc
 from ..options import StreamOptions
 from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
-from .clip_triggers import capped_cubic_video_schedule
+from .clip_triggers import KeepIf, capped_cubic_video_schedule
 from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
 
 __all__ = ["RecordVectorTrace", "autoreset_name", "batched_leaves"]
@@ -163,15 +164,7 @@ class RecordVectorTrace(VectorWrapper):
         return obs, info
 
     def record_reset(self, obs, info: dict, *, seed=None, options=None, mask=None) -> None:
-        """Record a reset the vector env did already (how adapters of other vector APIs record: ``envrec.sb3``).
-
-        Args:
-            obs: the batched observations it returned.
-            info: its vector info (Gymnasium's dict of arrays, ``_key`` masks).
-            seed: an int (sub-env I got ``seed + I``), a list of one per sub-env, or None.
-            options: the reset options: one dict for all, a list of one per sub-env, or None.
-            mask: which sub-envs were reset. Default None: all of them.
-        """
+        """Record a reset done already (``envrec.sb3``; ``record_step``: a step): seed/options one for all or one per sub-env."""
         mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
         self._stream.check_open()
         parts: list[Any] = [_as_part(mask, "|b1", (self.num_envs,), "reset_mask")]
@@ -185,18 +178,13 @@ class RecordVectorTrace(VectorWrapper):
         return obs, rewards, terminations, truncations, info
 
     def record_step(self, actions, obs, rewards, terminations, truncations, info: dict) -> None:
-        """Record a step the vector env took already, its autoreset as the env's mode says (see ``record_reset``)."""
         self._steps += 1
         self._stream.check_open()
         n = self.num_envs
-        parts = self._parts(actions, self._act_spec, self._act_leaves, "actions")
-        parts += self._parts(obs, self._obs_spec, self._obs_leaves, "observations")
-        parts += [
-            _as_part(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"),
-            _as_part(terminations, "|b1", (n,), "terminations"),
-            _as_part(truncations, "|b1", (n,), "truncations"),
-            pack_info(info) if info else b"",
-        ]
+        parts = [*self._parts(actions, self._act_spec, self._act_leaves, "actions"),
+                 *self._parts(obs, self._obs_spec, self._obs_leaves, "observations"),
+                 _as_part(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"), _as_part(terminations, "|b1", (n,), "terminations"),
+                 _as_part(truncations, "|b1", (n,), "truncations"), pack_info(info) if info else b""]
         self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, self._steps, parts))
 
     def stats(self) -> dict[str, Any]:
@@ -226,6 +214,12 @@ class RecordVectorTrace(VectorWrapper):
             self.env.close(**kwargs)
 
 
+def _outcomes(keep_if: KeepIf, recorders: dict) -> Any:
+    from .vector_keep import SubEnvOutcomes  # only with a keep_if
+
+    return SubEnvOutcomes(keep_if, recorders)
+
+
 def tile(frames: list[np.ndarray]) -> np.ndarray:
     """One frame showing all sub-envs' frames in a near-square grid (missing cells black)."""
     n = len(frames)
@@ -250,6 +244,7 @@ RECORD_VECTOR_VIDEO_OPTIONS = {
     "fps": optional(POSITIVE_NUMBER),
     "tiled_step_trigger": optional(CALLABLE),
     "tiled_length": POSITIVE_INT,
+    "keep_if": optional(CALLABLE),
 }
 
 
@@ -274,6 +269,11 @@ class RecordVectorVideo(VectorWrapper):
             sub-envs side by side (``NAME_PREFIX-tiled-step-N.mp4``). Default
             None: no tiled clips.
         tiled_length: vector steps per tiled clip. Default 200.
+        keep_if: ``keep_if(outcome) -> bool``, asked when a sub-env's clip
+            ends, with its sub-env's ``EpisodeOutcome`` (``episode_id``: that
+            sub-env's episode count), as ``RecordVideo``'s; ``envrec.keep.best(k)``
+            keeps the k best clips of all recorded sub-envs together. Tiled
+            clips are always kept. Default None: keep all.
         recorder_options: ``VideoRecorder``'s keyword arguments (settings,
             ffmpeg, stream options...), for each recorder; ``max_bytes`` and
             ``keep_last_clips`` hold for each of them.
@@ -295,6 +295,7 @@ class RecordVectorVideo(VectorWrapper):
         fps: float | None = None,
         tiled_step_trigger: Callable[[int], bool] | None = None,
         tiled_length: int = 200,
+        keep_if: KeepIf | None = None,
         **recorder_options: Any,
     ) -> None:
         check_options("RecordVectorVideo", RECORD_VECTOR_VIDEO_OPTIONS, locals())
@@ -316,6 +317,7 @@ class RecordVectorVideo(VectorWrapper):
         fps = fps or env.metadata.get("render_fps", 30)
         folder = os.fspath(video_folder)  # each VideoRecorder checks and creates it, after checking its options
         self.recorders = {j: VideoRecorder(folder, fps=fps, **recorder_options) for j in self.sub_envs}
+        self.outcomes = None if keep_if is None else _outcomes(keep_if, self.recorders)
         self.tiled_step_trigger = tiled_step_trigger
         self.tiled_length = tiled_length
         self.tiled = VideoRecorder(folder, fps=fps, **recorder_options) if tiled_step_trigger else None
@@ -325,12 +327,17 @@ class RecordVectorVideo(VectorWrapper):
         self.done = {j: False for j in self.sub_envs}
         self.step_id = 0
 
-    def _begin_episode(self, j: int) -> None:
+    def _keep(self, j: int) -> bool:
+        return self.outcomes is None or self.outcomes.decide(j)
+
+    def _begin_episode(self, j: int, info: Any = None) -> None:
         rec = self.recorders[j]
         if rec.recording:
-            rec.end_clip()
+            rec.end_clip(keep=self._keep(j))
         self.episode[j] += 1
         self.frames[j] = 0
+        if self.outcomes is not None:
+            self.outcomes.reset(j, self.episode[j], info)
         if self.episode_trigger(self.episode[j]):
             rec.start_clip(f"{self.name_prefix}-env{j}-episode-{self.episode[j]}", episode_id=self.episode[j], sub_env=j)
 
@@ -347,7 +354,7 @@ class RecordVectorVideo(VectorWrapper):
                 rec.add_frame(frames[j], self.step_id)
                 self.frames[j] += 1
                 if self.frames[j] >= self.video_length:
-                    rec.end_clip()
+                    rec.end_clip(keep=self._keep(j))
         if self.tiled is not None and self.tiled.recording:
             self.tiled.add_frame(tile(list(frames)), self.step_id)
             self._tiled_frames += 1
@@ -364,7 +371,7 @@ class RecordVectorVideo(VectorWrapper):
         for j in self.sub_envs:
             if mask is None or mask[j]:
                 self.done[j] = False
-                self._begin_episode(j)
+                self._begin_episode(j, info)
         if self._frames_wanted():
             self._capture(self._render())
         return obs, info
@@ -383,9 +390,11 @@ class RecordVectorVideo(VectorWrapper):
         for j in self.sub_envs:
             ended = bool(terminations[j] or truncations[j])
             if self.autoreset_mode == "NextStep" and self.done[j]:
-                self._begin_episode(j)  # this step reset the sub-env: its frame opens the next episode
-            elif self.autoreset_mode == "SameStep" and ended:
-                self._begin_episode(j)  # already reset within this step: the frame shows the next episode
+                self._begin_episode(j, info)  # this step reset the sub-env: its frame opens the next episode
+            elif self.outcomes is not None:
+                self.outcomes.step(j, rewards[j], terminations[j], truncations[j], info, same_step=self.autoreset_mode == "SameStep")
+            if self.autoreset_mode == "SameStep" and ended:
+                self._begin_episode(j, info)  # already reset within this step: the frame shows the next episode
                 ended = False
             self.done[j] = ended
         if self._frames_wanted():
@@ -400,7 +409,12 @@ class RecordVectorVideo(VectorWrapper):
 
     def close(self, **kwargs) -> None:
         try:
-            for rec in [*self.recorders.values(), *([self.tiled] if self.tiled else [])]:
-                rec.close()
+            try:
+                for j, rec in self.recorders.items():
+                    if rec.recording and not rec.closed:
+                        rec.end_clip(keep=self._keep(j))  # decided on its episode so far
+            finally:  # a keep_if that raised: every recorder is closed all the same (its clip kept)
+                for rec in [*self.recorders.values(), *([self.tiled] if self.tiled else [])]:
+                    rec.close()
         finally:
             self.env.close(**kwargs)

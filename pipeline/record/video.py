@@ -39,7 +39,7 @@ from ..options import StreamOptions
 from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
-from .clip_state import ClipState, write_broken_meta
+from .clip_state import ClipState, delete_clip_files, mark_evicted, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
 from .packer import frame_packer
 from .recorder import check_folder
@@ -161,6 +161,7 @@ class VideoRecorder:
         self._warned_broken = False
         self._unreported: deque[ClipState] = deque()  # clips sent, not yet known finished
         self._clips_seen = 0
+        self.clips_unkept = 0  # clips kept when they ended, deleted since by evict_clip
         register_closer(self)
 
     @property
@@ -302,8 +303,9 @@ class VideoRecorder:
         while self._clips_seen < finished and self._unreported:
             clip = self._unreported.popleft()
             self._clips_seen += 1
-            if not clip.keep:
-                continue  # discarded by the worker: nothing on disk to report
+            self._drop_evicted(clip)
+            if not clip.keep or clip.evicted:
+                continue  # discarded by the worker, or evicted by the env side: nothing on disk to report
             try:
                 m = read_clip_meta(meta_path(self.folder, clip.name))
             except (OSError, ValueError):
@@ -313,6 +315,20 @@ class VideoRecorder:
             if self.on_clip_closed is not None:
                 video = m.get("path")
                 self.on_clip_closed(os.path.join(self.folder, video) if video else None, m)
+
+    def evict_clip(self, name: str) -> None:
+        """Delete clip ``name`` (kept when it ended) once the encoder finished it, counted in ``clips_discarded``:
+        ``envrec.keep.best``'s clip that dropped out. Deleted at once if ``poll`` reported it (its callback was
+        called), else when it does (no callback). Only its files (``delete_clip_files``).
+
+        Args:
+            name: the clip's name, as given to ``start_clip``.
+        """
+        if not mark_evicted(self._unreported, name):  # reported finished already: its files go now
+            self.clips_unkept += delete_clip_files(self.folder, name, self.recorder_id)
+
+    def _drop_evicted(self, *clips: ClipState) -> None:
+        self.clips_unkept += sum(c.evicted and delete_clip_files(self.folder, c.name, self.recorder_id) for c in clips)
 
     def _refuse(self, problem: str) -> None:
         clip = self.clip
@@ -340,6 +356,7 @@ class VideoRecorder:
         reason = self._stream.broken
         if self._stream.restart():  # the failed worker is gone after this: what it did not finish stays unfinished
             self._write_unfinished_meta(reason)
+            self._drop_evicted(*self._unreported)  # final now: the failed worker is gone
             self._unreported.clear()
             self._clips_seen = self._stream.status(Status.CLIPS)
         elif not self._warned_broken:
@@ -367,7 +384,7 @@ class VideoRecorder:
             "frames_dropped": self.frames_dropped + s.status(Status.FRAMES_DROPPED),
             "clips_evicted": s.status(Status.EVICTED),
             "bytes_evicted": s.status(Status.BYTES_EVICTED),
-            "clips_discarded": s.status(Status.CLIPS_DISCARDED),
+            "clips_discarded": s.status(Status.CLIPS_DISCARDED) + self.clips_unkept,
             **s.stats(),
             **(self.times.summary() if self.times is not None else {}),
             "ffmpeg": self.ffmpeg,

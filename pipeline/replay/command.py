@@ -59,7 +59,18 @@ def add_common(p: argparse.ArgumentParser, default_episodes: str) -> None:
 
 
 def _add_verify(sub: Any) -> None:
-    v = sub.add_parser("verify", help="replay recorded episodes and check that they reproduce")
+    v = sub.add_parser(
+        "verify", help="replay recorded episodes and check that they reproduce",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Make each recording's env again from its recorded spec, replay the selected episodes from their\n"
+                    "recorded start with their recorded actions, and compare every observation, reward and flag.\n"
+                    "The verdicts go into PREFIX.verify.json beside the recording. Exit status 0 when every episode\n"
+                    "reproduced, 1 when one diverged or cannot be replayed, 2 for bad arguments.",
+        epilog="examples:\n"
+               "  envrec verify recordings\n"
+               "  envrec verify recordings --episodes worst:5,failed --jobs 2\n"
+               "  envrec verify recordings --episodes 3,7-9 --atol 1e-6 --infos --json",
+    )
     add_common(v, "all")
     v.add_argument("--atol", type=_tolerance, default=0.0, metavar="X",
                    help="absolute tolerance for observations, rewards and infos (default 0: exact)")
@@ -69,7 +80,17 @@ def _add_verify(sub: Any) -> None:
 
 
 def _add_render(sub: Any) -> None:
-    r = sub.add_parser("render", help="replay recorded episodes with rendering on and write their clips, as RecordVideo's")
+    r = sub.add_parser(
+        "render", help="replay recorded episodes with rendering on and write their clips, as RecordVideo's",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Film recorded episodes afterwards: replay them as verify does, in an env made with\n"
+                    "render_mode='rgb_array', and write their clips, named and described as RecordVideo's (a clip\n"
+                    "that diverged is written all the same, its verdict in the clip's metadata). Exit status as verify's.",
+        epilog="examples:\n"
+               "  envrec render recordings                        the last episode, into recordings/videos\n"
+               "  envrec render recordings --episodes worst:3,failed --jobs 2\n"
+               "  envrec render recordings --episodes 12 --env-kwargs width=640 height=480 camera_id=1",
+    )
     add_common(r, "last:1")
     r.add_argument("--out", default=None, metavar="DIR", help="where the clips go (default DIR/videos)")
     r.add_argument("--env-kwargs", nargs="+", default=[], metavar="KEY=VALUE",

@@ -1,0 +1,171 @@
+"""What a check reports (``Result``: a ``Status``, what was found, what to fix) and the two bounds every check runs
+under: a time limit on the check itself (``bounded``) and on each process it starts (``run_process``)."""
+
+from __future__ import annotations
+
+import enum
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Finished", "Result", "Status", "bounded", "kill_running", "run_process", "tail"]
+
+KILLED_WAIT_S = 5.0  # how long the output of a process killed at its time limit is still read
+_running: set[int] = set()  # the process groups run_process has started and not yet ended
+_running_lock = threading.Lock()
+
+
+class Status(enum.Enum):
+    """How a check ended. ``WARN``, ``SKIP`` and ``INFO`` count as passed for the exit status."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+    INFO = "info"
+
+
+@dataclass
+class Result:
+    """One check's outcome.
+
+    Args:
+        name: the check, e.g. ``"env render_fps"``.
+        status: how it ended.
+        message: what was found, one line.
+        fix: for a failure or a warning, what to do about it (a command or a setting); empty otherwise.
+        seconds: how long the check took.
+        facts: what the check measured, for ``--json`` (names to JSON values).
+    """
+
+    name: str
+    status: Status
+    message: str
+    fix: str = ""
+    seconds: float = 0.0
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        """The result as a JSON object: name, status (``"pass"``...), message, fix, seconds, facts."""
+        return {"name": self.name, "status": self.status.value, "message": self.message, "fix": self.fix,
+                "seconds": round(self.seconds, 3), "facts": self.facts}
+
+
+def bounded(name: str, check: Callable[[], list[Result]], timeout_s: float) -> list[Result]:
+    """``check()``'s results, or one FAIL when it raises or does not return within ``timeout_s``.
+
+    The check runs in a daemon thread, so a check stuck in a call that no timeout of its own covers cannot
+    hang the doctor; every process a check starts is bounded by ``run_process`` and killed there.
+
+    Args:
+        name: the check's name, for the failure reported in its place.
+        check: returns the check's results.
+        timeout_s: how long it may take.
+    """
+    box: list[list[Result] | BaseException] = []
+    started = time.monotonic()
+
+    def run() -> None:
+        try:
+            box.append(check())
+        except Exception as exc:  # noqa: BLE001  (a check that breaks is reported as a failure, never raised)
+            box.append(exc)
+
+    thread = threading.Thread(target=run, name=f"envrec-doctor-{name}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    took = time.monotonic() - started
+    if not box:
+        return [Result(name, Status.FAIL, f"did not finish within {timeout_s:g} s",
+                       "run it again with -v to see where it stops; the doctor gave up on it", took)]
+    outcome = box[0]
+    if isinstance(outcome, BaseException):
+        return [Result(name, Status.FAIL, f"the check itself failed: {type(outcome).__name__}: {outcome}",
+                       "this is a bug of envrec doctor or of this machine's setup: report it with this line", took)]
+    for result in outcome:
+        result.seconds = result.seconds or took
+    return outcome
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A process ``run_process`` ran: its exit status (None: killed at the time limit), stdout, stderr."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+    raw: bytes = b""  # stdout as bytes
+
+
+def run_process(cmd: Sequence[str], timeout_s: float, env: Mapping[str, str] | None = None,
+                stdin: bytes | None = None) -> Finished:
+    """Run ``cmd`` in its own process group; past ``timeout_s`` the whole group is killed and waited for.
+
+    Args:
+        cmd: the command line.
+        timeout_s: how long it may run.
+        env: its environment (default: this process's).
+        stdin: bytes for its standard input (default: none, /dev/null).
+
+    Raises:
+        OSError: the program cannot be started (missing, not executable).
+    """
+    proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=None if env is None else dict(env),
+                            process_group=0)
+    with _running_lock:
+        _running.add(proc.pid)
+    try:
+        return _finish(proc, stdin, timeout_s)
+    finally:
+        with _running_lock:
+            _running.discard(proc.pid)
+
+
+def kill_running() -> None:
+    """Kill every process group ``run_process`` is running (Ctrl-C: the checks waiting on them end at once)."""
+    with _running_lock:
+        groups = list(_running)
+    for pgid in groups:
+        _kill_group(pgid)
+
+
+def _finish(proc: subprocess.Popen[bytes], stdin: bytes | None, timeout_s: float) -> Finished:
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        try:
+            out, err = proc.communicate(timeout=KILLED_WAIT_S)
+        except subprocess.TimeoutExpired:  # something that left the group holds the pipes: stop reading them
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait()
+            out, err = b"", b""
+        return Finished(None, out.decode(errors="replace"), err.decode(errors="replace"), out)
+    except BaseException:
+        _kill_group(proc.pid)
+        proc.wait()
+        raise
+    _kill_group(proc.pid)  # whatever it left running in its group goes with it
+    return Finished(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"), out)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is gone already
+
+
+def tail(text: str, lines: int = 1, width: int = 300) -> str:
+    """The last ``lines`` non-empty lines of ``text``, joined and cut to ``width`` characters (for messages)."""
+    kept = [line.strip() for line in text.strip().splitlines() if line.strip()][-lines:]
+    joined = " | ".join(kept)
+    return joined if len(joined) <= width else joined[: width - 3] + "..."
