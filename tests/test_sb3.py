@@ -302,3 +302,37 @@ def test_envrec_verify_replays_the_seeded_episodes(tmp_path):
     assert sorted(v.recording for v in firsts) == ["v.env0", "v.env1"]
     assert all(v.status == "reproduced" and v.start == "seed" and v.steps > 0 for v in firsts), firsts
     assert {v.status for v in verdicts if v.episode_id != 0} == {"cannot_replay"}
+
+
+class StepReward(gym.Wrapper):
+    """Pays ``t % 7`` at the env's t-th step: clips of the same length get different returns."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.t = 0
+
+    def step(self, action):
+        obs, _, terminated, truncated, info = self.env.step(action)
+        self.t += 1
+        return obs, float(self.t % 7), terminated, truncated, info
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("preset", "left"), [("best", 40), ("worst", 20)])
+def test_keep_presets_rank_the_clips_of_the_run(tmp_path, preset, left):
+    """envrec.keep.best(1) / worst(1) on VecRecordVideo: the clip whose steps earned the most (least) is the one left.
+    Clips start at steps 0, 20, 40 and tally steps S+1..S+9: returns 24, 22 and 27 a sub-env."""
+    keeper = getattr(envrec.keep, preset)(1)
+    fns = [lambda: StepReward(gym.make("CartPole-v1", render_mode="rgb_array", max_episode_steps=MAX_STEPS))] * N_ENVS
+    venv = VecRecordVideo(DummyVecEnv(fns), tmp_path, lambda s: s % 20 == 0, video_length=9, keep_if=keeper)
+    venv.reset()
+    for _ in range(55):
+        venv.step(np.zeros(N_ENVS, np.int64))
+    stats = venv.stats()
+    venv.close()
+    name = f"rl-video-step-{left}-to-step-{left + 9}"
+    assert sorted(os.listdir(tmp_path)) == [name + ".meta.json", name + ".mp4"]
+    assert [(o.clip, o.episode_return) for o in keeper.kept] == [(name, {0: 24.0, 20: 22.0, 40: 27.0}[left])]
+    assert venv.stats()["clips_discarded"] == 2 and stats["clips_started"] == 3
+    with pytest.raises(envrec.ConfigError):  # one ranked keeper ranks one recorder's clips
+        VecRecordVideo(DummyVecEnv(fns), tmp_path / "again", lambda s: False, keep_if=keeper)

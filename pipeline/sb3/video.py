@@ -26,7 +26,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepR
 from ..errors import ConfigError
 from ..formats.trace_format import PREFIX, check_prefix
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
-from ..record.clip_triggers import EpisodeOutcome, KeepIf, decide
+from ..record.clip_triggers import ClipKeeper, EpisodeOutcome, KeepIf, decide
 from ..record.headless import headless_display
 from ..record.video import ClipCallback, VideoRecorder
 from .adapter import check_vec_env, sub_env_attr
@@ -73,9 +73,9 @@ class ClipTally:
             else:
                 self.terminated = True
 
-    def outcome(self, clip_id: int) -> EpisodeOutcome:
+    def outcome(self, clip_id: int, clip: str | None = None) -> EpisodeOutcome:
         info = {"sub_env_returns": self.returns.tolist(), "episodes_ended": self.ended}
-        return EpisodeOutcome(clip_id, float(self.returns.mean()), self.steps, self.terminated, self.truncated, info)
+        return EpisodeOutcome(clip_id, float(self.returns.mean()), self.steps, self.terminated, self.truncated, info, clip)
 
 
 class VecRecordVideo(VecEnvWrapper):
@@ -99,7 +99,9 @@ class VecRecordVideo(VecEnvWrapper):
             encoder finished a clip, as for ``envrec.RecordVideo``. Default None.
         keep_if: ``keep_if(outcome) -> bool``, asked when a clip ends with its
             ``ClipTally`` outcome; a clip it refuses is deleted by the encoder
-            (``clips_discarded``). Default: keep all.
+            (``clips_discarded``). Presets: ``envrec.keep.best(k)``, ``worst(k)``
+            (the k clips of the run with the highest/lowest mean return; one
+            preset per recorder), ``failures()``, ``successes()``. Default: keep all.
         recorder_options: ``VideoRecorder``'s other keyword arguments
             (``settings``, ``ffmpeg``, ``max_bytes``, ``keep_last_clips``,
             ``options`` and ``StreamOptions`` fields).
@@ -151,6 +153,12 @@ class VecRecordVideo(VecEnvWrapper):
             self.video_folder, fps=self.frames_per_sec, env_id=getattr(spec, "id", None), on_clip_closed=on_clip_closed,
             **recorder_options,
         )
+        if isinstance(keep_if, ClipKeeper):  # envrec.keep.best(k): it evicts the clips it stops keeping
+            try:
+                keep_if.attach(self.recorder)
+            except BaseException:
+                self.recorder.close()  # its worker is not left running
+                raise
 
     def reset(self) -> VecEnvObs:
         obs = self.venv.reset()
@@ -197,10 +205,15 @@ class VecRecordVideo(VecEnvWrapper):
         """End the clip: the encoder finishes the file in the background (or deletes it, if ``keep_if`` says so)."""
         if self.recorded_frames == 0:
             logger.warning("envrec: ignored saving a video as there were zero frames to save")
-        self.recorder.end_clip(keep=decide(self.keep_if, self._tally.outcome(self.clips)))
-        self.clips += 1
-        self.recording = False
-        self.recorded_frames = 0
+        keep = True
+        try:
+            name = self.video_name[:-4] if self.video_name else None
+            keep = decide(self.keep_if, self._tally.outcome(self.clips, name))
+        finally:  # a keep_if that raises: its clip still ends (kept), so that close() finishes
+            self.recorder.end_clip(keep=keep)
+            self.clips += 1
+            self.recording = False
+            self.recorded_frames = 0
 
     def stats(self) -> dict[str, Any]:
         """The encoder's counters (see README, "Stats")."""
