@@ -25,6 +25,7 @@ MAY_IMPORT = {
     "envrec.contract": ("envrec.formats",),
     "envrec.workers": ("envrec.contract", "envrec.formats"),
     "envrec.replay": ("envrec.read", "envrec.record", "envrec.formats", "envrec.supervision"),
+    "envrec.sb3": ("envrec.record", "envrec.supervision", "envrec.formats"),
     "envrec.log": ("envrec.formats",),  # the loggers take a clip's file and metadata, nothing of the recorders
     # envrec doctor checks what every other room does, with their own calls; never the worker side or the public face
     "envrec.doctor": ("envrec.contract", "envrec.formats", "envrec.record", "envrec.supervision", "envrec.read",

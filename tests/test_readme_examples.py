@@ -24,12 +24,12 @@ def test_the_readmes_examples_run():
     ran = [line for line in out.stdout.splitlines() if line.startswith("ran: README.md line")]
     assert len(ran) >= 6, out.stdout  # the trace, reader, long-run, video, keep_if and vector examples
     skipped = [line for line in out.stdout.splitlines() if line.startswith("skipped:")]
-    assert len(skipped) == 3 and all("wandb" in s or "torch" in s or "ray" in s for s in skipped), out.stdout
+    assert len(skipped) == 4 and all(n in s for s, n in zip(skipped, ["wandb", "torch", "ray", "stable_baselines3"], strict=True)), out.stdout
 
 
 def test_a_failing_example_fails_with_its_line(tmp_path):
     readme = tmp_path / "README.md"
-    readme.write_text("# x\n\n```python\nx = 1\n```\n\ntext\n\n```python\nimport wandb, torch, ray\n```\n\n```python\n"
+    readme.write_text("# x\n\n```python\nx = 1\n```\n\ntext\n\n```python\nimport wandb, torch, ray, stable_baselines3\n```\n\n```python\n"
                       "assert x == 2, 'the example is wrong'\n```\n")
     out = _run(str(readme))
     assert out.returncode == 1
@@ -39,6 +39,6 @@ def test_a_failing_example_fails_with_its_line(tmp_path):
 
 def test_a_skip_rule_matching_no_example_is_stale(tmp_path):
     readme = tmp_path / "README.md"
-    readme.write_text("```python\nimport wandb, torch\n```\n")  # nothing imports ray any more
+    readme.write_text("```python\nimport wandb, torch, stable_baselines3\n```\n")  # nothing imports ray any more
     out = _run(str(readme))
     assert out.returncode == 1 and "NEEDS lists ['ray'], which no block imports" in out.stderr

@@ -114,12 +114,13 @@ class VectorSerializer(Handler):
             obs = rec.parts[1 : 1 + n_obs]
             meta = unpack_info(rec.parts[1 + n_obs])
             info = unpack_info(rec.parts[2 + n_obs])
-            seed = meta.get("seed")
+            seed, options = meta.get("seed"), meta.get("options")
             for i in range(n):
                 if not mask[i]:
                     continue
                 s = seed[i] if isinstance(seed, (list, tuple)) else (seed + i if isinstance(seed, int) else None)
-                sub_meta = pickle.dumps({"seed": s, "options": meta.get("options") or None}, protocol=5)
+                o = options[i] if isinstance(options, (list, tuple)) else options  # one per sub-env (SB3), or one for all
+                sub_meta = pickle.dumps({"seed": s, "options": o or None}, protocol=5)
                 self.done[i] = False
                 self._reset(i, self._rows(obs, self._obs_rows, i), sub_meta, split_info(info, i), rec.step)
         elif rec.kind == Kind.VSTEP:

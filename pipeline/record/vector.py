@@ -158,32 +158,34 @@ class RecordVectorTrace(VectorWrapper):
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
         mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
-        mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
         options = dict(options) if options else None
         obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # vector envs take a list of seeds too
+        self.record_reset(obs, info, seed=seed, options={k: v for k, v in (options or {}).items() if k != "reset_mask"}, mask=mask)
+        return obs, info
+
+    def record_reset(self, obs, info: dict, *, seed=None, options=None, mask=None) -> None:
+        """Record a reset done already (``envrec.sb3``; ``record_step``: a step): seed/options one for all or one per sub-env."""
+        mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
         self._stream.check_open()
         parts: list[Any] = [_as_part(mask, "|b1", (self.num_envs,), "reset_mask")]
         parts += self._parts(obs, self._obs_spec, self._obs_leaves, "observations")
-        parts += [pack_info({"seed": seed, "options": {k: v for k, v in (options or {}).items() if k != "reset_mask"} or None}),
-                  pack_info(info) if info else b""]
+        parts += [pack_info({"seed": seed, "options": options or None}), pack_info(info) if info else b""]
         self._stream.send(lambda ring: ring.write(Kind.VRESET, 0, self._steps, parts))
-        return obs, info
 
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.env.step(actions)
+        self.record_step(actions, obs, rewards, terminations, truncations, info)
+        return obs, rewards, terminations, truncations, info
+
+    def record_step(self, actions, obs, rewards, terminations, truncations, info: dict) -> None:
         self._steps += 1
         self._stream.check_open()
         n = self.num_envs
-        parts = self._parts(actions, self._act_spec, self._act_leaves, "actions")
-        parts += self._parts(obs, self._obs_spec, self._obs_leaves, "observations")
-        parts += [
-            _as_part(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"),
-            _as_part(terminations, "|b1", (n,), "terminations"),
-            _as_part(truncations, "|b1", (n,), "truncations"),
-            pack_info(info) if info else b"",
-        ]
+        parts = [*self._parts(actions, self._act_spec, self._act_leaves, "actions"),
+                 *self._parts(obs, self._obs_spec, self._obs_leaves, "observations"),
+                 _as_part(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"), _as_part(terminations, "|b1", (n,), "terminations"),
+                 _as_part(truncations, "|b1", (n,), "truncations"), pack_info(info) if info else b""]
         self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, self._steps, parts))
-        return obs, rewards, terminations, truncations, info
 
     def stats(self) -> dict[str, Any]:
         """The stream's counters (see README, "Stats")."""

@@ -31,6 +31,7 @@ NEEDS = {
     "wandb": "Weights & Biases: an account and the network",
     "torch": "PyTorch: not an envrec dependency",
     "ray": "Ray RLlib and PyTorch on a cluster folder (envrec[ray] has Ray Data; its smoke test reads traces)",
+    "stable_baselines3": "Stable-Baselines3 and PyTorch (envrec[sb3]; its smoke test runs a PPO like this one)",
 }
 
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```", re.DOTALL | re.MULTILINE)

@@ -10,7 +10,10 @@ traceback) when something it imports is missing or fails:
 * ``ray``: ``envrec.ray.read_traces`` on a local Ray (one CPU);
 * ``lz4``: a recording compressed with lz4, read back;
 * ``atari``: ``envrec record --env ALE/Pong-v5`` (ale-py ships its ROMs), trace and clip;
-* ``plot``: ``envrec bench --plot`` draws its PNG.
+* ``plot``: ``envrec bench --plot`` draws its PNG;
+* ``sb3``: a tiny PPO (torch comes with Stable-Baselines3) learning on a
+  ``VecRecordTrace`` of two CartPoles inside a ``VecRecordVideo``: every step
+  recorded (``model.num_timesteps``), the clip under SB3's file name.
 
 ``.ci/run`` runs it for every extra in setup.cfg; the base install runs
 ``scripts/ci/readme_examples.py`` instead.
@@ -114,8 +117,30 @@ def smoke_plot(tmp: str) -> str:
     return f"envrec bench --plot drew {os.path.getsize(out)} bytes of PNG"
 
 
+def smoke_sb3(tmp: str) -> str:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from envrec.sb3 import VecRecordTrace, VecRecordVideo
+
+    def make() -> gym.Env:
+        return gym.make("CartPole-v1", render_mode="rgb_array")
+
+    venv = VecRecordTrace(DummyVecEnv([make] * 2), f"{tmp}/rec", name_prefix="ppo")
+    venv = VecRecordVideo(venv, f"{tmp}/videos", lambda step: step == 0, video_length=10)
+    model = PPO("MlpPolicy", venv, n_steps=64, seed=0).learn(128)
+    venv.close()
+    episodes = [e for i in range(2) for e in envrec.TraceReader(f"{tmp}/rec", prefix=f"ppo.env{i}")]
+    steps = sum(e.length for e in episodes)
+    assert steps == model.num_timesteps == 128, (steps, model.num_timesteps)
+    clip = f"{tmp}/videos/rl-video-step-0-to-step-10.mp4"
+    assert os.path.getsize(clip) > 0, os.listdir(f"{tmp}/videos")
+    return f"PPO: {steps} steps = num_timesteps in {len(episodes)} episodes, and {os.path.basename(clip)}"
+
+
 SMOKES: dict[str, Callable[[str], str]] = {
     "arrow": smoke_arrow, "minari": smoke_minari, "ray": smoke_ray, "lz4": smoke_lz4, "atari": smoke_atari, "plot": smoke_plot,
+    "sb3": smoke_sb3,
 }
 
 
