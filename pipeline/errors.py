@@ -25,7 +25,8 @@ Catch the family you can act on; every error envrec raises on purpose is an
 
 ``FfmpegError`` never reaches your code: the encoder worker raises it when
 ffmpeg dies, hangs or refuses its input, and catches it to end the clip as
-broken (the clip's metadata says why).
+broken (the clip's metadata says why); ``envrec.log`` raises it when ffmpeg
+cannot make a clip's GIF, and catches it to log a warning.
 
 Each message says what was expected, what arrived, and what to do.
 """
@@ -51,7 +52,7 @@ class EnvrecError(Exception):
 
 
 class FfmpegError(EnvrecError):
-    """ffmpeg died, hung or refused its input; the message says how and quotes its stderr (worker side only)."""
+    """ffmpeg died, hung or refused its input; the message says how and quotes its stderr (caught where raised)."""
 
 
 class ConfigError(EnvrecError, ValueError):

@@ -267,7 +267,7 @@ def test_a_failing_ffmpeg_is_a_warning_and_the_loop_goes_on(tmp_path, caplog):
     writer.close()
     failures = [r for r in caplog.records if r.name == "envrec.log.clip_logger"]
     assert callback.failed == len(failures) == 4 and callback.logged == 0  # 3 episodes and the one close() ended
-    assert "was not logged to TensorBoard: GifError: ffmpeg exited with status 1" in failures[0].getMessage()
+    assert "was not logged to TensorBoard: FfmpegError: ffmpeg exited with status 1" in failures[0].getMessage()
     assert failures[0].exc_info and not any(r.exc_info for r in failures[1:])  # one traceback, not one a clip
     assert images(tmp_path / "runs") == [] and len(glob.glob(str(tmp_path / "v" / "*.mp4"))) == 4  # the clips stay
 

@@ -128,6 +128,8 @@ def test_viewer_lists_a_long_episode_once_and_plots_it_from_its_first_step(evict
     rows = [(e["episode_id"], e["length"], e["first_step"], e["parts"]) for e in index["episodes"]]
     assert rows == [(0, first.length, first.first_step, len(first.parts)), (1, 20, 0, 1)]
     doc = catalog.episode(index["recordings"][0]["name"], 0, width=100000)
+    assert doc["image"] is not None and doc["series"]["observations"] == []  # an image: shown, not plotted
+    doc = catalog.episode(index["recordings"][0]["name"], 0, width=100000, obs_dims=[0])  # unless a pixel is asked for
     assert (doc["first_step"], doc["length"], doc["parts"], doc["ended_by"]) == (first.first_step, first.length,
                                                                                 len(first.parts), "reset")
     assert doc["series"]["reward"]["x"][0] == first.first_step + 1  # step t's reward at x = t + 1

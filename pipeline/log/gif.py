@@ -23,9 +23,9 @@ import os
 import subprocess
 from dataclasses import dataclass
 
-from ..errors import EnvrecError
+from ..errors import FfmpegError
 
-__all__ = ["MAX_GIF_FPS", "Gif", "GifError", "clip_gif", "gif_command", "gif_fps", "gif_size"]
+__all__ = ["MAX_GIF_FPS", "Gif", "clip_gif", "gif_command", "gif_fps", "gif_size"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,10 +34,6 @@ _STDERR_TAIL_CHARS = 500  # how much of ffmpeg's complaint a warning quotes
 # Ordered dithering, and only the rectangle that changed redone per frame: on 300 CartPole frames (600x400) 0.9 s
 # of ffmpeg's CPU (user + system) against 2.6 s with paletteuse's defaults (error diffusion over whole frames), GIFs the same size.
 _PALETTEUSE = "dither=bayer:diff_mode=rectangle"
-
-
-class GifError(EnvrecError):
-    """ffmpeg could not make the GIF (its exit status and stderr's tail are in the message)."""
 
 
 @dataclass(frozen=True)
@@ -91,9 +87,9 @@ def gif_command(exe: str, src: str, *, fps: float | None, max_frames: int, crop:
 
 
 def gif_size(data: bytes) -> tuple[int, int]:
-    """``(width, height)`` from a GIF's logical screen descriptor; ``GifError`` when ``data`` is no GIF."""
+    """``(width, height)`` from a GIF's logical screen descriptor; ``FfmpegError`` when ``data`` is no GIF."""
     if len(data) < 10 or data[:6] not in (b"GIF87a", b"GIF89a"):
-        raise GifError(f"ffmpeg's output is not a GIF ({len(data)} bytes, starting {data[:6]!r})")
+        raise FfmpegError(f"ffmpeg's output is not a GIF ({len(data)} bytes, starting {data[:6]!r})")
     return int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
 
 
@@ -104,7 +100,7 @@ def clip_gif(exe: str, src: str, *, fps: float | None, max_frames: int, crop: tu
     ``nice``: ffmpeg's niceness (0: this process's), so a GIF made in the background yields the CPU to the env.
 
     Raises:
-        GifError: ffmpeg failed, timed out (it is killed) or wrote no GIF.
+        FfmpegError: ffmpeg failed, timed out (it is killed) or wrote no GIF.
         OSError: ffmpeg could not be started.
     """
     command = gif_command(exe, src, fps=fps, max_frames=max_frames, crop=crop)
@@ -119,10 +115,10 @@ def clip_gif(exe: str, src: str, *, fps: float | None, max_frames: int, crop: tu
         except subprocess.TimeoutExpired as exc:
             proc.kill()
             proc.communicate()
-            raise GifError(f"ffmpeg took more than {timeout_s:g} s to make a GIF of {src} (killed)") from exc
+            raise FfmpegError(f"ffmpeg took more than {timeout_s:g} s to make a GIF of {src} (killed)") from exc
     if proc.returncode != 0:
         tail = stderr.decode("utf-8", "replace").strip()[-_STDERR_TAIL_CHARS:]
-        raise GifError(f"ffmpeg exited with status {proc.returncode} making a GIF of {src}: {tail}")
+        raise FfmpegError(f"ffmpeg exited with status {proc.returncode} making a GIF of {src}: {tail}")
     width, height = gif_size(stdout)
     logger.debug("envrec.log: %s as a %dx%d GIF of %d bytes", src, width, height, len(stdout))
     return Gif(stdout, width, height)
