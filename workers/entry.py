@@ -73,6 +73,9 @@ COALESCE_S = 0.002
 SLEEP_AFTER_IDLE_S = 0.1
 # Most records a handler with a ``run_template`` takes at once (its checkpoint cadence bounds it anyway).
 RUN_RECORDS = 256
+# A scheduler (timeout, Slurm) signals the env process, then its process group: the worker may see its env process
+# gone a moment before its own SIGTERM comes, and waits this long for it before naming no signal in its final files.
+GROUP_SIGNAL_GRACE_S = 0.25
 MAX_TRACEBACK_CHARS = 16_384  # a quarter of a pipe's buffer: the report, sent whole, never blocks
 TRACEBACK_HEAD_LINES, TRACEBACK_TAIL_LINES = 12, 48  # what a cut traceback keeps of a long one
 
@@ -317,6 +320,9 @@ def _drain_and_finish(reader: RingReader, handler: Handler, conn) -> None:
         except Exception:  # noqa: BLE001  (reported through the pipe)
             _fail(conn, reader, handler)
             return
+    deadline = time.monotonic() + GROUP_SIGNAL_GRACE_S
+    while _terminated_by is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         handler.finish(clean=False, terminated_by=_terminated_by)
     except Exception:  # noqa: BLE001  (reported through the pipe)
