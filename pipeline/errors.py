@@ -17,8 +17,9 @@ Catch the family you can act on; every error envrec raises on purpose is an
   process died, hung or reported an exception (raised only with
   ``strict=True``; otherwise it is logged and counted). ``__cause__`` holds
   the worker's traceback as a ``RemoteTraceback`` when it sent one.
-  ``SharedMemoryError`` (an ``OSError``): the system refused the shared
-  memory (most often /dev/shm is too small).
+* ``SharedMemoryError`` (an ``OSError``): *the system* refused the shared
+  memory of a ring (a memfd: not enough memory available for ``ring_bytes``,
+  or a sandbox that forbids ``memfd_create``; ``/dev/shm`` is not used).
 * ``TraceError`` (a ``ValueError``): *a damaged folder*: what is on disk is
   missing, incomplete, damaged or not envrec's. The message names the file
   and, where one is at fault, the field.
@@ -76,7 +77,7 @@ class RecordTooLargeError(RecordError):
 
 
 class SharedMemoryError(EnvrecError, OSError):
-    """A shared-memory segment could not be created (most often: /dev/shm is too small)."""
+    """A ring's shared memory (a memfd) could not be created: too little memory available, or memfd refused."""
 
 
 class TraceError(EnvrecError, ValueError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import re
 
 import envrec
@@ -42,3 +43,18 @@ def test_the_calls_the_diagram_follows_exist():
             obj = mod
             for part in name.split("."):
                 obj = getattr(obj, part)  # raises if the diagram's name is gone
+
+
+def _package_diagram() -> str:
+    """The literal block after ``::`` in ``envrec.__doc__``, as it is indented there."""
+    doc = envrec.__doc__ or ""
+    block = doc.split("::\n\n", 1)[1]
+    return block.rstrip("\n") + "\n"
+
+
+def test_architecture_md_shows_the_package_diagram_itself():
+    """docs/architecture.md shows the one diagram, byte for byte, rather than drawing another that drifts."""
+    text = open(os.path.join(os.path.dirname(__file__), os.pardir, "docs", "architecture.md")).read()
+    shown = re.search(r"^```text\n(.*?)^```$", text, re.DOTALL | re.MULTILINE)
+    assert shown, "docs/architecture.md has no ```text diagram"
+    assert shown.group(1) == _package_diagram(), "docs/architecture.md's diagram differs from envrec.__doc__'s: copy it over"
