@@ -71,11 +71,11 @@ from typing import TYPE_CHECKING
 from .version import __version__
 
 _EXPORTS = {
-    "RecordTrace": ".record.wrappers",
+    "RecordTrace": ".record.record_trace",
     "RecordVideo": ".record.record_video",
     "RecordVectorTrace": ".record.vector",
     "RecordVectorVideo": ".record.vector",
-    "VideoRecorder": ".record.video",
+    "VideoRecorder": ".record.video_recorder",
     "VideoSettings": ".formats.ffmpeg",
     "TraceRecorder": ".record.recorder",
     "Compression": ".formats.compression",
@@ -111,8 +111,8 @@ if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr
     from .record.clip_triggers import EpisodeOutcome  # noqa: F401
     from .record.recorder import TraceRecorder  # noqa: F401
     from .record.vector import RecordVectorTrace, RecordVectorVideo  # noqa: F401
-    from .record.video import VideoRecorder  # noqa: F401
-    from .record.wrappers import RecordTrace, RecordVideo  # noqa: F401
+    from .record.video_recorder import VideoRecorder  # noqa: F401
+    from .record.record_trace import RecordTrace, RecordVideo  # noqa: F401
     from .supervision.signals import close_on_signals  # noqa: F401
 
 

@@ -70,7 +70,7 @@ def _record(args: argparse.Namespace) -> int:
 
     from .env_ids import make_env
     from .errors import ConfigError
-    from .record.wrappers import RecordTrace, RecordVideo
+    from .record.record_trace import RecordTrace, RecordVideo
 
     try:
         env = make_env(args.env, render_mode=args.render_mode)

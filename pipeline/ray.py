@@ -21,7 +21,7 @@ import gymnasium as gym
 
 from .env_ids import make_env as make_env_by_id
 from .errors import ConfigError
-from .record.wrappers import RecordTrace, RecordVideo
+from .record.record_trace import RecordTrace, RecordVideo
 
 __all__ = ["read_traces", "recording_env_creator", "runner_folder"]
 

@@ -73,7 +73,7 @@ class BenchRow:
 
 def make_variant(name: str, make_env: Callable[[], gym.Env], folder: str) -> gym.Env | None:
     """The environment of one variant, or None when what it needs is not installed."""
-    from ..record.wrappers import RecordTrace, RecordVideo
+    from ..record.record_trace import RecordTrace, RecordVideo
 
     every = lambda e: True
     sub = os.path.join(folder, name)

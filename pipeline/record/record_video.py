@@ -18,7 +18,7 @@ from ..options import StreamOptions
 from ..supervision.stream import warn_start_method
 from .clip_triggers import ClipKeeper, KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
 from .headless import headless_display
-from .video import ClipCallback, VideoRecorder
+from .video_recorder import ClipCallback, VideoRecorder
 
 __all__ = ["RECORD_VIDEO_OPTIONS", "RecordVideo"]
 

@@ -300,7 +300,7 @@ class RecordVectorVideo(VectorWrapper):
     ) -> None:
         check_options("RecordVectorVideo", RECORD_VECTOR_VIDEO_OPTIONS, locals())
         super().__init__(env)
-        from .video import VideoRecorder
+        from .video_recorder import VideoRecorder
 
         if env.render_mode != "rgb_array":
             raise ConfigError(f"render_mode is {env.render_mode!r}: RecordVectorVideo needs sub-envs made with render_mode='rgb_array'")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .clip_triggers import ClipKeeper, KeepIf, OutcomeTracker, decide
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .video import VideoRecorder
+    from .video_recorder import VideoRecorder
 
 __all__ = ["SubEnvOutcomes", "sub_info"]
 

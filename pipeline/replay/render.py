@@ -38,7 +38,7 @@ from ..formats.ffmpeg import VideoSettings
 from ..formats.trace_format import check_prefix
 from ..read.reader import Episode, TraceReader
 from ..record.headless import headless_display
-from ..record.video import ClipCallback, VideoRecorder
+from ..record.video_recorder import ClipCallback, VideoRecorder
 
 __all__ = ["RenderOptions", "RenderedClip", "render", "render_task", "reset_steps"]
 

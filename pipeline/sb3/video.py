@@ -28,7 +28,7 @@ from ..formats.trace_format import PREFIX, check_prefix
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
 from ..record.clip_triggers import ClipKeeper, EpisodeOutcome, KeepIf, decide
 from ..record.headless import headless_display
-from ..record.video import ClipCallback, VideoRecorder
+from ..record.video_recorder import ClipCallback, VideoRecorder
 from .adapter import check_vec_env, sub_env_attr
 
 __all__ = ["VEC_RECORD_VIDEO_OPTIONS", "ClipTally", "VecRecordVideo"]
