@@ -24,7 +24,7 @@ from envrec.contract.ring import RingWriter
 from envrec.contract.ring_reader import RingReader
 from envrec.formats.ffmpeg import VideoSettings
 from envrec.record.packer import frame_packer
-from envrec.workers import entry
+from envrec.workers import loop
 from envrec.workers.encoder import Encoder
 
 from .support.video import FFMPEG, decode, meta
@@ -64,7 +64,7 @@ def _encode(folder, clips: dict, zero_copy: bool, runs: bool, prefill: bool = Fa
     else:
         producer.start()
     try:
-        assert entry.handle_records(reader, enc, Conn(), os.getppid()) is False
+        assert loop.handle_records(reader, enc, Conn(), os.getppid()) is False
     finally:
         if not prefill:
             producer.join(30)

@@ -10,7 +10,7 @@ import pytest
 from envrec.contract.protocol import CheckpointingHandler, Handler, Kind, ReleasePolicy
 from envrec.contract.ring import RingWriter, record_size
 from envrec.contract.ring_reader import RingReader
-from envrec.workers import entry
+from envrec.workers import loop
 
 from .support.worker_loop import Conn
 
@@ -57,7 +57,7 @@ def _run(handler_cls: type[Watching]) -> tuple[list, int]:
         assert w.write(Kind.CLOSE, 0, 0, (b"",))
         handler = handler_cls(w)
         conn = Conn()
-        assert entry.handle_records(r, handler, conn, os.getppid()) is False
+        assert loop.handle_records(r, handler, conn, os.getppid()) is False
         assert conn.last[1]["records"] == RECORDS + 1
         return handler.seen, w.used()
     finally:

@@ -24,7 +24,7 @@ from envrec.formats.compression import parse_compression
 from envrec.formats.schema import describe_space
 from envrec.read.reader import TraceReader
 from envrec.record.packer import TracePacker
-from envrec.workers import entry
+from envrec.workers import loop
 from envrec.workers.serializer import Serializer
 from envrec.workers.spill import MEMORY_BYTES, Spill
 
@@ -81,7 +81,7 @@ def _record(folder: str, obs_space, episodes, runs: bool, ring_bytes: int, compr
     producer = threading.Thread(target=produce)
     producer.start()
     try:
-        assert entry.handle_records(reader, ser, Conn(), os.getppid()) is False
+        assert loop.handle_records(reader, ser, Conn(), os.getppid()) is False
     finally:
         producer.join(10)
         reader.close()

@@ -7,6 +7,6 @@ worker loop of ``entry``. Imports go one way: ``envrec.workers`` uses
 disk) and the leaves of ``envrec``, never the env side.
 """
 
-from .entry import encoder_main, serializer_main
+from .loop import encoder_main, serializer_main
 
 __all__ = ["encoder_main", "serializer_main"]

@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 
 from envrec.contract.wakeup import Wakeup
 
-from .entry import MAINS, latch_termination
+from .loop import MAINS, latch_termination
 
 PR_SET_PDEATHSIG = 1  # prctl(2) option: a signal this process gets when its parent exits
 PARENT_DEATH_SIGNAL = signal.SIGUSR1  # only wakes the worker, which then checks its parent itself
