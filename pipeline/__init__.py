@@ -8,11 +8,11 @@ a paragraph per module)::
 
   ENV PROCESS (the user's loop)
   RecordTrace.step            RecordVideo.step
-  (record.wrappers)           (record.wrappers; RecordVectorVideo:
+  (record.record_trace)       (record.record_video; RecordVectorVideo:
         |                      record.vector)
         v                           v
   TraceRecorder.add_step      VideoRecorder.add_frame
-  (record.recorder)           (record.video)
+  (record.recorder)           (record.video_recorder)
         |                           |
         +--------------+------------+
                        v
@@ -34,7 +34,7 @@ a paragraph per module)::
   WORKER PROCESS, one per stream (python -m envrec.workers ROLE: workers.__main__)
                        v
   RingReader.poll, .poll_run (contract.ring_reader)
-  handle_records (workers.entry): Handler.handle(record, position), then gives the
+  handle_records (workers.loop): Handler.handle(record, position), then gives the
   ring back as the handler's ReleasePolicy says (contract.protocol)
         |                                   |
         v                                   v

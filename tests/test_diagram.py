@@ -22,15 +22,16 @@ def test_every_module_the_diagram_names_exists():
 def test_the_calls_the_diagram_follows_exist():
     """A frame from RecordVideo.step to ffmpeg, a step from RecordTrace.step to a committed batch."""
     calls = {
-        "record.wrappers": ["RecordTrace.step", "RecordVideo.step"],
+        "record.record_trace": ["RecordTrace.step"],
+        "record.record_video": ["RecordVideo.step"],
         "record.recorder": ["TraceRecorder.add_step"],
-        "record.video": ["VideoRecorder.add_frame"],
+        "record.video_recorder": ["VideoRecorder.add_frame"],
         "record.packer": ["TracePacker.write_step", "frame_packer"],
         "supervision.stream": ["Stream.send", "Stream.check", "Stream.status"],
         "contract.ring": ["RingWriter.reserve", "RingWriter.publish", "RingWriter.write"],
         "contract.ring_reader": ["RingReader.poll"],
         "contract.protocol": ["Handler.handle", "ReleasePolicy"],
-        "workers.entry": ["handle_records"],
+        "workers.loop": ["handle_records"],
         "workers.batch_writer": ["BatchWriter"],
         "workers.frame_feed": ["FrameFeed"],
         "workers.ffmpeg_process": ["FfmpegProcess"],

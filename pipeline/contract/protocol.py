@@ -66,7 +66,7 @@ class ReleasePolicy(Enum):
 
 
 class Handler(abc.ABC):
-    """What a worker role's object is to the worker loop (``envrec.workers.entry``): one per worker process.
+    """What a worker role's object is to the worker loop (``envrec.workers.loop``): one per worker process.
 
     The loop builds it as ``cls(cfg, status=...)``, then calls ``handle`` for
     each record (or run of records) until one returns True (the recording's

@@ -101,7 +101,7 @@ class Status(IntEnum):
     EVICTED = 17  # batches (trace) or clips (video) deleted to keep the folder within max_bytes / keep_last_clips
     BYTES_EVICTED = 18  # bytes of files so deleted
     CLIPS_DISCARDED = 19  # clips deleted because keep_if said so (video stream)
-    # poison records (a worker that hands over, see envrec.workers.entry)
+    # poison records (a worker that hands over, see envrec.workers.loop)
     FAILED_AT = 20  # 1 + ring position of the record (or run) whose handling failed; 0 when none
     FAILED_END = 21  # ring position just past that record or run
     POISONED = 22  # records skipped because they made a worker fail every time (quarantined)

@@ -1,4 +1,4 @@
-"""Gymnasium wrappers that record through envrec's worker processes."""
+"""``RecordTrace``: the Gymnasium wrapper that records an env's trace through a serializer worker (``RecordVideo`` is re-exported from ``record_video``)."""
 
 from __future__ import annotations
 
