@@ -1,16 +1,18 @@
-"""Run the Python examples of README.md, as a user who copies them would, so they cannot drift from the code.
+"""Run the Python examples of README.md and of the guides its examples moved to, as a user who copies them
+would, so they cannot drift from the code.
 
-Every ```` ```python ```` block of the README is run, in order, in one
-namespace (later examples go on from earlier ones, as the README reads), in
-a fresh temporary folder, with only what the interpreter has installed
+Every ```` ```python ```` block of each file (``README.md`` and ``GUIDES``) is
+run, in order, in one namespace per file (later examples go on from earlier
+ones, as the file reads), in a fresh temporary folder, with only what the
+interpreter has installed
 (``.ci/run`` runs this in a virtual environment with the base install alone).
 A block is skipped only when it imports one of ``NEEDS`` — things no extra of
 envrec installs, or that need an account or a cluster — and each entry of
-``NEEDS`` must still match a block, so the list cannot go stale. Every
-env the examples leave open is closed at the end, and none may be
-broken. Exit status 1 with the block's README line when one fails.
+``NEEDS`` must still match a block of some file, so the list cannot go
+stale. Every env a file's examples leave open is closed at its end, and none
+may be broken. Exit status 1 with the block's file and line when one fails.
 
-``python scripts/ci/readme_examples.py [README.md] [--list]``
+``python scripts/ci/readme_examples.py [FILE.md ...] [--list]``
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ NEEDS = {
     "stable_baselines3": "Stable-Baselines3 and PyTorch (envrec[sb3]; its smoke test runs a PPO like this one)",
 }
 
+# The guides whose examples are run too (those that hold examples the README had: each must run alone).
+GUIDES = ("docs/recording.md", "docs/video.md", "docs/vector.md", "docs/datasets.md")
+
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
@@ -56,42 +61,61 @@ def python_blocks(text: str) -> list[Block]:
     return [Block(text.count("\n", 0, m.start(1)) + 1, m.group(1)) for m in _FENCE.finditer(text)]
 
 
-def run(readme: str, listing: bool = False) -> int:
-    with open(readme) as f:
-        blocks = python_blocks(f.read())
-    skipped: dict[str, list[int]] = {name: [] for name in NEEDS}
-    to_run = []
-    for b in blocks:
-        needs = sorted(b.imports() & set(NEEDS))
-        for name in needs:
-            skipped[name].append(b.line)
-        if not needs:
-            to_run.append(b)
-    stale = [name for name, lines in skipped.items() if not lines]
+def _label(path: str) -> str:
+    """How output names a file: its path in the checkout, else its name."""
+    rel = os.path.relpath(path, ROOT)
+    return os.path.basename(path) if rel.startswith(os.pardir) else rel
+
+
+def run(files: list[str], listing: bool = False) -> int:
+    """Run every file's blocks, each file in a namespace and folder of its own; 1 at the first failure."""
+    blocks = {}
+    for path in files:
+        with open(path) as f:
+            blocks[path] = python_blocks(f.read())
+    skipped: dict[str, list[str]] = {name: [] for name in NEEDS}
+    to_run: dict[str, list[Block]] = {path: [] for path in files}
+    for path, found in blocks.items():
+        for b in found:
+            needs = sorted(b.imports() & set(NEEDS))
+            for name in needs:
+                skipped[name].append(f"{_label(path)} line {b.line}")
+            if not needs:
+                to_run[path].append(b)
+    stale = [name for name, where in skipped.items() if not where]
     if stale:
         print(f"readme_examples: NEEDS lists {stale}, which no block imports: remove them", file=sys.stderr)
         return 1
-    for name, lines in skipped.items():
-        print(f"skipped: README.md line(s) {', '.join(map(str, lines))}: needs {name} ({NEEDS[name]})")
+    for name, where in skipped.items():
+        print(f"skipped: {', '.join(where)}: needs {name} ({NEEDS[name]})")
     if listing:
-        print(f"would run README.md lines {', '.join(str(b.line) for b in to_run)}")
+        for path, found in to_run.items():
+            print(f"would run {_label(path)} lines {', '.join(str(b.line) for b in found)}")
         return 0
     from envrec.cli import headless_display
 
     headless_display()  # as `envrec record` does: no display here, and SDL need not say so
+    for path, found in to_run.items():
+        status = _run_file(path, found)
+        if status:
+            return status
+    return 0
+
+
+def _run_file(path: str, blocks: list[Block]) -> int:
     here = os.getcwd()
     namespace: dict = {"__name__": "__main__"}
     with tempfile.TemporaryDirectory(prefix="envrec-readme-") as tmp:
         os.chdir(tmp)
         try:
-            for b in to_run:
+            for b in blocks:
                 try:
-                    exec(compile("\n" * (b.line - 1) + b.code, readme, "exec"), namespace)  # noqa: S102
+                    exec(compile("\n" * (b.line - 1) + b.code, path, "exec"), namespace)  # noqa: S102
                 except Exception:  # noqa: BLE001
                     traceback.print_exc()
-                    print(f"readme_examples: the example at README.md line {b.line} failed", file=sys.stderr)
+                    print(f"readme_examples: the example at {_label(path)} line {b.line} failed", file=sys.stderr)
                     return 1
-                print(f"ran: README.md line {b.line}")
+                print(f"ran: {_label(path)} line {b.line}")
             return _close_all(namespace)
         finally:
             os.chdir(here)
@@ -122,10 +146,11 @@ def _broken(stats: dict) -> list:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("readme", nargs="?", default=os.path.join(ROOT, "README.md"))
+    p.add_argument("files", nargs="*", help="Markdown files (default: README.md and GUIDES)")
     p.add_argument("--list", action="store_true", help="say what would run and what is skipped, run nothing")
     args = p.parse_args()
-    return run(os.path.abspath(args.readme), args.list)
+    files = args.files or [os.path.join(ROOT, f) for f in ("README.md", *GUIDES)]
+    return run([os.path.abspath(f) for f in files], args.list)
 
 
 if __name__ == "__main__":
