@@ -109,10 +109,10 @@ if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr
     from .options import StreamOptions  # noqa: F401
     from .read.reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401
     from .record.clip_triggers import EpisodeOutcome  # noqa: F401
+    from .record.record_trace import RecordTrace, RecordVideo  # noqa: F401
     from .record.recorder import TraceRecorder  # noqa: F401
     from .record.vector import RecordVectorTrace, RecordVectorVideo  # noqa: F401
     from .record.video_recorder import VideoRecorder  # noqa: F401
-    from .record.record_trace import RecordTrace, RecordVideo  # noqa: F401
     from .supervision.signals import close_on_signals  # noqa: F401
 
 

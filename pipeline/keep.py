@@ -8,9 +8,9 @@ or ``close()``: that episode as far as it went).
 
 * ``best(k)`` / ``worst(k)`` rank clips by ``episode_return`` over the whole
   run. A clip is kept while it is among the k best (worst) so far; when a
-  better (worse) one comes, the kept clip it displaces is *evicted*: its
+  better (worse) one comes, the kept clip it displaces is *discarded*: its
   ``.mp4`` and ``.meta.json`` are deleted once the encoder has finished it
-  (``VideoRecorder.evict_clip``), and it counts in ``clips_discarded``. Ties:
+  (``VideoRecorder.discard_clip``), and it counts in ``clips_discarded``. Ties:
   the earlier clip stays. A NaN return is the least worth keeping for both:
   it is kept only while fewer than k clips are. After ``close()`` exactly
   ``min(k, clips)`` clips remain.
@@ -19,8 +19,8 @@ or ``close()``: that episode as far as it went).
   the best and the worst clip of a run from one recorder, rendered once.
 
 ``on_clip_closed`` is called for each clip kept when the recorder sees it
-finished (at the next ``step()``/``reset()``/``close()``): a clip evicted
-before that gets no call; one evicted after it has had its call (a logger
+finished (at the next ``step()``/``reset()``/``close()``): a clip discarded
+before that gets no call; one discarded after it has had its call (a logger
 saw it). To log only the final k, read ``keeper.kept`` after ``close()``.
 
 A ranked preset (and an ``any_of`` holding one) remembers the clips of one
@@ -53,10 +53,11 @@ from __future__ import annotations
 
 import heapq
 import math
+import warnings
 from collections.abc import Iterable
 
 from .errors import ConfigError
-from .record.clip_triggers import ClipKeeper, EpisodeOutcome, Evictor, KeepIf
+from .record.clip_triggers import ClipDiscarder, ClipKeeper, EpisodeOutcome, KeepIf
 
 __all__ = ["AnyOf", "Failures", "Ranked", "Successes", "any_of", "best", "failures", "is_failure", "is_success", "successes", "worst"]
 
@@ -84,25 +85,25 @@ class _Attached(ClipKeeper):
     """A keeper of one recorder's clips (``attach`` refuses a second)."""
 
     def __init__(self) -> None:
-        self._evictor: Evictor | None = None
+        self._discarder: ClipDiscarder | None = None
 
-    def attach(self, evictor: Evictor) -> None:
-        if self._evictor is not None and self._evictor is not evictor:
+    def attach(self, discarder: ClipDiscarder) -> None:
+        if self._discarder is not None and self._discarder is not discarder:
             raise ConfigError(
                 f"{self!r} already decides on another recorder's clips: a keeper ranks the clips of one recorder; "
                 "make one per RecordVideo (keep_if=envrec.keep.best(3) in each)"
             )
-        self._evictor = evictor
+        self._discarder = discarder
 
-    def _attached(self, outcome: EpisodeOutcome) -> tuple[Evictor, str]:
-        if self._evictor is None:
+    def _attached(self, outcome: EpisodeOutcome) -> tuple[ClipDiscarder, str]:
+        if self._discarder is None:
             raise ConfigError(
                 f"{self!r} is not attached to a recorder: pass it as RecordVideo(..., keep_if=...), "
                 "or call attach(video_recorder) first"
             )
         if outcome.clip is None:
-            raise ConfigError(f"{self!r}: the outcome names no clip (EpisodeOutcome.clip), so none could be evicted later")
-        return self._evictor, outcome.clip
+            raise ConfigError(f"{self!r}: the outcome names no clip (EpisodeOutcome.clip), so none could be discarded later")
+        return self._discarder, outcome.clip
 
 
 class Ranked(_Attached):
@@ -122,7 +123,7 @@ class Ranked(_Attached):
             raise ConfigError(f"Ranked(k, sign): sign must be 1 (the best) or -1 (the worst), not {sign!r}")
         self.k = _check_k(k, "best" if sign > 0 else "worst")
         self.sign = sign
-        self.evicted = 0  # clips this keeper kept, then evicted
+        self.discarded = 0  # clips this keeper kept, then discarded (a disk budget *evicts*; a keeper discards)
         self._seen = 0
         # a min-heap of (score, -order, order, outcome): its top is the kept clip to go first (the lowest score; of
         # equal scores the latest, so the earlier stays)
@@ -136,7 +137,7 @@ class Ranked(_Attached):
         return -math.inf if math.isnan(r) else self.sign * r
 
     def __call__(self, outcome: EpisodeOutcome) -> bool:
-        evictor, _ = self._attached(outcome)
+        discarder, _ = self._attached(outcome)
         self._seen += 1
         entry = (self._score(outcome.episode_return), -self._seen, self._seen, outcome)
         if len(self._heap) < self.k:
@@ -145,10 +146,16 @@ class Ranked(_Attached):
         if entry[:2] <= self._heap[0][:2]:
             return False  # not better than the k-th kept (an equal one came earlier: it stays)
         gone = heapq.heapreplace(self._heap, entry)[3]
-        self.evicted += 1
+        self.discarded += 1
         assert gone.clip is not None  # _attached checked it when it came
-        evictor.evict_clip(gone.clip)
+        discarder.discard_clip(gone.clip)
         return True
+
+    @property
+    def evicted(self) -> int:
+        """Deprecated name of ``discarded`` (a keeper discards; a disk budget evicts), kept for one release."""
+        warnings.warn("keeper.evicted is now keeper.discarded", DeprecationWarning, stacklevel=2)
+        return self.discarded
 
     @property
     def kept(self) -> list[EpisodeOutcome]:
@@ -157,7 +164,7 @@ class Ranked(_Attached):
 
 
 def best(k: int) -> Ranked:
-    """Keep the ``k`` clips with the highest episode return of the whole run; earlier ones are evicted as better come.
+    """Keep the ``k`` clips with the highest episode return of the whole run; earlier ones are discarded as better come.
 
     Args:
         k: how many clips to keep, a positive integer.
@@ -169,7 +176,7 @@ def best(k: int) -> Ranked:
 
 
 def worst(k: int) -> Ranked:
-    """Keep the ``k`` clips with the lowest episode return of the whole run; earlier ones are evicted as worse come.
+    """Keep the ``k`` clips with the lowest episode return of the whole run; earlier ones are discarded as worse come.
 
     Args:
         k: how many clips to keep, a positive integer.
@@ -288,11 +295,11 @@ class AnyOf(_Attached):
     def __repr__(self) -> str:
         return f"envrec.keep.any_of({', '.join(map(repr, self.keepers))})"
 
-    def attach(self, evictor: Evictor) -> None:
-        super().attach(evictor)
+    def attach(self, discarder: ClipDiscarder) -> None:
+        super().attach(discarder)
         for keeper in self.keepers:
             if isinstance(keeper, ClipKeeper):
-                keeper.attach(self)  # their evictions come here first: a clip goes when no keeper holds it
+                keeper.attach(self)  # what they discard comes here first: a clip goes when no keeper holds it
 
     def __call__(self, outcome: EpisodeOutcome) -> bool:
         _, name = self._attached(outcome)
@@ -304,8 +311,8 @@ class AnyOf(_Attached):
         self._holds[name] = sum(answers)
         return True
 
-    def evict_clip(self, name: str) -> None:
-        """One ranked keeper let clip ``name`` go; it is evicted when none holds it any more.
+    def discard_clip(self, name: str) -> None:
+        """One ranked keeper let clip ``name`` go; it is discarded when none holds it any more.
 
         Args:
             name: the clip's name.
@@ -317,16 +324,16 @@ class AnyOf(_Attached):
             self._holds[name] = held - 1
             return
         del self._holds[name]
-        assert self._evictor is not None  # attached before any clip was decided
-        self._evictor.evict_clip(name)
+        assert self._discarder is not None  # attached before any clip was decided
+        self._discarder.discard_clip(name)
 
 
 def any_of(*keepers: KeepIf) -> AnyOf:
     """Keep a clip while any of ``keepers`` keeps it: ``any_of(best(1), worst(1))``, ``any_of(best(3), failures())``.
 
     Every keeper is asked about every clip. A clip kept by a ranked keeper
-    (``best``, ``worst``) is evicted when every ranked keeper that kept it
-    has evicted it; one a stateless keeper (``failures()``, a function) kept stays.
+    (``best``, ``worst``) is discarded when every ranked keeper that kept it
+    has discarded it; one a stateless keeper (``failures()``, a function) kept stays.
 
     Args:
         keepers: two or more ``keep_if`` callables (presets or your functions); ranked ones new, for this one only.

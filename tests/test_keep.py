@@ -1,4 +1,4 @@
-"""envrec.keep: the k best/worst clips of a run (evicting earlier ones), failures, successes, any_of — on real
+"""envrec.keep: the k best/worst clips of a run (discarding earlier ones), failures, successes, any_of — on real
 encoders and files, the true returns read back from a trace recorded alongside."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_best_and_worst_leave_exactly_the_k_clips_the_trace_ranks_so(tmp_path, p
     assert all(files == {".mp4", ".meta.json"} for files in on_disk.values())
     for e in expected:  # whole, playable clips of those episodes: the reset frame and one a step
         assert decode(tmp_path / f"{PREFIX}-episode-{e}.mp4", 600, 400).shape[0] == returns[e] + 1
-    assert keeper.evicted >= 1  # not vacuous: a clip kept earlier was displaced and deleted
+    assert keeper.discarded >= 1  # not vacuous: a clip kept earlier was displaced and deleted
     assert [o.episode_id for o in keeper.kept] == expected
     assert [o.clip for o in keeper.kept] == [f"{PREFIX}-episode-{e}" for e in expected]
     stats = env.env.stats()
@@ -102,7 +102,7 @@ def test_ties_keep_the_earlier_clip_and_callbacks_see_only_clips_kept_then(tmp_p
     stats = record(ReturnsEnv([3, 5, 5, 1, 5, 7]), keeper, 6, tmp_path, on_clip_closed=on_clip_closed)
     assert set(clips_on_disk(tmp_path)) == {1, 5}
     assert [(o.episode_id, o.episode_return) for o in keeper.kept] == [(5, 7.0), (1, 5.0)]
-    assert keeper.evicted == 2 and stats["clips_discarded"] == 4
+    assert keeper.discarded == 2 and stats["clips_discarded"] == 4
     assert {1, 5} <= set(reported)
 
 
@@ -118,7 +118,7 @@ def test_nan_returns_are_the_last_kept(tmp_path):
     assert set(clips_on_disk(tmp_path)) == {1}
 
 
-def test_a_clip_evicted_while_still_encoding_goes_once_the_encoder_finished_it(tmp_path):
+def test_a_clip_discarded_while_still_encoding_goes_once_the_encoder_finished_it(tmp_path):
     """The encoder takes 40 ms a record: clip c0 is still being encoded when c1 displaces it; its files
     are deleted once the recorder sees it finished, with no on_clip_closed for it."""
     from envrec.contract.faults import FaultSpec
@@ -136,7 +136,7 @@ def test_a_clip_evicted_while_still_encoding_goes_once_the_encoder_finished_it(t
         rec.end_clip(keep=keeper(outcome))
         if name == "c0":
             assert rec.stats()["clips_finished"] == 0  # 40 frames take the encoder over 1.6 s
-    assert rec.stats()["clips_finished"] == 0  # c0 was evicted before the encoder finished it
+    assert rec.stats()["clips_finished"] == 0  # c0 was discarded before the encoder finished it
     assert not os.path.exists(tmp_path / "c0.meta.json")
     assert wait_for(lambda: rec.poll() or rec.stats()["clips_finished"] >= 1, 30)
     rec.poll()
@@ -147,7 +147,7 @@ def test_a_clip_evicted_while_still_encoding_goes_once_the_encoder_finished_it(t
     assert rec.stats()["clips_discarded"] == 1 and rec.stats()["clips_finished"] == 2
 
 
-def test_a_clip_evicted_after_it_was_reported_goes_at_once(tmp_path):
+def test_a_clip_discarded_after_it_was_reported_goes_at_once(tmp_path):
     keeper, closed = envrec.keep.worst(1), []
     rec = envrec.VideoRecorder(tmp_path, fps=25, on_clip_closed=lambda path, meta: closed.append(meta["name"]))
     keeper.attach(rec)
@@ -156,15 +156,15 @@ def test_a_clip_evicted_after_it_was_reported_goes_at_once(tmp_path):
     rec.add_frame(frame, 0)
     rec.end_clip(keep=keeper(envrec.EpisodeOutcome(0, 5.0, 1, True, False, {}, "c0")))
     assert wait_for(lambda: rec.poll() or closed == ["c0"], 30)
-    assert keeper(envrec.EpisodeOutcome(1, 1.0, 1, True, False, {}, "c1"))  # worse: c0 is evicted, at once
+    assert keeper(envrec.EpisodeOutcome(1, 1.0, 1, True, False, {}, "c1"))  # worse: c0 is discarded, at once
     assert not os.path.exists(tmp_path / "c0.mp4") and not os.path.exists(tmp_path / "c0.meta.json")
     assert rec.stats()["clips_discarded"] == 1
     rec.close()  # c1 was never started: nothing else on disk
     assert os.listdir(tmp_path) == []
 
 
-def test_a_disk_budget_no_longer_counts_a_clip_the_keeper_evicted(tmp_path):
-    """keep_last_clips=2 with best(2): c1, evicted before c2 ends, is not counted, so the budget leaves c0
+def test_a_disk_budget_no_longer_counts_a_clip_the_keeper_discarded(tmp_path):
+    """keep_last_clips=2 with best(2): c1, discarded before c2 ends, is not counted, so the budget leaves c0
     (the best) alone instead of deleting it as the oldest of three."""
     keeper, closed = envrec.keep.best(2), []
     rec = envrec.VideoRecorder(tmp_path, fps=25, keep_last_clips=2, on_clip_closed=lambda p, m: closed.append(m["name"]))
@@ -192,7 +192,7 @@ def test_any_of_with_a_stateless_keeper_keeps_its_clips_for_good(tmp_path):
     keeper = envrec.keep.any_of(envrec.keep.best(1), envrec.keep.successes())
     ends = ["truncated", "terminated", "terminated", "terminated"]
     record(ReturnsEnv([1, 2, 3, 4], ends=ends), keeper, 4, tmp_path)
-    assert set(clips_on_disk(tmp_path)) == {0, 3}  # e0 a success (kept for good though best evicted it), e3 the best
+    assert set(clips_on_disk(tmp_path)) == {0, 3}  # e0 a success (kept for good though best discarded it), e3 the best
 
 
 class AlternatingEnv(ColourEnv):
@@ -289,7 +289,7 @@ def test_one_keeper_on_two_recorders_is_refused_and_the_second_worker_stopped(tm
     first.close()  # the leak fixture checks that the refused recorder's encoder is gone too
 
 
-def test_eviction_deletes_only_that_clips_own_files(tmp_path):
+def test_a_discard_deletes_only_that_clips_own_files(tmp_path):
     """A metadata file that is not this recorder's clip is left alone; one naming another file deletes only
     itself and never that file."""
     (tmp_path / "victim.mp4").write_bytes(b"keep me")
@@ -337,7 +337,7 @@ def test_vector_best_keeps_the_k_best_clips_of_all_sub_envs_together(tmp_path, m
     assert sorted(returns[c] for c in on_disk) == sorted(returns.values())[-2:], (returns, on_disk)
     assert {(int(o.clip.split("-env")[1].split("-")[0]), o.episode_id) for o in keeper.kept} == set(on_disk)
     discarded = sum(env.stats()[f"env{j}"]["clips_discarded"] for j in range(3))
-    assert keeper.evicted >= 1 and discarded == len(returns) - 2
+    assert keeper.discarded >= 1 and discarded == len(returns) - 2
 
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
@@ -398,3 +398,21 @@ def test_one_keeper_on_two_vector_recorders_is_refused(tmp_path):
         envrec.RecordVectorVideo(second_env, str(tmp_path / "b"), keep_if=keeper)
     second_env.close()
     first.close()
+
+
+def test_the_old_names_of_discarding_still_work_for_one_release_and_say_so(tmp_path):
+    """``keeper.evicted`` and ``VideoRecorder.evict_clip`` (a keeper discards; a disk budget evicts) warn and still work."""
+    keeper = envrec.keep.best(1)
+    rec = envrec.VideoRecorder(str(tmp_path), fps=30)
+    try:
+        keeper.attach(rec)
+        assert keeper(envrec.EpisodeOutcome(0, 1.0, 1, True, False, {}, "c0"))
+        assert keeper(envrec.EpisodeOutcome(1, 2.0, 1, True, False, {}, "c1"))  # better: c0 is discarded
+        with pytest.warns(DeprecationWarning, match="discarded"):
+            assert keeper.evicted == keeper.discarded == 1
+        with pytest.warns(DeprecationWarning, match="discard_clip"):
+            rec.evict_clip("c1")  # no such clip on disk: nothing to delete, and no error
+    finally:
+        rec.close()
+    from envrec.record.clip_triggers import ClipDiscarder, Evictor
+    assert Evictor is ClipDiscarder

@@ -19,8 +19,8 @@ import numpy as np
 
 from ..errors import EnvrecError
 from ..read.reader import TraceReader
-from ..record.video_recorder import VideoRecorder
 from ..record.record_trace import RecordTrace
+from ..record.video_recorder import VideoRecorder
 from .result import Result, Status
 
 __all__ = ["RECORDING_STEPS", "recording_result"]

@@ -1,5 +1,5 @@
 """Env side: what the video recorder knows of the clip it records, the metadata of a clip whose
-encoder failed before writing it, and the deletion of a clip evicted after it was kept (``envrec.keep``)."""
+encoder failed before writing it, and the deletion of a clip discarded after it was kept (``envrec.keep``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ..formats.clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_
 from ..formats.trace_format import check_prefix
 from .packer import RecordPacker
 
-__all__ = ["ClipState", "delete_clip_files", "mark_evicted", "write_broken_meta"]
+__all__ = ["ClipState", "delete_clip_files", "mark_discarded", "write_broken_meta"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class ClipState:
     dropped: int = 0
     broken: str | None = None
     keep: bool = True
-    evicted: bool = False  # kept when it ended, evicted since: its files go once the encoder has finished it
+    discarded: bool = False  # kept when it ended, discarded since by a keeper: its files go once the encoder has finished it
     blocked_at_start: float = 0.0
     calls_at_start: tuple[int, int] = (0, 0)
     packer: RecordPacker | None = None  # once a frame went through: the fast path for frames like it
@@ -67,11 +67,11 @@ def write_broken_meta(folder: str, clip: ClipState, reason: str | None) -> None:
         logger.error("envrec: could not write the metadata of broken clip %s: %s", clip.name, exc)
 
 
-def mark_evicted(clips: Iterable[ClipState], name: str) -> bool:
-    """Mark the newest of ``clips`` (sent, not yet reported finished) named ``name`` evicted; False if none is."""
+def mark_discarded(clips: Iterable[ClipState], name: str) -> bool:
+    """Mark the newest of ``clips`` (sent, not yet reported finished) named ``name`` discarded; False if none is."""
     pending = next((c for c in reversed(list(clips)) if c.name == name), None)
     if pending is not None:
-        pending.evicted = True
+        pending.discarded = True
     return pending is not None
 
 
@@ -109,6 +109,6 @@ def delete_clip_files(folder: str, name: str, recorder: str) -> bool:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, video))
     except OSError as exc:
-        logger.error("envrec: could not delete evicted clip %s: %s", name, exc)
+        logger.error("envrec: could not delete discarded clip %s: %s", name, exc)
         return False
     return True

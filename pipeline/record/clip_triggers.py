@@ -10,8 +10,8 @@ o.episode_return > 400``), the long ones. It is called in the env process
 when a clip ends; a clip it refuses is deleted by the encoder worker and
 counted in ``clips_discarded``. A ``keep_if`` that remembers earlier clips
 (``envrec.keep.best(k)``: the k best of the run) is a ``ClipKeeper``: the
-recorder attaches itself to it, so that it can evict a clip it kept earlier
-(``VideoRecorder.evict_clip``).
+recorder attaches itself to it, so that it can discard a clip it kept earlier
+(``VideoRecorder.discard_clip``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, SupportsFloat
 
-__all__ = ["ClipKeeper", "EpisodeOutcome", "Evictor", "KeepIf", "OutcomeTracker", "capped_cubic_video_schedule"]
+__all__ = ["ClipDiscarder", "ClipKeeper", "EpisodeOutcome", "Evictor", "KeepIf", "OutcomeTracker", "capped_cubic_video_schedule"]
 
 
 def capped_cubic_video_schedule(episode_id: int) -> bool:
@@ -85,26 +85,29 @@ class OutcomeTracker:
         return EpisodeOutcome(self.episode_id, self._return, self._length, terminated, truncated, info, clip)
 
 
-class Evictor(Protocol):
+class ClipDiscarder(Protocol):
     """What a ``ClipKeeper`` is attached to: a ``VideoRecorder`` (or ``envrec.keep.any_of``, which shares one)."""
 
-    def evict_clip(self, name: str) -> None: ...
+    def discard_clip(self, name: str) -> None: ...
+
+
+Evictor = ClipDiscarder  # the old name, kept for one release
 
 
 class ClipKeeper:
-    """A ``keep_if`` with memory (``envrec.keep.best``, ``worst``, ``any_of``): it may evict clips it kept earlier.
+    """A ``keep_if`` with memory (``envrec.keep.best``, ``worst``, ``any_of``): it may discard clips it kept earlier.
 
     ``RecordVideo`` calls ``attach(recorder)`` once, before the first clip;
-    the keeper then calls ``recorder.evict_clip(name)`` for a clip it no
+    the keeper then calls ``recorder.discard_clip(name)`` for a clip it no
     longer keeps. One keeper serves one recorder: attaching it to a second
     one raises ``ConfigError`` (its ranking would mix two runs).
     """
 
-    def attach(self, evictor: Evictor) -> None:
-        """Take ``evictor`` as the recorder whose clips this keeper decides on.
+    def attach(self, discarder: ClipDiscarder) -> None:
+        """Take ``discarder`` as the recorder whose clips this keeper decides on.
 
         Args:
-            evictor: the recorder (its ``evict_clip(name)`` deletes a finished clip's files).
+            discarder: the recorder (its ``discard_clip(name)`` deletes a finished clip's files).
 
         Raises:
             ConfigError: this keeper is attached to another recorder already.

@@ -6,7 +6,7 @@ slice of the batched info: its entries whose ``_KEY`` mask is set; on a
 same-step autoreset the episode's last info is ``info["final_info"]``'s
 slice, the top level being the next episode's reset info). A ``ClipKeeper``
 (``envrec.keep.best(k)``) ranks the clips of every recorded sub-env together
-— the k best of the run — and evicts through ``SubEnvOutcomes.evict_clip``,
+— the k best of the run — and discards through ``SubEnvOutcomes.discard_clip``,
 which hands the name to the recorder that made the clip.
 """
 
@@ -42,7 +42,7 @@ def sub_info(info: Any, j: int) -> dict:
 
 
 class SubEnvOutcomes:
-    """The episode outcomes of the recorded sub-envs, and the ``Evictor`` of a keeper ranking all their clips.
+    """The episode outcomes of the recorded sub-envs, and the ``ClipDiscarder`` of a keeper ranking all their clips.
 
     Args:
         keep_if: ``keep_if(outcome) -> bool``, asked when a sub-env's clip ends.
@@ -56,7 +56,7 @@ class SubEnvOutcomes:
         self.keep_if = keep_if
         self.recorders = recorders
         self.trackers = {j: OutcomeTracker() for j in recorders}
-        self._owner: dict[str, int] = {}  # a kept clip's name -> its sub-env (a ranked keeper may evict it)
+        self._owner: dict[str, int] = {}  # a kept clip's name -> its sub-env (a ranked keeper may discard it)
         if isinstance(keep_if, ClipKeeper):
             try:
                 keep_if.attach(self)
@@ -84,12 +84,12 @@ class SubEnvOutcomes:
             self._owner[name] = j
         return keep
 
-    def evict_clip(self, name: str) -> None:
-        """A keeper let clip ``name`` go: its recorder deletes it once finished (``VideoRecorder.evict_clip``).
+    def discard_clip(self, name: str) -> None:
+        """A keeper let clip ``name`` go: its recorder deletes it once finished (``VideoRecorder.discard_clip``).
 
         Args:
             name: the clip's name.
         """
         j = self._owner.pop(name, None)
         if j is not None:
-            self.recorders[j].evict_clip(name)
+            self.recorders[j].discard_clip(name)

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from time import perf_counter_ns
@@ -39,7 +40,7 @@ from ..options import StreamOptions
 from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
-from .clip_state import ClipState, delete_clip_files, mark_evicted, write_broken_meta
+from .clip_state import ClipState, delete_clip_files, mark_discarded, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
 from .packer import frame_packer
 from .recorder import check_folder
@@ -161,7 +162,7 @@ class VideoRecorder:
         self._warned_broken = False
         self._unreported: deque[ClipState] = deque()  # clips sent, not yet known finished
         self._clips_seen = 0
-        self.clips_unkept = 0  # clips kept when they ended, deleted since by evict_clip
+        self.clips_unkept = 0  # clips kept when they ended, deleted since by discard_clip
         register_closer(self)
 
     @property
@@ -303,9 +304,9 @@ class VideoRecorder:
         while self._clips_seen < finished and self._unreported:
             clip = self._unreported.popleft()
             self._clips_seen += 1
-            self._drop_evicted(clip)
-            if not clip.keep or clip.evicted:
-                continue  # discarded by the worker, or evicted by the env side: nothing on disk to report
+            self._drop_discarded(clip)
+            if not clip.keep or clip.discarded:
+                continue  # discarded by the worker, or discarded by a keeper since: nothing on disk to report
             try:
                 m = read_clip_meta(meta_path(self.folder, clip.name))
             except (OSError, ValueError):
@@ -316,7 +317,7 @@ class VideoRecorder:
                 video = m.get("path")
                 self.on_clip_closed(os.path.join(self.folder, video) if video else None, m)
 
-    def evict_clip(self, name: str) -> None:
+    def discard_clip(self, name: str) -> None:
         """Delete clip ``name`` (kept when it ended) once the encoder finished it, counted in ``clips_discarded``:
         ``envrec.keep.best``'s clip that dropped out. Deleted at once if ``poll`` reported it (its callback was
         called), else when it does (no callback). Only its files (``delete_clip_files``).
@@ -324,11 +325,16 @@ class VideoRecorder:
         Args:
             name: the clip's name, as given to ``start_clip``.
         """
-        if not mark_evicted(self._unreported, name):  # reported finished already: its files go now
+        if not mark_discarded(self._unreported, name):  # reported finished already: its files go now
             self.clips_unkept += delete_clip_files(self.folder, name, self.recorder_id)
 
-    def _drop_evicted(self, *clips: ClipState) -> None:
-        self.clips_unkept += sum(c.evicted and delete_clip_files(self.folder, c.name, self.recorder_id) for c in clips)
+    def evict_clip(self, name: str) -> None:
+        """Deprecated name of ``discard_clip``, kept for one release."""
+        warnings.warn("VideoRecorder.evict_clip is now discard_clip", DeprecationWarning, stacklevel=2)
+        self.discard_clip(name)
+
+    def _drop_discarded(self, *clips: ClipState) -> None:
+        self.clips_unkept += sum(c.discarded and delete_clip_files(self.folder, c.name, self.recorder_id) for c in clips)
 
     def _refuse(self, problem: str) -> None:
         clip = self.clip
@@ -356,7 +362,7 @@ class VideoRecorder:
         reason = self._stream.broken
         if self._stream.restart():  # the failed worker is gone after this: what it did not finish stays unfinished
             self._write_unfinished_meta(reason)
-            self._drop_evicted(*self._unreported)  # final now: the failed worker is gone
+            self._drop_discarded(*self._unreported)  # final now: the failed worker is gone
             self._unreported.clear()
             self._clips_seen = self._stream.status(Status.CLIPS)
         elif not self._warned_broken:

@@ -153,7 +153,7 @@ class VecRecordVideo(VecEnvWrapper):
             self.video_folder, fps=self.frames_per_sec, env_id=getattr(spec, "id", None), on_clip_closed=on_clip_closed,
             **recorder_options,
         )
-        if isinstance(keep_if, ClipKeeper):  # envrec.keep.best(k): it evicts the clips it stops keeping
+        if isinstance(keep_if, ClipKeeper):  # envrec.keep.best(k): it discards the clips it stops keeping
             try:
                 keep_if.attach(self.recorder)
             except BaseException:

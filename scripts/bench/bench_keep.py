@@ -1,12 +1,12 @@
 """What ``envrec.keep`` costs: one ``best(3)`` decision, and a CartPole run filmed with ``keep_if=best(3)``.
 
 1. A ranked decision alone: ``best(3)`` asked about 100,000 outcomes with
-   random returns (its recorder a stand-in that only counts evictions),
+   random returns (its recorder a stand-in that only counts discards),
    median over 7 rounds, in µs a decision.
 2. The same CartPole episodes (seeded, sampled actions, every episode
    filmed) recorded with ``keep_if=None`` and with ``keep_if=best(3)``, in
    turn, ``--rounds`` times each: the medians of their wall times and their
-   ratio (the keeper's own cost is a few µs a clip; evictions are file
+   ratio (the keeper's own cost is a few µs a clip; discards are file
    deletions in the env process), and how many clips each left.
 
 Usage: ``python scripts/bench/bench_keep.py [--episodes 10] [--rounds 3]``.
@@ -27,13 +27,13 @@ import envrec
 
 
 class _Counter:
-    """Stands in for a recorder: counts the clips a keeper evicts."""
+    """Stands in for a recorder: counts the clips a keeper discards."""
 
     def __init__(self) -> None:
-        self.evicted = 0
+        self.discarded = 0
 
-    def evict_clip(self, name: str) -> None:
-        self.evicted += 1
+    def discard_clip(self, name: str) -> None:
+        self.discarded += 1
 
 
 def decision_us(n: int = 100_000, rounds: int = 7) -> float:
