@@ -23,7 +23,7 @@ import time
 import pytest
 
 from envrec.cli import build_parser
-from envrec.doctor import Result, Status, run_checks
+from envrec.doctor import CheckStatus, Result, run_checks
 from envrec.doctor.env_check import env_results, probe_env
 from envrec.doctor.gl import first_rendering
 from envrec.doctor.result import bounded, run_process
@@ -231,7 +231,7 @@ def test_a_low_open_files_limit_warns_and_passes(tmp_path):
 
 def test_an_env_that_renders_text_passes_as_ansi():
     results = {r.name: r for r in env_results(env_id("AnsiOnly"), probe_env(env_id("AnsiOnly")))}
-    assert all(r.status is Status.PASS for r in results.values()), results
+    assert all(r.status is CheckStatus.PASS for r in results.values()), results
     assert results["env render modes"].message == "ansi: text frames, recorded as asciicast clips (its modes: ansi)"
     assert results["env frame"].message.startswith("a text frame of 15 characters")
 
@@ -241,7 +241,7 @@ def test_an_env_that_hangs_is_given_up_on_and_killed():
     findings = probe_env(env_id("Hangs"), timeout_s=3.0)
     assert time.monotonic() - started < 30
     [result] = env_results(env_id("Hangs"), findings)
-    assert result.status is Status.FAIL and "it did not finish within 3 s" in result.message
+    assert result.status is CheckStatus.FAIL and "it did not finish within 3 s" in result.message
     assert result.fix.startswith("try it alone: python -c")
     # the conftest fixture fails this test if the probe's interpreter were still alive
 
@@ -265,13 +265,13 @@ def test_ctrl_c_ends_the_doctor_at_once_and_kills_its_probes():
 
 def test_every_check_and_process_has_a_time_limit():
     started = time.monotonic()
-    [result] = bounded("slow", lambda: [time.sleep(5), Result("slow", Status.PASS, "")][1:], 0.2)
-    assert result.status is Status.FAIL and result.message == "did not finish within 0.2 s"
+    [result] = bounded("slow", lambda: [time.sleep(5), Result("slow", CheckStatus.PASS, "")][1:], 0.2)
+    assert result.status is CheckStatus.FAIL and result.message == "did not finish within 0.2 s"
     def broken() -> list[Result]:
         raise OSError("a check that breaks")
 
     [result] = bounded("broken", broken, 5)
-    assert result.status is Status.FAIL and result.message == "the check itself failed: OSError: a check that breaks"
+    assert result.status is CheckStatus.FAIL and result.message == "the check itself failed: OSError: a check that breaks"
     done = run_process(["sh", "-c", "sleep 60 & sleep 60"], 0.5)  # the group goes, the background sleep with it
     assert done.returncode is None and time.monotonic() - started < 20
 
@@ -283,8 +283,8 @@ def test_run_checks_in_process_leaves_no_segment_fd_or_folder(tmp_path):
     assert [r.name for r in results] == [r.name for r in seen] == [
         "versions", "ffmpeg", "ffmpeg encodes", "folder", "folder space", "folder filesystem", "memfd", "eventfd",
         "open files limit", "recording"]  # in the order of GROUPS, whatever the order asked
-    assert all(r.status in (Status.PASS, Status.WARN) for r in results[1:]), results
-    assert {r.name: r.status for r in results}["memfd"] is Status.PASS and not (tmp_path / "r").exists()
+    assert all(r.status in (CheckStatus.PASS, CheckStatus.WARN) for r in results[1:]), results
+    assert {r.name: r.status for r in results}["memfd"] is CheckStatus.PASS and not (tmp_path / "r").exists()
     assert set(os.listdir("/proc/self/fd")) <= fds  # the segment, its mappings and the eventfd are closed
 
 

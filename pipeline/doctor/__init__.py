@@ -11,6 +11,6 @@ This room may import anything of envrec but the worker side.
 from __future__ import annotations
 
 from .checks import run_checks
-from .result import Result, Status
+from .result import CheckStatus, Result, Status
 
-__all__ = ["Result", "Status", "run_checks"]
+__all__ = ["CheckStatus", "Result", "Status", "run_checks"]  # Status: the old name of CheckStatus, for one release

@@ -21,7 +21,7 @@ from .ffmpeg_check import FFMPEG_TIMEOUT_S, ffmpeg_results
 from .folder import folder_results
 from .kernel import eventfd_result, memfd_result, nofile_result
 from .recording import recording_result
-from .result import Result, Status, bounded, kill_running
+from .result import CheckStatus, Result, bounded, kill_running
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_FOLDER", "GL_TIMEOUT_S", "GROUPS", "run_checks", "versions"]
 
@@ -46,7 +46,7 @@ def versions() -> Result:
             continue
     kernel = f"{platform.system()} {platform.release()}"
     line = ", ".join(f"{k} {v}" for k, v in found.items())
-    return Result("versions", Status.INFO, f"{line}; {kernel}", facts={**found, "kernel": kernel})
+    return Result("versions", CheckStatus.INFO, f"{line}; {kernel}", facts={**found, "kernel": kernel})
 
 
 def _env_and_gl(env_id: str) -> list[Result]:

@@ -12,7 +12,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from .gl import APT_PACKAGES, BACKENDS, mujoco_installed, probe
-from .result import Result, Status, run_process, tail
+from .result import CheckStatus, Result, run_process, tail
 
 __all__ = ["SDL_TIMEOUT_S", "gl_result", "sdl_result"]
 
@@ -45,7 +45,7 @@ def sdl_result() -> Result:
     if done.returncode == 0 and done.stdout.split():
         driver = done.stdout.split()[-1]
         facts["pygame_driver"] = driver
-        return Result("SDL video driver", Status.PASS, f"{where}: {chosen}; pygame opens its display with {driver!r}",
+        return Result("SDL video driver", CheckStatus.PASS, f"{where}: {chosen}; pygame opens its display with {driver!r}",
                       facts=facts)
     why = f"no answer within {SDL_TIMEOUT_S:g} s" if done.returncode is None else tail(done.stderr) or f"exit status {done.returncode}"
     if given:
@@ -54,7 +54,7 @@ def sdl_result() -> Result:
         fix = f"the display {display} does not answer: unset DISPLAY/WAYLAND_DISPLAY (envrec then draws with SDL's dummy driver)"
     else:
         fix = "pip install pygame (a dependency of envrec), or export SDL_VIDEODRIVER=dummy"
-    return Result("SDL video driver", Status.WARN, f"{where}: {chosen}, but pygame cannot open its display: {why}",
+    return Result("SDL video driver", CheckStatus.WARN, f"{where}: {chosen}, but pygame cannot open its display: {why}",
                   f"{fix}; pygame's envs may fail to render", facts=facts)
 
 
@@ -83,14 +83,14 @@ def gl_result(tried: dict[str, str | None] | None, mujoco_env: bool) -> tuple[Re
             otherwise a warning (or a skip without the mujoco package).
     """
     if tried is None:
-        status = Status.FAIL if mujoco_env else Status.SKIP
+        status = CheckStatus.FAIL if mujoco_env else CheckStatus.SKIP
         return Result("MuJoCo GL", status, "the mujoco package is not installed: nothing to render with",
                       "pip install 'gymnasium[mujoco]' for MuJoCo envs" if mujoco_env else ""), None
     given = os.environ.get("MUJOCO_GL") or None
     works = [b for b, why in tried.items() if why is None]
     facts = {"mujoco_gl": given, "renders": works, "failed": {b: why for b, why in tried.items() if why}}
     summary = "; ".join(f"{b} renders" if why is None else f"{b}: {why}" for b, why in tried.items())
-    bad = Status.FAIL if mujoco_env else Status.WARN
+    bad = CheckStatus.FAIL if mujoco_env else CheckStatus.WARN
     headless = [b for b in works if b != "glfw"]
     use = given if given in works else next(iter([*headless, *works]), None)
     if not works:
@@ -100,9 +100,9 @@ def gl_result(tried: dict[str, str | None] | None, mujoco_env: bool) -> tuple[Re
         return Result("MuJoCo GL", bad, f"MUJOCO_GL={given} does not render ({summary})",
                       f"export MUJOCO_GL={use}", facts=facts), use
     if given:
-        return Result("MuJoCo GL", Status.PASS, f"MUJOCO_GL={given} renders ({summary})", facts=facts), use
+        return Result("MuJoCo GL", CheckStatus.PASS, f"MUJOCO_GL={given} renders ({summary})", facts=facts), use
     if "glfw" in works:
-        return Result("MuJoCo GL", Status.PASS, f"MUJOCO_GL unset: MuJoCo's default, glfw, renders ({summary})",
+        return Result("MuJoCo GL", CheckStatus.PASS, f"MUJOCO_GL unset: MuJoCo's default, glfw, renders ({summary})",
                       facts=facts), use
     where = "there is no display" if not _display() else f"the display {_display()} does not serve it"
     return Result("MuJoCo GL", bad, f"MUJOCO_GL is unset and MuJoCo's default, glfw, does not render: {where} "

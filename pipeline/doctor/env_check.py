@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .gl import APT_PACKAGES
-from .result import Result, Status, run_process, tail
+from .result import CheckStatus, Result, run_process, tail
 
 __all__ = ["ENV_TIMEOUT_S", "EnvFindings", "env_results", "probe_env"]
 
@@ -89,13 +89,13 @@ def _made(env_id: str, f: EnvFindings) -> Result:
         module = re.search(r"No module named '([^']+)'", failed["error"]) if failed.get("kind") == "ModuleNotFoundError" else None
         if module:
             fix = f"install the package that provides {module[1]!r}, or fix the module named in the id"
-        return Result("env", Status.FAIL, f"cannot make {env_id!r}: {failed['error']}", fix, facts={"env": env_id})
+        return Result("env", CheckStatus.FAIL, f"cannot make {env_id!r}: {failed['error']}", fix, facts={"env": env_id})
     if "made" not in f.stages:
-        return Result("env", Status.FAIL, f"cannot make {env_id!r}: {f.died() or 'the probe said nothing'}",
+        return Result("env", CheckStatus.FAIL, f"cannot make {env_id!r}: {f.died() or 'the probe said nothing'}",
                       f"try it alone: python -c \"import gymnasium as gym; gym.make({env_id!r})\"", facts={"env": env_id})
     made = f.stages["made"]
     where = f" ({made['entry_point']})" if made.get("entry_point") else ""
-    return Result("env", Status.PASS, f"{env_id} makes{where} in {made.get('make_ms', 0):g} ms",
+    return Result("env", CheckStatus.PASS, f"{env_id} makes{where} in {made.get('make_ms', 0):g} ms",
                   facts={"env": env_id, "entry_point": made.get("entry_point")})
 
 
@@ -103,11 +103,11 @@ def _modes(f: EnvFindings) -> Result:
     modes = f.fact("render_modes") or []
     listed = ", ".join(modes) or "none"
     if "rgb_array" in modes:
-        return Result("env render modes", Status.PASS, f"rgb_array for video (its modes: {listed})", facts={"render_modes": modes})
+        return Result("env render modes", CheckStatus.PASS, f"rgb_array for video (its modes: {listed})", facts={"render_modes": modes})
     if "ansi" in modes:
-        return Result("env render modes", Status.PASS, f"ansi: text frames, recorded as asciicast clips (its modes: {listed})",
+        return Result("env render modes", CheckStatus.PASS, f"ansi: text frames, recorded as asciicast clips (its modes: {listed})",
                       facts={"render_modes": modes})
-    return Result("env render modes", Status.FAIL, f"no rgb_array or ansi render mode (its modes: {listed}): "
+    return Result("env render modes", CheckStatus.FAIL, f"no rgb_array or ansi render mode (its modes: {listed}): "
                   "envrec cannot film it",
                   "give the env metadata['render_modes'] with 'rgb_array' and a render() returning an HxWx3 uint8 "
                   "array; or record its trace alone (RecordTrace; envrec record --video-every 0)", facts={"render_modes": modes})
@@ -116,9 +116,9 @@ def _modes(f: EnvFindings) -> Result:
 def _fps(f: EnvFindings) -> Result:
     fps = f.fact("render_fps")
     if isinstance(fps, int | float) and not isinstance(fps, bool) and fps > 0:
-        return Result("env render_fps", Status.PASS, f"{fps:g} frames per second", facts={"render_fps": fps})
+        return Result("env render_fps", CheckStatus.PASS, f"{fps:g} frames per second", facts={"render_fps": fps})
     said = "no render_fps in its metadata" if fps is None else f"metadata['render_fps'] is {fps!r}"
-    return Result("env render_fps", Status.FAIL, f"{said}: clips would play at envrec's "
+    return Result("env render_fps", CheckStatus.FAIL, f"{said}: clips would play at envrec's "
                   "fallback of 30 frames per second, not the env's speed",
                   "pass fps= to RecordVideo (envrec record --fps N, envrec render --fps N), or set "
                   "metadata['render_fps'] in the env", facts={"render_fps": fps})
@@ -138,18 +138,18 @@ def _frame(f: EnvFindings, gl_backend: str | None) -> Result:
     if "rendered" not in f.stages:
         why = f.stages.get("render-failed", {}).get("error") or f.died() or "the probe said nothing"
         fix = _gl_fix(f, gl_backend) or f"render(render_mode={mode!r}) must return a frame after reset(); try it alone"
-        return Result("env frame", Status.FAIL, f"reset + render failed{gl}: {why}", fix)
+        return Result("env frame", CheckStatus.FAIL, f"reset + render failed{gl}: {why}", fix)
     frame = f.stages["rendered"]["frame"]
     took = f.stages["rendered"].get("render_ms", 0)
     if frame.get("problem"):
-        return Result("env frame", Status.FAIL, f"render() gave what envrec cannot record: {frame['problem']}",
+        return Result("env frame", CheckStatus.FAIL, f"render() gave what envrec cannot record: {frame['problem']}",
                       "render() must return a uint8 HxWx3 numpy array (rgb_array) or a str ending in a newline (ansi)",
                       facts={"frame": frame})
     if mode == "ansi":
-        return Result("env frame", Status.PASS, f"a text frame of {frame.get('chars')} characters in {took:g} ms",
+        return Result("env frame", CheckStatus.PASS, f"a text frame of {frame.get('chars')} characters in {took:g} ms",
                       facts={"frame": frame})
     shape = "x".join(str(n) for n in frame["shape"])
-    return Result("env frame", Status.PASS, f"{frame['dtype']} {shape} after reset(seed=0), rendered in {took:g} ms{gl}",
+    return Result("env frame", CheckStatus.PASS, f"{frame['dtype']} {shape} after reset(seed=0), rendered in {took:g} ms{gl}",
                   facts={"frame": frame})
 
 
@@ -162,9 +162,9 @@ def env_results(env_id: str, findings: EnvFindings, gl_backend: str | None = Non
         gl_backend: a ``MUJOCO_GL`` that renders here, for the fix of a MuJoCo env that does not render.
     """
     made = _made(env_id, findings)
-    if made.status is Status.FAIL:
+    if made.status is CheckStatus.FAIL:
         return [made]
     results = [made, _modes(findings), _fps(findings)]
-    if results[1].status is Status.PASS:
+    if results[1].status is CheckStatus.PASS:
         results.append(_frame(findings, gl_backend))
     return results

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..formats.ffmpeg import FFMPEG_ENV_VAR, VideoSettings, encode_command, encoded_size, find_ffmpeg, remux_command
-from .result import Result, Status, run_process, tail
+from .result import CheckStatus, Result, run_process, tail
 
 __all__ = ["CLIP_FRAMES", "FFMPEG_TIMEOUT_S", "ffmpeg_results"]
 
@@ -36,19 +36,19 @@ def _find() -> tuple[Result, str | None]:
     try:
         exe, backend = find_ffmpeg()
     except ConfigError as exc:
-        return Result("ffmpeg", Status.FAIL, str(exc), INSTALL), None
+        return Result("ffmpeg", CheckStatus.FAIL, str(exc), INSTALL), None
     if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
         named = [f"{v}={os.environ[v]}" for v in (FFMPEG_ENV_VAR, "IMAGEIO_FFMPEG_EXE") if os.environ.get(v)]
         given = f" (named by {', '.join(named)})" if named else ""
-        return Result("ffmpeg", Status.FAIL, f"{exe}{given} is not an executable file",
+        return Result("ffmpeg", CheckStatus.FAIL, f"{exe}{given} is not an executable file",
                       f"unset IMAGEIO_FFMPEG_EXE or point it at ffmpeg; or {INSTALL}", facts={"path": exe}), None
     done = run_process([exe, "-hide_banner", "-version"], FFMPEG_TIMEOUT_S)
     first = done.stdout.splitlines()[0] if done.returncode == 0 and done.stdout.strip() else ""
     if not first:
-        return Result("ffmpeg", Status.FAIL, f"{exe} -version failed: {tail(done.stderr) or done.returncode}", INSTALL,
+        return Result("ffmpeg", CheckStatus.FAIL, f"{exe} -version failed: {tail(done.stderr) or done.returncode}", INSTALL,
                       facts={"path": exe}), None
     version = first.split()[2] if first.startswith(("ffmpeg version", "avconv version")) and len(first.split()) > 2 else first
-    return Result("ffmpeg", Status.PASS, f"{exe} ({backend} {version})", facts={"path": exe, "version": version}), exe
+    return Result("ffmpeg", CheckStatus.PASS, f"{exe} ({backend} {version})", facts={"path": exe, "version": version}), exe
 
 
 def _encode(exe: str, folder: str) -> Result:
@@ -62,7 +62,7 @@ def _encode(exe: str, folder: str) -> Result:
         done = run_process(cmd, FFMPEG_TIMEOUT_S, stdin=data)
         if done.returncode != 0:
             why = f"no end within {FFMPEG_TIMEOUT_S:g} s" if done.returncode is None else tail(done.stderr, 2)
-            return Result("ffmpeg encodes", Status.FAIL, f"the {step} of a test clip failed: {why}",
+            return Result("ffmpeg encodes", CheckStatus.FAIL, f"the {step} of a test clip failed: {why}",
                           f"this ffmpeg cannot do what envrec asks ({settings.codec}, {settings.pix_fmt}, fragmented MP4): "
                           f"{INSTALL}", facts={"command": cmd})
     w, h = encoded_size(CLIP_WIDTH, CLIP_HEIGHT, settings.pix_fmt)
@@ -70,9 +70,9 @@ def _encode(exe: str, folder: str) -> Result:
     decoded = len(done.raw) // (w * h * 3) if done.returncode == 0 else 0
     size = os.path.getsize(final)
     if decoded != CLIP_FRAMES:
-        return Result("ffmpeg encodes", Status.FAIL, f"the test clip decodes to {decoded} frames, not {CLIP_FRAMES}: "
+        return Result("ffmpeg encodes", CheckStatus.FAIL, f"the test clip decodes to {decoded} frames, not {CLIP_FRAMES}: "
                       f"{tail(done.stderr) or 'no error said'}", INSTALL, facts={"decoded": decoded})
-    return Result("ffmpeg encodes", Status.PASS, f"a {CLIP_FRAMES}-frame {CLIP_WIDTH}x{CLIP_HEIGHT} test clip with envrec's "
+    return Result("ffmpeg encodes", CheckStatus.PASS, f"a {CLIP_FRAMES}-frame {CLIP_WIDTH}x{CLIP_HEIGHT} test clip with envrec's "
                   f"settings ({settings.codec} {settings.preset}, padded to {w}x{h}, remuxed): {size} bytes, "
                   f"{decoded} frames decoded back", facts={"bytes": size, "decoded": decoded})
 

@@ -12,7 +12,7 @@ import os
 import psutil
 
 from ..formats.atomic import write_atomic
-from .result import Result, Status
+from .result import CheckStatus, Result
 
 __all__ = ["FREE_FAIL_BYTES", "FREE_WARN_BYTES", "filesystem_of", "folder_results"]
 
@@ -92,13 +92,13 @@ def _space(folder: str) -> Result:
     free = psutil.disk_usage(folder).free
     shown = f"{free / (1 << 30):.1f} GiB free"
     if free < FREE_FAIL_BYTES:
-        return Result("folder space", Status.FAIL, f"{shown}: not enough for one trace batch",
+        return Result("folder space", CheckStatus.FAIL, f"{shown}: not enough for one trace batch",
                       "free some space, or record elsewhere (envrec record --out DIR)", facts={"free_bytes": free})
     if free < FREE_WARN_BYTES:
-        return Result("folder space", Status.WARN, f"{shown} (under {FREE_WARN_BYTES >> 30} GiB)",
+        return Result("folder space", CheckStatus.WARN, f"{shown} (under {FREE_WARN_BYTES >> 30} GiB)",
                       "set a disk budget (RecordTrace(max_bytes=...), envrec record --max-bytes 500M) or record elsewhere",
                       facts={"free_bytes": free})
-    return Result("folder space", Status.PASS, shown, facts={"free_bytes": free})
+    return Result("folder space", CheckStatus.PASS, shown, facts={"free_bytes": free})
 
 
 def _filesystem(folder: str) -> Result:
@@ -106,11 +106,11 @@ def _filesystem(folder: str) -> Result:
     facts = {"filesystem": fstype or None, "mount_point": point or None}
     if fstype in CAUTION or fstype.startswith("fuse"):
         why = CAUTION.get(fstype, "a FUSE filesystem: fsync, rename and mmap are whatever its driver makes them")
-        return Result("folder filesystem", Status.WARN, f"{fstype} at {point}: {why}",
+        return Result("folder filesystem", CheckStatus.WARN, f"{fstype} at {point}: {why}",
                       "record to a local disk (envrec record --out DIR) and copy the recordings after", facts=facts)
     if not fstype:
-        return Result("folder filesystem", Status.SKIP, "cannot tell (no /proc/self/mountinfo)", facts=facts)
-    return Result("folder filesystem", Status.PASS, f"{fstype} at {point}", facts=facts)
+        return Result("folder filesystem", CheckStatus.SKIP, "cannot tell (no /proc/self/mountinfo)", facts=facts)
+    return Result("folder filesystem", CheckStatus.PASS, f"{fstype} at {point}", facts=facts)
 
 
 def folder_results(folder: str) -> list[Result]:
@@ -122,14 +122,14 @@ def folder_results(folder: str) -> list[Result]:
     made, why, fix = _make(folder)
     try:
         if why:
-            return [Result("folder", Status.FAIL, f"{folder}: {why}", fix, facts={"folder": folder})]
+            return [Result("folder", CheckStatus.FAIL, f"{folder}: {why}", fix, facts={"folder": folder})]
         failed = _write_probe(folder)
         state = "can be made" if made else "exists"
         if failed:
-            return [Result("folder", Status.FAIL, f"{folder} {state} but envrec cannot write in it: {failed}",
+            return [Result("folder", CheckStatus.FAIL, f"{folder} {state} but envrec cannot write in it: {failed}",
                            f"make it writable (chmod u+w {folder}, or ask its owner), or {CHOOSE}",
                            facts={"folder": folder})]
-        written = Result("folder", Status.PASS, f"{os.path.abspath(folder)} {state}, writable (atomic write, fsync, mmap)",
+        written = Result("folder", CheckStatus.PASS, f"{os.path.abspath(folder)} {state}, writable (atomic write, fsync, mmap)",
                          facts={"folder": os.path.abspath(folder), "made": bool(made)})
         return [written, _space(folder), _filesystem(folder)]
     finally:

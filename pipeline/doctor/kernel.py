@@ -15,7 +15,7 @@ import resource
 from ..contract.shm import create_segment, map_segment, memory_available
 from ..contract.wakeup import Wakeup
 from ..errors import SharedMemoryError
-from .result import Result, Status
+from .result import CheckStatus, Result
 
 __all__ = ["FDS_PER_RECORDER", "FDS_PER_VECTOR_SUB_ENV", "NOFILE_WARN_BELOW", "eventfd_result", "memfd_result", "nofile_result"]
 
@@ -31,12 +31,12 @@ NOFILE_WARN_BELOW = 1024  # below it, a vector trace of ~140 sub-envs already ru
 def memfd_result() -> Result:
     """A segment made, written, mapped again through its descriptor, read back, closed."""
     if not hasattr(os, "memfd_create") or not hasattr(os, "eventfd"):
-        return Result("memfd", Status.FAIL, "this Python has no os.memfd_create/os.eventfd (Linux 3.17+ and Python 3.10+)",
+        return Result("memfd", CheckStatus.FAIL, "this Python has no os.memfd_create/os.eventfd (Linux 3.17+ and Python 3.10+)",
                       "run envrec on Linux with Python 3.11 or newer")
     try:
         segment = create_segment(SEGMENT_BYTES)
     except SharedMemoryError as exc:
-        return Result("memfd", Status.FAIL, str(exc), "free some memory, or ask for a smaller ring (ring_bytes=...)")
+        return Result("memfd", CheckStatus.FAIL, str(exc), "free some memory, or ask for a smaller ring (ring_bytes=...)")
     try:
         assert segment.buf is not None
         pattern = os.urandom(4096)
@@ -44,15 +44,15 @@ def memfd_result() -> Result:
         with map_segment(segment.fd) as second:
             seen = second[SEGMENT_BYTES - len(pattern):]
     except OSError as exc:
-        return Result("memfd", Status.FAIL, f"a memfd segment cannot be mapped: {exc}",
+        return Result("memfd", CheckStatus.FAIL, f"a memfd segment cannot be mapped: {exc}",
                       "envrec needs mmap of memfds (a seccomp profile or sandbox may forbid it): allow memfd_create and mmap")
     finally:
         segment.close()
     if seen != pattern:
-        return Result("memfd", Status.FAIL, "what was written into a memfd segment reads back different through a second mapping",
+        return Result("memfd", CheckStatus.FAIL, "what was written into a memfd segment reads back different through a second mapping",
                       "this kernel's shared memory is broken: report it with `uname -a`")
     available = memory_available()
-    return Result("memfd", Status.PASS, f"a {SEGMENT_BYTES >> 20} MiB segment made, written, mapped again and read back "
+    return Result("memfd", CheckStatus.PASS, f"a {SEGMENT_BYTES >> 20} MiB segment made, written, mapped again and read back "
                   f"({available / (1 << 30):.1f} GiB of memory available for rings; /dev/shm is not used)",
                   facts={"memory_available": available})
 
@@ -62,7 +62,7 @@ def eventfd_result() -> Result:
     try:
         wakeup = Wakeup()
     except OSError as exc:
-        return Result("eventfd", Status.FAIL, f"cannot create an eventfd: {exc}",
+        return Result("eventfd", CheckStatus.FAIL, f"cannot create an eventfd: {exc}",
                       "envrec needs eventfd (a seccomp profile or sandbox may forbid it): allow eventfd2")
     try:
         wakeup.post()
@@ -73,9 +73,9 @@ def eventfd_result() -> Result:
     finally:
         wakeup.close()
     if not (woke and stayed):
-        return Result("eventfd", Status.FAIL, f"an eventfd wake-up did not behave (woke: {woke}, cleared: {stayed})",
+        return Result("eventfd", CheckStatus.FAIL, f"an eventfd wake-up did not behave (woke: {woke}, cleared: {stayed})",
                       "this kernel's eventfd is broken: report it with `uname -a`")
-    return Result("eventfd", Status.PASS, "a wake-up posted, waited for and cleared")
+    return Result("eventfd", CheckStatus.PASS, "a wake-up posted, waited for and cleared")
 
 
 def nofile_result() -> Result:
@@ -88,7 +88,7 @@ def nofile_result() -> Result:
            f"your process ~{FDS_PER_RECORDER} per recorder" if sub_envs is not None else "no limit"
     if soft != resource.RLIM_INFINITY and soft < NOFILE_WARN_BELOW:
         raise_to = hard if hard == resource.RLIM_INFINITY or hard >= NOFILE_WARN_BELOW else NOFILE_WARN_BELOW
-        return Result("open files limit", Status.WARN, f"RLIMIT_NOFILE {shown} (hard {hard}): {room}",
+        return Result("open files limit", CheckStatus.WARN, f"RLIMIT_NOFILE {shown} (hard {hard}): {room}",
                       f"ulimit -n {'unlimited' if raise_to == resource.RLIM_INFINITY else raise_to} before running, or in "
                       "Python: resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))", facts=facts)
-    return Result("open files limit", Status.PASS, f"RLIMIT_NOFILE {shown}: {room}", facts=facts)
+    return Result("open files limit", CheckStatus.PASS, f"RLIMIT_NOFILE {shown}: {room}", facts=facts)

@@ -21,7 +21,7 @@ from ..errors import EnvrecError
 from ..read.reader import TraceReader
 from ..record.record_trace import RecordTrace
 from ..record.video_recorder import VideoRecorder
-from .result import Result, Status
+from .result import CheckStatus, Result
 
 __all__ = ["RECORDING_STEPS", "recording_result"]
 
@@ -97,10 +97,10 @@ def recording_result() -> Result:
             trace = _trace(folder)
             clip = _clip(folder)
         except (EnvrecError, OSError) as exc:
-            return Result("recording", Status.FAIL, f"{type(exc).__name__}: {exc}", WORKER_FIX)
+            return Result("recording", CheckStatus.FAIL, f"{type(exc).__name__}: {exc}", WORKER_FIX)
         if trace or clip:
-            return Result("recording", Status.FAIL, "; ".join(w for w in (trace, clip) if w), WORKER_FIX)
-        return Result("recording", Status.PASS, f"an episode of {RECORDING_STEPS} steps through a serializer worker and a "
+            return Result("recording", CheckStatus.FAIL, "; ".join(w for w in (trace, clip) if w), WORKER_FIX)
+        return Result("recording", CheckStatus.PASS, f"an episode of {RECORDING_STEPS} steps through a serializer worker and a "
                       f"{CLIP_FRAMES}-frame clip through an encoder worker, read back")
     finally:
         shutil.rmtree(folder, ignore_errors=True)

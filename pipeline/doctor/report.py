@@ -8,27 +8,27 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TextIO
 
-from .result import Result, Status
+from .result import CheckStatus, Result
 
 __all__ = ["LABEL", "exit_status", "print_json", "print_line", "print_summary"]
 
-LABEL = {Status.PASS: "PASS", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "SKIP", Status.INFO: "INFO"}
+LABEL = {CheckStatus.PASS: "PASS", CheckStatus.WARN: "WARN", CheckStatus.FAIL: "FAIL", CheckStatus.SKIP: "SKIP", CheckStatus.INFO: "INFO"}
 
 
 def print_line(result: Result, out: TextIO) -> None:
     """One check as a line (``FAIL  ffmpeg: ...``), and under a failure or a warning, its fix."""
     out.write(f"{LABEL[result.status]:<5} {result.name}: {result.message}\n")
-    if result.fix and result.status in (Status.FAIL, Status.WARN):
+    if result.fix and result.status in (CheckStatus.FAIL, CheckStatus.WARN):
         out.write(f"      fix: {result.fix}\n")
     out.flush()
 
 
 def print_summary(results: Sequence[Result], out: TextIO) -> None:
     """The counts, and whether envrec is ready to record here."""
-    counts: Counter[Status] = Counter(r.status for r in results if r.status is not Status.INFO)
-    parts = [f"{counts[s]} {word}" for s, word in ((Status.PASS, "passed"), (Status.WARN, "warned"),
-                                                    (Status.FAIL, "failed"), (Status.SKIP, "skipped")) if counts[s]]
-    verdict = "envrec is ready to record here" if not counts[Status.FAIL] else "fix the failures above"
+    counts: Counter[CheckStatus] = Counter(r.status for r in results if r.status is not CheckStatus.INFO)
+    parts = [f"{counts[s]} {word}" for s, word in ((CheckStatus.PASS, "passed"), (CheckStatus.WARN, "warned"),
+                                                    (CheckStatus.FAIL, "failed"), (CheckStatus.SKIP, "skipped")) if counts[s]]
+    verdict = "envrec is ready to record here" if not counts[CheckStatus.FAIL] else "fix the failures above"
     out.write(f"{sum(counts.values())} checks: {', '.join(parts)}: {verdict}\n")
 
 
@@ -40,4 +40,4 @@ def print_json(results: Sequence[Result], out: TextIO) -> None:
 
 def exit_status(results: Sequence[Result]) -> int:
     """1 when a check failed, else 0 (warnings, skips and information pass)."""
-    return 1 if any(r.status is Status.FAIL for r in results) else 0
+    return 1 if any(r.status is CheckStatus.FAIL for r in results) else 0

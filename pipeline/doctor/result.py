@@ -1,4 +1,4 @@
-"""What a check reports (``Result``: a ``Status``, what was found, what to fix) and the two bounds every check runs
+"""What a check reports (``Result``: a ``CheckStatus``, what was found, what to fix) and the two bounds every check runs
 under: a time limit on the check itself (``bounded``) and on each process it starts (``run_process``)."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Finished", "Result", "Status", "bounded", "kill_running", "run_process", "tail"]
+__all__ = ["CheckStatus", "Finished", "Result", "Status", "bounded", "kill_running", "run_process", "tail"]
 
 KILLED_WAIT_S = 5.0  # how long the output of a process killed at its time limit is still read
 _running: set[int] = set()  # the process groups run_process has started and not yet ended
 _running_lock = threading.Lock()
 
 
-class Status(enum.Enum):
+class CheckStatus(enum.Enum):
     """How a check ended. ``WARN``, ``SKIP`` and ``INFO`` count as passed for the exit status."""
 
     PASS = "pass"
@@ -28,6 +28,9 @@ class Status(enum.Enum):
     FAIL = "fail"
     SKIP = "skip"
     INFO = "info"
+
+
+Status = CheckStatus  # the old name, kept for one release (``envrec.contract.records.Status`` is the ring's status words)
 
 
 @dataclass
@@ -44,7 +47,7 @@ class Result:
     """
 
     name: str
-    status: Status
+    status: CheckStatus
     message: str
     fix: str = ""
     seconds: float = 0.0
@@ -81,11 +84,11 @@ def bounded(name: str, check: Callable[[], list[Result]], timeout_s: float) -> l
     thread.join(timeout_s)
     took = time.monotonic() - started
     if not box:
-        return [Result(name, Status.FAIL, f"did not finish within {timeout_s:g} s",
+        return [Result(name, CheckStatus.FAIL, f"did not finish within {timeout_s:g} s",
                        "run it again with -v to see where it stops; the doctor gave up on it", took)]
     outcome = box[0]
     if isinstance(outcome, BaseException):
-        return [Result(name, Status.FAIL, f"the check itself failed: {type(outcome).__name__}: {outcome}",
+        return [Result(name, CheckStatus.FAIL, f"the check itself failed: {type(outcome).__name__}: {outcome}",
                        "this is a bug of envrec doctor or of this machine's setup: report it with this line", took)]
     for result in outcome:
         result.seconds = result.seconds or took
