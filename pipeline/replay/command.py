@@ -50,7 +50,7 @@ def add_common(p: argparse.ArgumentParser, default_episodes: str) -> None:
     p.add_argument("--episodes", default=default_episodes, metavar="SEL",
                    help=f"which episodes: ids (3), ranges (7-9), worst:K, best:K, failed, last:K, every:N, all, "
                         f"comma-separated (default {default_episodes})")
-    p.add_argument("--jobs", type=_count, default=1, metavar="N", help="replay in N worker interpreters (default 1)")
+    p.add_argument("--jobs", type=_count, default=1, metavar="N", help="replay in N job processes (default 1)")
     p.add_argument("--ray", action="store_true", help="replay as Ray tasks (the folder on storage they share)")
     p.add_argument("--make", default=None, metavar="MODULE:FUNCTION",
                    help="build the env with this function instead of the recorded spec (for envs made by code)")

@@ -4,14 +4,14 @@ A task is a module-level function ``task(directory, prefix, items, options) -> l
 item, an item being ``(index, episode_id)``) that reads the folder itself: a job is handed names, never
 episodes. ``run_jobs`` returns the results in the order of the items, whatever order the jobs finish in.
 
-``jobs > 1`` runs two tasks a worker, each a chunk of consecutive episodes, in a ``ProcessPoolExecutor`` of
-``jobs`` spawned interpreters (as envrec's workers are started: nothing of the parent is inherited but its
-``sys.path``); a task shares what it starts once (render's encoder) among its episodes, and a worker keeps
-what its task cached (the reader) for the next. When a worker dies (the env crashed the
+``jobs > 1`` runs two tasks a job process, each a chunk of consecutive episodes, in a ``ProcessPoolExecutor`` of
+``jobs`` spawned interpreters (started as envrec's workers are: nothing of the parent is inherited but its
+``sys.path``); a task shares what it starts once (render's encoder) among its episodes, and a job process keeps
+what its task cached (the reader) for the next. ("Worker" is kept for ``envrec.workers``' processes.) When a job process dies (the env crashed the
 interpreter) the pool breaks: the episodes not done are then run one at a time in a pool of one, so the
 episode that kills it is found, and given ``on_failure``'s result; so is one that gives no result
-within ``timeout`` seconds (its worker is killed). ``ray=True`` runs one ``ray.remote`` task per chunk
-of episodes (``ray.init()`` first when Ray is not initialized; the workers read the folder from
+within ``timeout`` seconds (its job process is killed). ``ray=True`` runs one ``ray.remote`` task per chunk
+of episodes (``ray.init()`` first when Ray is not initialized; the Ray workers read the folder from
 storage they share); a chunk whose task fails is run again episode by episode, and an episode that
 fails alone gets ``on_failure``'s result.
 
@@ -36,7 +36,7 @@ __all__ = ["JOB_TIMEOUT_S", "Item", "run_jobs"]
 logger = logging.getLogger(__name__)
 
 JOB_TIMEOUT_S = 900.0  # one episode's replay; an env that hangs longer is given up on
-STARTUP_TIMEOUT_S = 120.0  # a spawned worker's start (imports)
+STARTUP_TIMEOUT_S = 120.0  # a spawned job process's start (imports)
 Item = tuple[int, int]  # (index across the reader, episode_id)
 Task = Callable[[str, "str | None", list[Item], dict[str, Any]], list[Any]]
 Failure = Callable[[Item, str], Any]
@@ -47,17 +47,17 @@ def run_jobs(task: Task, directory: str, prefix: str | None, items: Sequence[Ite
     """``task``'s result for every item, in the order of ``items``.
 
     Args:
-        task: a module-level function (workers import it by name) ``task(directory, prefix, items, options)``.
+        task: a module-level function (job processes import it by name) ``task(directory, prefix, items, options)``.
         directory, prefix: the recording, as the task reads it.
         items: the episodes, ``(index, episode_id)``.
         options: picklable options for the task.
-        jobs: worker interpreters (1: in this process).
+        jobs: job processes (1: in this process).
         ray: Ray tasks instead of local interpreters.
         on_failure: ``on_failure(item, why)``: the result for an item whose job crashed, timed out or raised.
         timeout: seconds an episode's job may take.
 
     Raises:
-        ConfigError: spawned workers die before they run anything (see ``_pool``).
+        ConfigError: spawned job processes die before they run anything (see ``_pool``).
     """
     items = list(items)
     if not items:
@@ -78,10 +78,10 @@ def _ready() -> bool:
 
 
 def _pool(width: int) -> cf.ProcessPoolExecutor:
-    """A pool of ``width`` spawned workers, one of which answered (so they can start at all).
+    """A pool of ``width`` spawned job processes, one of which answered (so they can start at all).
 
     Raises:
-        ConfigError: a worker died before it ran anything: it could not start (a script that starts
+        ConfigError: a job process died before it ran anything: it could not start (a script that starts
             jobs without ``if __name__ == "__main__":``, which spawned interpreters run again).
     """
     pool = cf.ProcessPoolExecutor(max_workers=width, mp_context=multiprocessing.get_context("spawn"))
@@ -90,20 +90,20 @@ def _pool(width: int) -> cf.ProcessPoolExecutor:
     except (BrokenProcessPool, cf.TimeoutError) as exc:
         _stop(pool, kill=True)
         raise ConfigError(
-            f"the replay's worker interpreters die or hang before they run anything ({type(exc).__name__}): "
+            f"the replay's job processes die or hang before they run anything ({type(exc).__name__}): "
             "a script that replays with jobs > 1 must start it under if __name__ == '__main__': (spawned "
             "interpreters import the script again), and envrec must be importable in them") from exc
     return pool
 
 
 def _kill(pool: cf.ProcessPoolExecutor) -> None:
-    """Kill the pool's workers (ours, by their processes): one is stuck in an env, or died."""
+    """Kill the pool's job processes (ours, by their pids): one is stuck in an env, or died."""
     for process in list((getattr(pool, "_processes", None) or {}).values()):
         process.kill()
 
 
 def _stop(pool: cf.ProcessPoolExecutor, kill: bool) -> None:
-    if kill:  # shutdown() would wait for a stuck worker
+    if kill:  # shutdown() would wait for a stuck job process
         _kill(pool)
     pool.shutdown(wait=not kill, cancel_futures=True)
 
@@ -113,23 +113,23 @@ def _in_pool(task: Task, directory: str, prefix: str | None, items: list[Item], 
     results: dict[Item, Any] = {}
     width = min(jobs, len(items))
     pool = _pool(width)
-    size = max(1, math.ceil(len(items) / (2 * width)))  # two chunks a worker: what a task starts once (an encoder) is shared
+    size = max(1, math.ceil(len(items) / (2 * width)))  # two chunks a job process: what a task starts once (an encoder) is shared
     futures, broken = [], False
     try:
         for i in range(0, len(items), size):
             chunk = items[i:i + size]
             futures.append((chunk, pool.submit(task, directory, prefix, chunk, options)))
-    except BrokenProcessPool:  # a worker died while episodes were still handed out
+    except BrokenProcessPool:  # a job process died while episodes were still handed out
         broken = True
     try:
-        for chunk, future in futures:  # those done before a worker died keep their results
+        for chunk, future in futures:  # those done before a job process died keep their results
             try:
                 results.update(zip(chunk, future.result(timeout=timeout * len(chunk)), strict=True))
             except BrokenProcessPool:
                 broken = True
             except cf.TimeoutError:
                 if len(chunk) == 1:  # else its episodes are replayed one at a time: the one that hangs is found
-                    results[chunk[0]] = on_failure(chunk[0], f"the replay gave no result within {timeout:g} s (its worker was killed)")
+                    results[chunk[0]] = on_failure(chunk[0], f"the replay gave no result within {timeout:g} s (its job process was killed)")
                 broken = True
                 _kill(pool)
             except Exception as exc:  # noqa: BLE001  (raised in the task, or its result did not pickle)
@@ -138,14 +138,14 @@ def _in_pool(task: Task, directory: str, prefix: str | None, items: list[Item], 
         _stop(pool, kill=broken)
     if broken:
         left = [item for item in items if item not in results]
-        logger.warning("a replay worker died or hung: replaying the %d episode(s) left one at a time", len(left))
+        logger.warning("a replay job process died or hung: replaying the %d episode(s) left one at a time", len(left))
         results.update(_isolated(task, directory, prefix, left, options, on_failure, timeout))
     return [results[item] for item in items]
 
 
 def _isolated(task: Task, directory: str, prefix: str | None, items: list[Item], options: dict[str, Any],
               on_failure: Failure, timeout: float) -> dict[Item, Any]:
-    """Each item alone in a one-worker pool (a new pool after one dies): who kills its worker is known."""
+    """Each item alone in a pool of one (a new pool after one dies): which episode kills its job process is known."""
     results: dict[Item, Any] = {}
     pool = None
     try:
@@ -158,7 +158,7 @@ def _isolated(task: Task, directory: str, prefix: str | None, items: list[Item],
             except BrokenProcessPool as exc:
                 why = f"the replay's process died ({exc or 'killed, or the env crashed the interpreter'})"
             except cf.TimeoutError:
-                why = f"the replay gave no result within {timeout:g} s (its worker was killed)"
+                why = f"the replay gave no result within {timeout:g} s (its job process was killed)"
             except Exception as exc:  # noqa: BLE001  (raised in the task, or its result did not pickle)
                 results[item] = on_failure(item, f"{type(exc).__name__}: {exc}")
                 continue
@@ -186,7 +186,7 @@ def _on_ray(task: Task, directory: str, prefix: str | None, items: list[Item], o
     for chunk, ref in zip(chunks, refs, strict=True):
         try:
             results += ray.get(ref, timeout=timeout * len(chunk))
-        except Exception as exc:  # noqa: BLE001  (a task that raised, a worker that died, a timeout: retried episode by episode)
+        except Exception as exc:  # noqa: BLE001  (a task that raised, a job process that died, a timeout: retried episode by episode)
             _cancel(ref)
             logger.warning("a Ray replay task failed (%s): its %d episode(s) again one by one", exc, len(chunk))
             results += [_ray_alone(remote, directory, prefix, item, options, on_failure, timeout) for item in chunk]

@@ -75,7 +75,7 @@ class _Session:
         self.reader.close()
 
 
-_SESSION: _Session | None = None  # a worker's session, kept for its next task
+_SESSION: _Session | None = None  # a job process's session, kept for its next task
 
 
 def _key(directory: str, prefix: str, options: Mapping[str, Any]) -> tuple[str, ...]:
@@ -224,7 +224,7 @@ def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str |
         episodes: the selection (SEL: ``"all"``, ``"3,7-9"``, ``"worst:5"``, ...; see ``envrec.replay.selection``),
             applied to each recording; an id term must name an episode of at least one of them.
         prefix: only the recording with this file prefix.
-        jobs: worker interpreters replaying in parallel (1: in this process).
+        jobs: job processes replaying in parallel (1: in this process).
         ray: replay as Ray tasks (``ray.init()`` when Ray is not initialized).
         atol: absolute tolerance for numbers (observations, rewards, infos); 0: exact.
         infos: compare the infos too.
@@ -238,8 +238,8 @@ def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str |
         One ``Verdict`` per selected episode, by recording and in episode order.
 
     Raises:
-        ConfigError: a bad argument or selection (an unknown term, an id recorded nowhere), or worker
-            interpreters that cannot start.
+        ConfigError: a bad argument or selection (an unknown term, an id recorded nowhere), or job
+            processes that cannot start.
         TraceError: the folder holds no readable recording, or a verdict file there is not one.
     """
     _check(jobs, atol, make)
