@@ -276,7 +276,7 @@ def test_every_check_and_process_has_a_time_limit():
     assert done.returncode is None and time.monotonic() - started < 20
 
 
-def test_run_checks_in_process_leaves_no_segment_fd_or_folder(tmp_path):
+def test_run_checks_in_process_leaves_no_memfd_fd_or_folder(tmp_path):
     fds = set(os.listdir("/proc/self/fd"))
     seen: list[Result] = []
     results = run_checks(folder=str(tmp_path / "r"), on_result=seen.append, only=("recording", "kernel", "folder", "ffmpeg"))
@@ -285,7 +285,7 @@ def test_run_checks_in_process_leaves_no_segment_fd_or_folder(tmp_path):
         "open files limit", "recording"]  # in the order of GROUPS, whatever the order asked
     assert all(r.status in (CheckStatus.PASS, CheckStatus.WARN) for r in results[1:]), results
     assert {r.name: r.status for r in results}["memfd"] is CheckStatus.PASS and not (tmp_path / "r").exists()
-    assert set(os.listdir("/proc/self/fd")) <= fds  # the segment, its mappings and the eventfd are closed
+    assert set(os.listdir("/proc/self/fd")) <= fds  # the memfd, its mappings and the eventfd are closed
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:

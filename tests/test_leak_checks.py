@@ -1,7 +1,7 @@
 """The suite's leak checks (tests/conftest.py) see this run's leaks, and only this run's.
 
 An inner pytest run with this suite's conftest runs three tests: one leaks a
-segment held by its own process, one leaks a segment held by a process it
+memfd held by its own process, one leaks a memfd held by a process it
 started that left the tree (a double fork: orphaned, but carrying the run's
 token), and one passes while an unrelated envrec job, started outside the
 inner run's process tree (double fork, new session, its own environment),
@@ -54,11 +54,11 @@ while not os.path.exists(stop) and time.monotonic() - t0 < 60:
     n += 1
 """
 
-# A process holding an envrec segment for 30 s (or until STOP exists).
+# A process holding an envrec memfd for 30 s (or until STOP exists).
 HOLDER = """
 import os, sys, time
-from envrec.contract.shm import create_segment
-seg = create_segment(1 << 16)
+from envrec.contract.shm import create_memfd
+seg = create_memfd(1 << 16)
 t0 = time.monotonic()
 while not os.path.exists(sys.argv[1]) and time.monotonic() - t0 < 30:
     time.sleep(0.05)
@@ -66,7 +66,7 @@ while not os.path.exists(sys.argv[1]) and time.monotonic() - t0 < 30:
 
 INNER = '''
 import os, subprocess, sys, time
-from envrec.contract.shm import create_segment, list_segments
+from envrec.contract.shm import create_memfd, list_memfds
 from conftest import RUN_ENV, ours, our_segments
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,11 +82,11 @@ def _double_fork(pidfile, *argv, env=None):
     return int(open(pidfile).read())
 
 
-def test_a_segment_held_by_this_process():
-    kept.append(create_segment(1 << 16))  # never closed: the fixture must call it a leak
+def test_a_memfd_held_by_this_process():
+    kept.append(create_memfd(1 << 16))  # never closed: the fixture must call it a leak
 
 
-def test_a_segment_held_by_an_orphan_of_this_run():
+def test_a_memfd_held_by_an_orphan_of_this_run():
     pid = _double_fork(os.path.join(HERE, "holder.pid"), os.path.join(HERE, "holder.py"), os.path.join(HERE, "STOP-holder"))
     assert pid not in {p.pid for p in __import__("psutil").Process().children(recursive=True)}  # it left the tree
     deadline = time.monotonic() + 20
@@ -103,7 +103,7 @@ def test_an_envrec_job_outside_the_tree_is_not_this_tests(tmp_path):
     theirs, deadline = set(), time.monotonic() + 30
     while len(theirs) < 3:  # rings of the other job, created while this test runs
         assert time.monotonic() < deadline, "the outside job never created a ring"
-        theirs |= {s for s in list_segments() if s.startswith(f"envrec_{pid}_")}
+        theirs |= {s for s in list_memfds() if s.startswith(f"envrec_{pid}_")}
         time.sleep(0.05)
     assert not theirs & our_segments()
     # the job goes on creating rings past this test's end, through the fixture's check
@@ -143,5 +143,5 @@ def test_leak_checks_see_this_runs_leaks_and_no_other_jobs(tmp_path):
     text = out.stdout
     assert "3 passed, 2 errors" in text, text  # a test whose teardown fails counts as passed and errored
     assert "ERROR test_inner.py::test_an_envrec_job_outside_the_tree_is_not_this_tests" not in text, text
-    for test in ("test_a_segment_held_by_this_process", "test_a_segment_held_by_an_orphan_of_this_run"):
+    for test in ("test_a_memfd_held_by_this_process", "test_a_memfd_held_by_an_orphan_of_this_run"):
         assert f"ERROR test_inner.py::{test} - AssertionError: shared-memory segments left" in text, text

@@ -12,7 +12,7 @@ import pytest
 import ray
 
 import envrec
-from envrec.contract.shm import list_segments
+from envrec.contract.shm import list_memfds
 from envrec.export import to_arrow, to_parquet
 from envrec.ray import read_traces, recording_env_creator
 
@@ -136,7 +136,7 @@ def test_killed_actor_keeps_what_it_committed_and_leaks_nothing(cluster, tmp_pat
 
     assert wait_for(encoding, 20)
     tree = [pid, *(p.pid for p in family())]
-    assert [s for s in list_segments() if s.startswith(f"envrec_{pid}_")]
+    assert [s for s in list_memfds() if s.startswith(f"envrec_{pid}_")]
     ray.kill(victim)
     killed_at = time.monotonic()
 
@@ -147,7 +147,7 @@ def test_killed_actor_keeps_what_it_committed_and_leaks_nothing(cluster, tmp_pat
             return True
 
     assert wait_for(lambda: all(gone(p) for p in tree), 5.0), [p for p in tree if not gone(p)]
-    assert wait_for(lambda: not [s for s in list_segments() if s.startswith(f"envrec_{pid}_")], 5.0 - (time.monotonic() - killed_at))
+    assert wait_for(lambda: not [s for s in list_memfds() if s.startswith(f"envrec_{pid}_")], 5.0 - (time.monotonic() - killed_at))
     committed = envrec.TraceReader(victim_folder)  # every batch it committed reads back, CRC-32 checked
     kept = sum(e.length for e in committed)
     assert kept >= committed_before  # nothing committed was lost

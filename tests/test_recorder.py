@@ -16,7 +16,7 @@ from gymnasium import spaces as S
 
 import envrec
 from envrec.bench.variants import FrameEnv
-from envrec.contract.shm import list_segments, sweep_orphans
+from envrec.contract.shm import list_memfds, sweep_orphans
 
 from .support.envs import SPACES, SpaceEnv
 from .support.processes import start_child
@@ -232,9 +232,9 @@ def _run_child(tmp_path, steps, mode):
 
 def _assert_gone(worker_pid, child_pid, timeout_s=5.0):
     assert wait_for(lambda: not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE, timeout_s)
-    wait_for(lambda: not [s for s in list_segments() if s.startswith(f"envrec_{child_pid}_")], 3.0)
+    wait_for(lambda: not [s for s in list_memfds() if s.startswith(f"envrec_{child_pid}_")], 3.0)
     sweep_orphans()  # what the next start of a recorder does
-    assert not [s for s in list_segments() if s.startswith(f"envrec_{child_pid}_")]
+    assert not [s for s in list_memfds() if s.startswith(f"envrec_{child_pid}_")]
 
 
 def test_env_process_killed_workers_drain_the_ring_and_finalize(tmp_path):
@@ -253,12 +253,12 @@ def test_env_process_killed_workers_drain_the_ring_and_finalize(tmp_path):
     assert [e.observations[-1, 0, 0, 0] for e in reader] == [(50 * k + 49) % 256 for k in range(10)]
 
 
-def test_env_process_and_worker_killed_together_leave_no_segment(tmp_path):
+def test_env_process_and_worker_killed_together_leave_no_memfd(tmp_path):
     """A batch scheduler, the OOM killer or Ray killing the whole tree: nothing can clean up, nothing is left."""
     child = _run_child(tmp_path, 120, "wait")
     worker_pid = int(child.stdout.readline())
     assert child.stdout.readline().strip() == "ready"
-    assert [s for s in list_segments() if s.startswith(f"envrec_{child.pid}_")]
+    assert [s for s in list_memfds() if s.startswith(f"envrec_{child.pid}_")]
     assert wait_for(lambda: _whole_episodes(tmp_path) == 2, 5)  # two whole episodes committed
     os.kill(worker_pid, signal.SIGKILL)
     child.kill()
@@ -266,7 +266,7 @@ def test_env_process_and_worker_killed_together_leave_no_segment(tmp_path):
     child.stdout.close()
     assert wait_for(lambda: not psutil.pid_exists(worker_pid) or psutil.Process(worker_pid).status() == psutil.STATUS_ZOMBIE, 5)
     # no sweep: the kernel freed the memfds with their last holder
-    assert wait_for(lambda: not [s for s in list_segments() if s.startswith(f"envrec_{child.pid}_")], 2.0)
+    assert wait_for(lambda: not [s for s in list_memfds() if s.startswith(f"envrec_{child.pid}_")], 2.0)
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"envrec_{child.pid}_")]
     reader = envrec.TraceReader(tmp_path)
     lengths = [e.length for e in reader]  # the batches committed before the kill (parts of the third, perhaps)

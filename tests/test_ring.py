@@ -43,11 +43,11 @@ def test_records_round_trip_with_header_fields(ring):
     assert r.next(0.01) is None
 
 
-def test_segment_name_is_short_prefixed_and_carries_the_pid(ring):
+def test_memfd_name_is_short_prefixed_and_carries_the_pid(ring):
     w, _ = ring
     assert w.name.startswith(f"envrec_{os.getpid()}_")
     assert len(w.name) <= 30
-    assert w.name in shm.list_segments()
+    assert w.name in shm.list_memfds()
 
 
 def test_records_wrap_with_padding_and_never_split(ring):
@@ -149,13 +149,13 @@ def test_creation_fails_clearly_when_memory_is_short(monkeypatch):
         RingWriter(64 << 20)
 
 
-def test_segments_are_memfds_no_file_in_dev_shm(ring):
+def test_rings_are_memfds_no_file_in_dev_shm(ring):
     w, _ = ring
-    assert w.name in shm.list_segments()  # held by this process
+    assert w.name in shm.list_memfds()  # held by this process
     assert not os.path.exists(f"/dev/shm/{w.name}")  # nothing a crash could leave behind
 
 
-def test_sweep_removes_segments_of_dead_owners_only(ring):
+def test_sweep_removes_dev_shm_files_of_dead_owners_only(ring):
     w, _ = ring
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait(10)
@@ -163,8 +163,8 @@ def test_sweep_removes_segments_of_dead_owners_only(ring):
     fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_RDWR, 0o600)
     os.close(fd)
     swept = shm.sweep_orphans()
-    assert name in swept and name not in shm.list_segments()
-    assert w.name in shm.list_segments()
+    assert name in swept and name not in shm.list_memfds()
+    assert w.name in shm.list_memfds()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 import envrec
-from envrec.contract.shm import list_segments
+from envrec.contract.shm import list_memfds
 
 from .support.episodes import run_episodes
 from .support.start_anywhere import (
@@ -296,13 +296,13 @@ def test_sigkill_of_an_async_vector_env_sub_process_leaves_nothing_running(tmp_p
         names = sorted(_command(p) for p in left)
         assert any("envrec.workers serializer" in c for c in names) and any("encoder" in c for c in names), names
         others = _descendants(env.processes[1].pid)  # the other sub-env's workers
-        segments_before = set(list_segments())
+        segments_before = set(list_memfds())
         os.kill(host.pid, signal.SIGKILL)
         t0 = time.monotonic()
         assert wait_for(lambda: all(_gone(p) for p in left), 5.0), [p for p in left if not _gone(p)]
         assert time.monotonic() - t0 < 5.0
         # the killed host's rings are freed once its workers, their last holders, are gone
-        assert wait_for(lambda: len(segments_before - set(list_segments())) >= 2, 3.0)
+        assert wait_for(lambda: len(segments_before - set(list_memfds())) >= 2, 3.0)
     finally:
         env.close(terminate=True)
     # everything the host had sent was drained and finalized by its workers, bit for bit

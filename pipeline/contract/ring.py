@@ -2,10 +2,10 @@
 
 The env process writes records (``RingWriter``); one worker process reads them
 (``RingReader``). The hot path of a write is one copy of each array into the
-segment and a few word writes; it makes a system call only to wake a
+memfd and a few word writes; it makes a system call only to wake a
 consumer that is asleep.
 
-Byte layout of a segment (all integers little-endian, words are u64)::
+Byte layout of a ring's memfd (all integers little-endian, words are u64)::
 
     offset  what                                   written by
     0       magic b"ENVRECR1"                      creator
@@ -60,7 +60,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ConfigError, RecordTooLargeError
-from .shm import create_segment
+from .shm import create_memfd
 from .wakeup import Wakeup
 
 __all__ = [
@@ -119,10 +119,10 @@ class ConsumerGone(Exception):
 
 @dataclass(frozen=True)
 class RingSpec:
-    """Everything a worker process needs to use a ring: the segment's descriptor and the wake-up fds.
+    """Everything a worker process needs to use a ring: the memfd's descriptor and the wake-up fds.
 
     The fds are valid in the worker because the launcher passes them down
-    (``pass_fds``) at the same numbers. The segment is a memfd, mapped
+    (``pass_fds``) at the same numbers. The memory is a memfd, mapped
     through its descriptor (it has no file to open by ``name``, which only
     names it in messages and in ``/proc/<pid>/fd``): a worker maps it even
     when its owner died before the worker started.
@@ -130,12 +130,12 @@ class RingSpec:
 
     name: str
     capacity: int
-    segment_fd: int
+    memfd_fd: int
     items_fd: int
     space_fd: int
 
 
-class _Segment:
+class _RingBytes:
     def __init__(self, buf: memoryview) -> None:
         self.buf = buf
         self.words = buf[:HEADER_BYTES].cast("Q")
@@ -146,7 +146,7 @@ class _Segment:
 
 
 class RingWriter:
-    """The producing side of a ring; lives in the env process, which owns the segment.
+    """The producing side of a ring; lives in the env process, which owns the memfd.
 
     ``write(kind, episode, step, parts)`` copies ``parts`` into the ring;
     ``reserve``/``publish`` let a caller write a record in place. When the
@@ -162,14 +162,14 @@ class RingWriter:
         if capacity < 4096:
             raise ConfigError(f"a ring needs at least 4096 bytes, not {capacity}")
         self.capacity = capacity
-        self._shm = create_segment(HEADER_BYTES + capacity)
+        self._shm = create_memfd(HEADER_BYTES + capacity)
         assert self._shm.buf is not None  # just created
-        self._seg = _Segment(self._shm.buf)
-        self._seg.buf[:8] = MAGIC
-        self._seg.words[_W_CAPACITY] = capacity
+        self._mem = _RingBytes(self._shm.buf)
+        self._mem.buf[:8] = MAGIC
+        self._mem.words[_W_CAPACITY] = capacity
         self._items = Wakeup()
         self._space = Wakeup()
-        self._data = self._seg.buf[HEADER_BYTES:]
+        self._data = self._mem.buf[HEADER_BYTES:]
         self._prefault()
         self._write_pos = 0
         self._read_pos = 0  # last value seen; the consumer's copy only grows
@@ -199,9 +199,9 @@ class RingWriter:
 
     @property
     def fds(self) -> tuple[int, int, int]:
-        """The descriptors a worker process must inherit: the segment's and the wake-ups'."""
+        """The descriptors a worker process must inherit: the memfd's and the wake-ups'."""
         spec = self.spec
-        return spec.segment_fd, spec.items_fd, spec.space_fd
+        return spec.memfd_fd, spec.items_fd, spec.space_fd
 
     @property
     def name(self) -> str:
@@ -209,21 +209,21 @@ class RingWriter:
 
     def used(self) -> int:
         """Bytes published that no consumer has released yet (0 once the worker has caught up)."""
-        return self._write_pos - self._seg.words[_W_READ_POS] if not self.closed else 0
+        return self._write_pos - self._mem.words[_W_READ_POS] if not self.closed else 0
 
     def status(self, index: int) -> int:
         """Read one of the consumer's status words."""
-        return self._seg.words[_W_STATUS + index]
+        return self._mem.words[_W_STATUS + index]
 
     def clear_status(self) -> None:
         """Zero the consumer's status words, before a new consumer takes over this ring."""
         for i in range(STATUS_WORDS):
-            self._seg.words[_W_STATUS + i] = 0
+            self._mem.words[_W_STATUS + i] = 0
 
     def unreleased(self) -> int:
         """Records published that no consumer has released (still in the ring), counted by walking them."""
         cap, data = self.capacity, self._data
-        pos, end, n = self._seg.words[_W_READ_POS], self._write_pos, 0
+        pos, end, n = self._mem.words[_W_READ_POS], self._write_pos, 0
         while pos < end:
             off = pos % cap
             if cap - off < REC_HEAD_BYTES:
@@ -274,7 +274,7 @@ class RingWriter:
         pad = cap - off if off + n > cap else 0
         need = pad + n
         if cap - (w - self._read_pos) < need:
-            self._read_pos = self._seg.words[_W_READ_POS]
+            self._read_pos = self._mem.words[_W_READ_POS]
             if cap - (w - self._read_pos) < need and not self._wait_for_room(need):
                 return -1
         if pad:
@@ -287,19 +287,19 @@ class RingWriter:
     def publish(self) -> None:
         """Make the record written at the last reservation visible, and wake the consumer."""
         self._write_pos += self._pending
-        self._seg.words[_W_WRITE_POS] = self._write_pos
+        self._mem.words[_W_WRITE_POS] = self._write_pos
         used = self._write_pos - self._read_pos
         if used > self.high_water:  # noqa: PLR1730  (a compare, not a call: this runs per record)
             self.high_water = used
         self.records += 1
-        if self._seg.words[_W_SLEEPING]:
+        if self._mem.words[_W_SLEEPING]:
             self._items.post()
 
     def _wait_for_room(self, need: int) -> bool:
         if not self.block:
             return False
         timeout_s, alive = self.timeout_s, self.alive
-        words, space, cap = self._seg.words, self._space, self.capacity
+        words, space, cap = self._mem.words, self._space, self.capacity
         start = time.monotonic()
         deadline = None if timeout_s is None else start + timeout_s
         words[_W_WAITING] = need
@@ -323,12 +323,12 @@ class RingWriter:
             self.blocked_s += time.monotonic() - start
 
     def close(self) -> None:
-        """Detach from the segment (the kernel frees it once no worker holds it either)."""
+        """Detach from the memfd (the kernel frees it once no worker holds it either)."""
         if self.closed:
             return
         self.closed = True
         self._data.release()
-        self._seg.release_views()
+        self._mem.release_views()
         self._shm.close()
         self._items.close()
         self._space.close()

@@ -24,11 +24,11 @@ from .ring import (
     REC_HEAD_BYTES,
     WAIT_SLICE_S,
     RingSpec,
-    _Segment,
+    _RingBytes,
     align,
     record_size,
 )
-from .shm import map_segment
+from .shm import map_memfd
 from .wakeup import Wakeup
 
 __all__ = ["RUN", "RecordRun", "RecordView", "RingReader", "run_template"]
@@ -87,15 +87,15 @@ class RingReader:
     ring is a memfd, which the kernel frees when the last process holding it is gone (``envrec.contract.shm``)."""
 
     def __init__(self, spec: RingSpec) -> None:
-        self._map = map_segment(spec.segment_fd)
-        self._seg = _Segment(memoryview(self._map))
-        if bytes(self._seg.buf[:8]) != MAGIC:
-            raise RuntimeError(f"shared-memory segment {spec.name} is not an envrec ring")
-        self.capacity = self._seg.words[_W_CAPACITY]
-        self._data = self._seg.buf[HEADER_BYTES:]
+        self._map = map_memfd(spec.memfd_fd)
+        self._mem = _RingBytes(memoryview(self._map))
+        if bytes(self._mem.buf[:8]) != MAGIC:
+            raise RuntimeError(f"memfd {spec.name} is not an envrec ring")
+        self.capacity = self._mem.words[_W_CAPACITY]
+        self._data = self._mem.buf[HEADER_BYTES:]
         self._items = Wakeup(spec.items_fd)
         self._space = Wakeup(spec.space_fd)
-        self._cursor = self._seg.words[_W_READ_POS]
+        self._cursor = self._mem.words[_W_READ_POS]
         self._views: list[memoryview] = []
         self._unreleased = 0
         # numpy views of the data area, for runs of records: dropped in close() before the area's view
@@ -103,7 +103,7 @@ class RingReader:
         self._words = self._bytes.view("<u8")
 
     def _available(self) -> bool:
-        return self._seg.words[_W_WRITE_POS] > self._cursor
+        return self._mem.words[_W_WRITE_POS] > self._cursor
 
     def next(self, timeout_s: float = WAIT_SLICE_S) -> RecordView | None:
         """The next unread record, or None if none arrived within ``timeout_s``.
@@ -114,7 +114,7 @@ class RingReader:
         """
         if self._available():
             return self._parse()
-        words = self._seg.words
+        words = self._mem.words
         words[_W_SLEEPING] = 1
         try:
             self._items.clear()  # a system call: also orders the flag's store before the check below
@@ -140,7 +140,7 @@ class RingReader:
         """
         length = int(template[0]) & 0xFFFFFFFF
         cap, off = self.capacity, self._cursor % self.capacity
-        n = min(max_records, max_bytes // length, (self._seg.words[_W_WRITE_POS] - self._cursor) // length, (cap - off) // length)
+        n = min(max_records, max_bytes // length, (self._mem.words[_W_WRITE_POS] - self._cursor) // length, (cap - off) // length)
         first = off >> 3
         if n < 2 or self._words[first] != template[0]:  # the common way a run ends: a record of another kind
             return None
@@ -163,7 +163,7 @@ class RingReader:
 
     def held_bytes(self) -> int:
         """Bytes read but not yet released."""
-        return self._cursor - self._seg.words[_W_READ_POS]
+        return self._cursor - self._mem.words[_W_READ_POS]
 
     def skip_to(self, pos: int) -> None:
         """Treat everything before ring position ``pos`` as read and release it (a checkpoint covers it)."""
@@ -199,7 +199,7 @@ class RingReader:
         for v in self._views:
             v.release()
         self._views.clear()
-        words = self._seg.words
+        words = self._mem.words
         if upto is None or upto >= self._cursor:
             words[_W_READ_POS] = self._cursor
             words[_W_RELEASED] += self._unreleased
@@ -217,7 +217,7 @@ class RingReader:
             self._space.post()
 
     def set_status(self, index: int, value: int) -> None:
-        self._seg.words[_W_STATUS + index] = value
+        self._mem.words[_W_STATUS + index] = value
 
     def close(self) -> None:
         for v in self._views:
@@ -226,8 +226,8 @@ class RingReader:
         del self._words, self._bytes
         try:
             self._data.release()
-            buf = self._seg.buf
-            self._seg.release_views()
+            buf = self._mem.buf
+            self._mem.release_views()
             buf.release()
             self._map.close()
         except BufferError:  # a run's rows still referenced (by a traceback): the mapping goes with the worker

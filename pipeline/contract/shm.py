@@ -1,15 +1,15 @@
-"""Shared-memory segments: create (env side), map (worker side), list, sweep.
+"""The rings' shared memory, memfds: create (env side), map (worker side), list, sweep.
 
-A segment is a ``memfd``: anonymous shared memory with a name for
+A ring's memory is a ``memfd``: anonymous shared memory with a name for
 ``/proc/<pid>/fd`` but no file in ``/dev/shm``. Workers map it through the
-descriptor they inherit (``map_segment``). The kernel frees it when the last
+descriptor they inherit (``map_memfd``). The kernel frees it when the last
 process holding it exits or closes it, so no crash can leak one: not an env
 process killed with SIGKILL, not its workers killed with it (OOM killer, a
 batch scheduler or Ray killing a whole process tree), and ``/dev/shm``'s
 size (64 MiB in a default Docker container) does not limit the ring. No
 ``multiprocessing`` here: no resource tracker process (python/cpython#82300).
 
-Names are ``envrec_<pid>_<hex>``, as the segments of earlier versions were in
+Names are ``envrec_<pid>_<hex>``, as the shared-memory files of earlier versions were in
 ``/dev/shm``; ``sweep_orphans`` still removes any of those a crash left.
 """
 
@@ -25,16 +25,16 @@ import psutil
 
 from ..errors import SharedMemoryError
 
-__all__ = ["SEGMENT_PREFIX", "Segment", "create_segment", "list_segments", "map_segment", "sweep_orphans"]
+__all__ = ["MEMFD_PREFIX", "Memfd", "create_memfd", "list_memfds", "list_segments", "map_memfd", "sweep_orphans"]
 
 logger = logging.getLogger(__name__)
 
-SEGMENT_PREFIX = "envrec_"
-SHM_DIR = "/dev/shm"  # where envrec before memfd segments kept them: swept for leftovers
+MEMFD_PREFIX = "envrec_"
+SHM_DIR = "/dev/shm"  # where envrec kept rings before memfds: swept for leftovers
 
 
 def _new_name() -> str:
-    return f"{SEGMENT_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
+    return f"{MEMFD_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
 
 
 def _format_bytes(n: float) -> str:
@@ -46,15 +46,15 @@ def _format_bytes(n: float) -> str:
 
 
 def memory_available() -> int:
-    """Bytes of memory the kernel can give without swapping (what a segment's pages come from)."""
+    """Bytes of memory the kernel can give without swapping (what a memfd's pages come from)."""
     return int(psutil.virtual_memory().available)
 
 
-class Segment:
-    """A shared-memory segment this process created: ``name``, ``fd``, ``buf``.
+class Memfd:
+    """A memfd this process created and mapped: ``name``, ``fd``, ``buf``.
 
     Not ``multiprocessing.shared_memory.SharedMemory``: that registers every
-    segment with the resource tracker, a helper process started with
+    block with the resource tracker, a helper process started with
     ``sys.executable`` (which is not Python in an embedded interpreter), and
     names it in ``/dev/shm``, where a crash of every process using it leaks it.
     """
@@ -73,7 +73,7 @@ class Segment:
         self.buf: memoryview | None = memoryview(self._map)
 
     def close(self) -> None:
-        """Stop using the segment here (every view of ``buf`` must be released first)."""
+        """Stop using the memfd here (every view of ``buf`` must be released first)."""
         if self.buf is not None:
             self.buf.release()
             self.buf = None
@@ -81,8 +81,8 @@ class Segment:
             os.close(self.fd)
 
 
-def create_segment(size: int) -> Segment:
-    """Create a segment of ``size`` bytes whose pages are reserved up front.
+def create_memfd(size: int) -> Memfd:
+    """Create a memfd of ``size`` bytes whose pages are reserved up front.
 
     Fails with ``SharedMemoryError`` naming the size asked and the memory
     available, rather than letting a later write fault with SIGBUS.
@@ -90,11 +90,11 @@ def create_segment(size: int) -> Segment:
     available = memory_available()
     if size > available:
         raise SharedMemoryError(
-            f"cannot create a {_format_bytes(size)} shared-memory segment: only {_format_bytes(available)} "
+            f"cannot create a {_format_bytes(size)} shared-memory ring: only {_format_bytes(available)} "
             "of memory is available. Ask for a smaller ring (ring_bytes=...)."
         )
     try:
-        return Segment(_new_name(), size)
+        return Memfd(_new_name(), size)
     except OSError as exc:
         raise SharedMemoryError(
             f"cannot reserve {_format_bytes(size)} of shared memory ({exc.strerror}); "
@@ -102,15 +102,15 @@ def create_segment(size: int) -> Segment:
         ) from exc
 
 
-def map_segment(fd: int) -> mmap.mmap:
-    """Map a segment through an inherited descriptor (a worker's way in: no name, no resource tracker)."""
+def map_memfd(fd: int) -> mmap.mmap:
+    """Map a memfd through an inherited descriptor (a worker's way in: no name, no resource tracker)."""
     return mmap.mmap(fd, 0)
 
 
-_MEMFD = "/memfd:" + SEGMENT_PREFIX
+_MEMFD = "/memfd:" + MEMFD_PREFIX
 
 
-def _held_segments(pids: Iterable[int] | None = None) -> set[str]:
+def _held_memfds(pids: Iterable[int] | None = None) -> set[str]:
     """Names of envrec memfds held by ``pids`` (default: any process on this machine), those still using memory."""
     names = set()
     for pid in psutil.pids() if pids is None else pids:
@@ -131,29 +131,29 @@ def _held_segments(pids: Iterable[int] | None = None) -> set[str]:
 
 def _legacy_files() -> list[str]:
     try:
-        return [n for n in os.listdir(SHM_DIR) if n.startswith(SEGMENT_PREFIX)]
+        return [n for n in os.listdir(SHM_DIR) if n.startswith(MEMFD_PREFIX)]
     except OSError:
         return []
 
 
-def list_segments(pids: Collection[int] | None = None) -> list[str]:
-    """Names of every envrec segment alive on this machine (held by a process, or left in /dev/shm).
+def list_memfds(pids: Collection[int] | None = None) -> list[str]:
+    """Names of every envrec memfd alive on this machine (or shared-memory file of an older version left in /dev/shm).
 
     ``pids``: only those held by these processes, or left in /dev/shm by one of them.
     """
     legacy = [n for n in _legacy_files() if pids is None or _owner_pid(n) in pids]
-    return sorted(_held_segments(pids).union(legacy))
+    return sorted(_held_memfds(pids).union(legacy))
 
 
 def _owner_pid(name: str) -> int | None:
     try:
-        return int(name[len(SEGMENT_PREFIX):].split("_", 1)[0])
+        return int(name[len(MEMFD_PREFIX):].split("_", 1)[0])
     except ValueError:
         return None
 
 
 def sweep_orphans() -> list[str]:
-    """Remove the ``/dev/shm`` segments earlier versions left when their owner died; return their names."""
+    """Remove the ``/dev/shm`` files earlier versions left when their owner died; return their names."""
     swept = []
     for name in _legacy_files():
         pid = _owner_pid(name)
@@ -164,9 +164,12 @@ def sweep_orphans() -> list[str]:
         except FileNotFoundError:
             continue
         except OSError as exc:
-            logger.warning("could not remove orphaned shared-memory segment %s: %s", name, exc)
+            logger.warning("could not remove orphaned shared-memory file /dev/shm/%s: %s", name, exc)
             continue
         swept.append(name)
     if swept:
-        logger.info("removed %d shared-memory segment(s) left by dead processes: %s", len(swept), swept)
+        logger.info("removed %d shared-memory file(s) older versions left in /dev/shm: %s", len(swept), swept)
     return swept
+
+
+list_segments = list_memfds  # the old name (tests/conftest.py's leak check uses it), kept for one release

@@ -2,7 +2,7 @@
 
 The checks that start interpreters or ffmpeg (the env, SDL, MuJoCo's GL platforms, ffmpeg, the recording's
 workers) run side by side in threads; the others are quick. Results are handed to ``on_result`` in order as soon as each is known, so a
-terminal sees them come. Nothing a check makes outlives it: temporary folders, probe files, segments,
+terminal sees them come. Nothing a check makes outlives it: temporary folders, probe files, memfds,
 eventfds and processes are all gone when ``run_checks`` returns.
 """
 

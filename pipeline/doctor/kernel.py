@@ -1,8 +1,8 @@
-"""What envrec asks of the kernel: memfd segments (the rings: ``envrec.contract.shm``), eventfd wake-ups
+"""What envrec asks of the kernel: memfds (the rings' memory: ``envrec.contract.shm``), eventfd wake-ups
 (``envrec.contract.wakeup``), and enough file descriptors (``RLIMIT_NOFILE``).
 
 The rings are memfds, not files in ``/dev/shm``: its size (64 MiB in a default Docker container) does not
-bound them, only memory does. Each check uses envrec's own calls: a segment created with its pages reserved,
+bound them, only memory does. Each check uses envrec's own calls: a memfd created with its pages reserved,
 written through its view and read back through a second mapping of its descriptor (the worker's way in); a
 wake-up posted, waited for and cleared.
 """
@@ -12,14 +12,14 @@ from __future__ import annotations
 import os
 import resource
 
-from ..contract.shm import create_segment, map_segment, memory_available
+from ..contract.shm import create_memfd, map_memfd, memory_available
 from ..contract.wakeup import Wakeup
 from ..errors import SharedMemoryError
 from .result import CheckStatus, Result
 
 __all__ = ["FDS_PER_RECORDER", "FDS_PER_VECTOR_SUB_ENV", "NOFILE_WARN_BELOW", "eventfd_result", "memfd_result", "nofile_result"]
 
-SEGMENT_BYTES = 1 << 20  # a small ring: the default ring is larger, but the calls are the same
+MEMFD_BYTES = 1 << 20  # a small ring: the default ring is larger, but the calls are the same
 # Measured on CartPole: a RecordTrace and a RecordVideo held 12 descriptors in the env process (the
 # ring's memfd, two eventfds, the report and output pipes of each worker); a RecordVectorTrace's worker held 15
 # with one sub-env and 120 with 16 (batch files, checkpoints and a spill file per field of each sub-env).
@@ -29,30 +29,30 @@ NOFILE_WARN_BELOW = 1024  # below it, a vector trace of ~140 sub-envs already ru
 
 
 def memfd_result() -> Result:
-    """A segment made, written, mapped again through its descriptor, read back, closed."""
+    """A memfd made, written, mapped again through its descriptor, read back, closed."""
     if not hasattr(os, "memfd_create") or not hasattr(os, "eventfd"):
         return Result("memfd", CheckStatus.FAIL, "this Python has no os.memfd_create/os.eventfd (Linux 3.17+ and Python 3.10+)",
                       "run envrec on Linux with Python 3.11 or newer")
     try:
-        segment = create_segment(SEGMENT_BYTES)
+        memfd = create_memfd(MEMFD_BYTES)
     except SharedMemoryError as exc:
         return Result("memfd", CheckStatus.FAIL, str(exc), "free some memory, or ask for a smaller ring (ring_bytes=...)")
     try:
-        assert segment.buf is not None
+        assert memfd.buf is not None
         pattern = os.urandom(4096)
-        segment.buf[-len(pattern):] = pattern
-        with map_segment(segment.fd) as second:
-            seen = second[SEGMENT_BYTES - len(pattern):]
+        memfd.buf[-len(pattern):] = pattern
+        with map_memfd(memfd.fd) as second:
+            seen = second[MEMFD_BYTES - len(pattern):]
     except OSError as exc:
-        return Result("memfd", CheckStatus.FAIL, f"a memfd segment cannot be mapped: {exc}",
+        return Result("memfd", CheckStatus.FAIL, f"a memfd cannot be mapped: {exc}",
                       "envrec needs mmap of memfds (a seccomp profile or sandbox may forbid it): allow memfd_create and mmap")
     finally:
-        segment.close()
+        memfd.close()
     if seen != pattern:
-        return Result("memfd", CheckStatus.FAIL, "what was written into a memfd segment reads back different through a second mapping",
+        return Result("memfd", CheckStatus.FAIL, "what was written into a memfd reads back different through a second mapping",
                       "this kernel's shared memory is broken: report it with `uname -a`")
     available = memory_available()
-    return Result("memfd", CheckStatus.PASS, f"a {SEGMENT_BYTES >> 20} MiB segment made, written, mapped again and read back "
+    return Result("memfd", CheckStatus.PASS, f"a {MEMFD_BYTES >> 20} MiB memfd made, written, mapped again and read back "
                   f"({available / (1 << 30):.1f} GiB of memory available for rings; /dev/shm is not used)",
                   facts={"memory_available": available})
 

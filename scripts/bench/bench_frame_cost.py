@@ -3,7 +3,7 @@
 For 210x160x3, 600x400x3 and 1280x720x3 frames: the median time of copying the
 frame into another (cache-warm) buffer with numpy; the median time of
 ``np.copyto`` of each frame into the next position of a 128 MiB shared-memory
-segment cycled like envrec's frame ring, done in the same paced loop just before each
+memfd cycled like envrec's frame ring, done in the same paced loop just before each
 recorded frame (the hardware's cost of what envrec's hot path must do: one
 copy into memory that is not in cache); and ``VideoRecorder.add_frame``
 (p50, p99) while frames arrive at a pace the
@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import envrec
-from envrec.contract.shm import create_segment
+from envrec.contract.shm import create_memfd
 
 SIZES = ((210, 160, 0.002), (400, 600, 0.006), (720, 1280, 0.025))  # height, width, pace (s per frame)
 
@@ -42,8 +42,8 @@ def main() -> None:
     p.add_argument("--frames", type=int, default=200)
     args = p.parse_args()
     print(f"{'frame':>12} {'memcpy':>9} {'ring copy':>10} {'envrec p50':>11} {'p99':>9} {'vs memcpy':>10} {'vs ring copy':>13}")
-    segment = create_segment(128 << 20)  # shared memory like the ring's: 4 KiB pages (tmpfs has no huge pages)
-    ring = np.frombuffer(segment.buf, np.uint8)
+    memfd = create_memfd(128 << 20)  # shared memory like the ring's: 4 KiB pages (tmpfs has no huge pages)
+    ring = np.frombuffer(memfd.buf, np.uint8)
     ring[:] = 0  # touched once: no page faults in the loop
     for h, w, pace in SIZES:
         rng = np.random.default_rng(0)
@@ -78,7 +78,7 @@ def main() -> None:
             f"(blocked {stats['blocked_s']:.3f} s, dropped {stats['frames_dropped']})"
         )
     del ring
-    segment.close()
+    memfd.close()
     print("vs memcpy: (p50 - 10 µs) / warm memcpy, target <= 1.5x; vs ring copy: (p50 - 5 µs) / ring copy, target <= 1.3x")
     print("(p50, p99: each add_frame call timed around it, in the same loop as the ring copy)")
 
