@@ -18,7 +18,7 @@ a paragraph per module)::
                        v
   Stream.send(TracePacker.write_step or frame_packer(shape).write_single)
   (supervision.stream): the packer (record.packer) reserves the record in the
-  ring (RingWriter.reserve, contract.ring), copies each part in place where its
+  ring (RingWriter.reserve, contract.ring), copies each section in place where its
   RecordLayout says (contract.records: the worker reads by the same one), and
   publishes it (RingWriter.publish). RecordVectorTrace.step (record.vector)
   sends one VSTEP record per vector step (RingWriter.write) instead.

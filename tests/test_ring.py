@@ -38,7 +38,7 @@ def test_records_round_trip_with_header_fields(ring):
     assert w.write(7, 3, 11, parts)
     rec = r.next(1.0)
     assert (rec.kind, rec.episode, rec.step) == (7, 3, 11)
-    assert [bytes(p) for p in rec.parts] == [b"abc", np.arange(5, dtype=np.float32).tobytes(), b""]
+    assert [bytes(p) for p in rec.sections] == [b"abc", np.arange(5, dtype=np.float32).tobytes(), b""]
     r.release()
     assert r.next(0.01) is None
 
@@ -56,7 +56,7 @@ def test_records_wrap_with_padding_and_never_split(ring):
     for i, n in enumerate(sizes):
         assert w.write(1, 0, i, [_payload(n, i)])
         rec = r.next(1.0)
-        assert rec.step == i and bytes(rec.parts[0]) == _payload(n, i)
+        assert rec.step == i and bytes(rec.sections[0]) == _payload(n, i)
         r.release()
 
 
@@ -64,11 +64,11 @@ def test_tail_shorter_than_a_record_header_is_skipped(ring):
     w, r = ring
     assert record_size([8152]) == 8184  # leaves an 8-byte tail, too short for a PAD header
     assert w.write(1, 0, 0, [b"a" * 8152])
-    assert bytes(r.next(1.0).parts[0]) == b"a" * 8152
+    assert bytes(r.next(1.0).sections[0]) == b"a" * 8152
     r.release()
     assert w.write(1, 0, 1, [b"b" * 100])
     rec = r.next(1.0)
-    assert rec.step == 1 and bytes(rec.parts[0]) == b"b" * 100
+    assert rec.step == 1 and bytes(rec.sections[0]) == b"b" * 100
     r.release()
 
 
@@ -78,7 +78,7 @@ def test_record_larger_than_ring_is_rejected_and_ring_still_works(ring):
         w.write(1, 0, 0, [b"x" * 9000])
     assert w.write(1, 0, 1, [b"ok"])
     rec = r.next(1.0)
-    assert bytes(rec.parts[0]) == b"ok" and rec.step == 1
+    assert bytes(rec.sections[0]) == b"ok" and rec.step == 1
     r.release()
 
 
@@ -91,10 +91,10 @@ def test_drop_policy_returns_false_when_full_and_loses_nothing_already_in(ring):
     assert n_fit == 8192 // record_size([1000])
     for i in range(n_fit):
         rec = r.next(1.0)
-        assert bytes(rec.parts[0]) == _payload(1000, i)
+        assert bytes(rec.sections[0]) == _payload(1000, i)
     r.release()
     assert w.write(1, 0, 99, [b"again"])
-    assert bytes(r.next(1.0).parts[0]) == b"again"
+    assert bytes(r.next(1.0).sections[0]) == b"again"
     r.release()
 
 
@@ -180,21 +180,21 @@ def test_property_random_sizes_wrap_many_times_without_corruption(ring, batches)
     w, r = ring
     w.set_policy(block=False)
     sent, received = [], []
-    for seq, (part_sizes, burst) in enumerate(batches):
-        parts = [_payload(n, seq * 7 + k) for k, n in enumerate(part_sizes)]
+    for seq, (section_sizes, burst) in enumerate(batches):
+        parts = [_payload(n, seq * 7 + k) for k, n in enumerate(section_sizes)]
         while not w.write(2, seq, seq, parts):
             rec = r.next(1.0)
             assert rec is not None
-            received.append((rec.step, [bytes(p) for p in rec.parts]))
+            received.append((rec.step, [bytes(p) for p in rec.sections]))
             r.release()
         sent.append((seq, parts))
         for _ in range(burst):
             rec = r.poll()
             if rec is None:
                 break
-            received.append((rec.step, [bytes(p) for p in rec.parts]))
+            received.append((rec.step, [bytes(p) for p in rec.sections]))
             r.release()
     while (rec := r.poll()) is not None:
-        received.append((rec.step, [bytes(p) for p in rec.parts]))
+        received.append((rec.step, [bytes(p) for p in rec.sections]))
         r.release()
     assert received == sent

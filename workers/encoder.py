@@ -74,7 +74,7 @@ class _Clip:
     extra: dict = field(default_factory=dict)
     layout: RecordLayout | None = None  # of its frames in the ring, once its shape is known
     template: np.ndarray | None = None  # the header of those frames
-    shape_row: np.ndarray | None = None  # its FRAME_SHAPE part as bytes
+    shape_row: np.ndarray | None = None  # its FRAME_SHAPE section as bytes
 
 
 class Encoder(Handler):
@@ -139,16 +139,16 @@ class Encoder(Handler):
         elif kind == Kind.CLIP_START:
             if self.clip is not None:
                 self._end_clip({})
-            self._on_start(json.loads(bytes(rec.parts[0])))
+            self._on_start(json.loads(bytes(rec.sections[0])))
         elif kind == Kind.CLIP_END:
             if self.clip is not None:
-                self._end_clip(json.loads(bytes(rec.parts[0])))
+                self._end_clip(json.loads(bytes(rec.sections[0])))
         elif kind == Kind.CLOSE:
             self.finish(clean=True)
             return True
         elif kind == Kind.CLIP_BROKEN:
             if self.clip is not None:
-                self._break(bytes(rec.parts[0]).decode("utf-8", "replace"))
+                self._break(bytes(rec.sections[0]).decode("utf-8", "replace"))
         else:
             raise ValueError(f"unknown record kind {kind} in the frame ring")
         self._status(Status.RECORDS, self.records)
@@ -180,7 +180,7 @@ class Encoder(Handler):
             if clip is not None:
                 self._drop(clip)
             return
-        shape = FRAME_SHAPE.unpack(rec.parts[0])
+        shape = FRAME_SHAPE.unpack(rec.sections[0])
         if clip.proc is None:
             self._start_ffmpeg(clip, shape)
             if clip.broken is not None:
@@ -192,7 +192,7 @@ class Encoder(Handler):
             return
         self.faults.point("frame")
         assert clip.proc is not None  # started above, or the clip would be broken
-        failed = self.feed.send(clip.proc, position, rec.parts[1])
+        failed = self.feed.send(clip.proc, position, rec.sections[1])
         if failed is not None:
             self._break(failed)
             self._drop(clip)
@@ -256,7 +256,7 @@ class Encoder(Handler):
                 self._drop(clip)
             return
         assert clip.cast is not None  # an ansi clip has its cast
-        clip.cast.add(bytes(rec.parts[0]).decode("utf-8", "replace"))
+        clip.cast.add(bytes(rec.sections[0]).decode("utf-8", "replace"))
         self._count_frames(clip, rec.step, rec.step)
 
     def _break(self, reason: str) -> None:

@@ -1,6 +1,6 @@
 """Frames from the ring into a clip's ffmpeg, and how much of the ring ffmpeg still needs.
 
-A FRAME record in the ring is its header, its ``FRAME_SHAPE`` part and its
+A FRAME record in the ring is its header, its ``FRAME_SHAPE`` section and its
 pixels (``envrec.contract.records.frame_layout``). With zero copy
 (``VideoSettings.zero_copy``) ffmpeg reads the pixels from the ring's own
 pages, so a frame's room may be given back only once ffmpeg has read past

@@ -54,7 +54,7 @@ class Serializer(CheckpointingHandler):
         self.fields = EpisodeFields(cfg.folder, cfg.prefix, self.layout, cfg.observation_space, cfg.action_space, cfg.compression)
         self._wire_handlers()
         self._runs = StepRunWriter.for_layout(self.layout, self.fields, cfg.faults)
-        obs_keys = [k for k in self.layout.reset_parts() if k[0] == "observations"]
+        obs_keys = [k for k in self.layout.reset_sections() if k[0] == "observations"]
         self.parts = EpisodeParts(self.fields, obs_keys, cfg.batch_bytes, cfg.commit_interval)
         self.batch: BatchWriter | None = None
         self.faults = cfg.faults.injector()
@@ -150,7 +150,7 @@ class Serializer(CheckpointingHandler):
 
     # -- fields ----------------------------------------------------------
     def _wire_handlers(self) -> None:
-        """One function per record part, in the order of the parts (see ``TraceLayout``)."""
+        """One function per record section, in the order of the sections (see ``TraceLayout``)."""
         special = {
             ("rst",): lambda mv: write_rst(self.fields, mv, self.batch, self._ep),
             ("infos",): lambda mv: write_info(self.fields.infos, mv, self._ep),
@@ -158,8 +158,8 @@ class Serializer(CheckpointingHandler):
         }
         sinks = self.fields.sinks
         handler = lambda key: special.get(key) or self._leaf_handler(sinks[key])
-        self._step_handlers = [handler(k) for k in self.layout.step_parts()]
-        self._reset_handlers = [handler(k) for k in self.layout.reset_parts()]
+        self._step_handlers = [handler(k) for k in self.layout.step_sections()]
+        self._reset_handlers = [handler(k) for k in self.layout.reset_sections()]
 
     @property
     def run_template(self) -> np.ndarray | None:
@@ -204,8 +204,8 @@ class Serializer(CheckpointingHandler):
         elif kind == Kind.RESET:
             self._on_reset(rec)
         elif kind == Kind.CLOSE:
-            if rec.parts and len(rec.parts[0]):
-                self.env_stats = json.loads(bytes(rec.parts[0]))
+            if rec.sections and len(rec.sections[0]):
+                self.env_stats = json.loads(bytes(rec.sections[0]))
             self.finish(clean=True)
             return True
         else:
@@ -220,7 +220,7 @@ class Serializer(CheckpointingHandler):
             self._commit(self.position)
         self._open_episode(None)
         self._ep = {"episode_id": rec.episode, "return": 0.0, "terminated": False, "truncated": False}
-        for h, mv in zip(self._reset_handlers, rec.parts, strict=True):
+        for h, mv in zip(self._reset_handlers, rec.sections, strict=True):
             h(mv)
         self.episode_open = True
 
@@ -242,7 +242,7 @@ class Serializer(CheckpointingHandler):
             self.records -= 1  # the checkpoint of the cut covers the ring up to this record, not this record
             self._cut_part(self.position)
             self.records += 1
-        for h, mv in zip(self._step_handlers, rec.parts, strict=True):
+        for h, mv in zip(self._step_handlers, rec.sections, strict=True):
             h(mv)
         self.steps_total += 1
         self.batch.steps += 1  # type: ignore[union-attr]  # an open episode has its batch

@@ -1,7 +1,7 @@
-"""Steps handled in runs: many STEP records of one episode written out as columns (and the parts of a
+"""Steps handled in runs: many STEP records of one episode written out as columns (and the sections of a
 single STEP record that are not a field's row as it is: ``write_rst``, ``write_info``).
 
-When a STEP record has only fixed-size parts and an empty info (CartPole,
+When a STEP record has only fixed-size sections and an empty info (CartPole,
 Atari, most Box/Discrete envs), consecutive steps of one episode look the
 same in the ring but for their values. The worker loop takes them as one
 ``RecordRun`` (see ``RingReader.poll_run``), and ``StepRunWriter`` hands each
@@ -30,7 +30,7 @@ EMPTY_INFO_JSON = b"{}"
 
 
 def write_rst(fields: EpisodeFields, mv, batch: BatchWriter | None, ep: dict) -> None:
-    """One step's reward, termination and truncation (its ``RST`` part) into their fields and ``ep``'s figures."""
+    """One step's reward, termination and truncation (its ``RST`` section) into their fields and ``ep``'s figures."""
     fields.rewards.write(mv[0:8], batch)
     fields.terms.write(mv[8:9], batch)
     fields.truncs.write(mv[9:10], batch)
@@ -56,7 +56,7 @@ def write_info(infos: JsonField, mv, ep: dict) -> None:
 
 
 def read_reset_meta(mv) -> dict:
-    """A RESET's meta part: the episode record's ``seed``, ``options`` and replay keys."""
+    """A RESET's meta section: the episode record's ``seed``, ``options`` and replay keys."""
     meta = unpack_info(mv)
     return {"seed": meta.get("seed"), "options": encode_json(meta.get("options")), **episode_keys(meta)}
 
@@ -67,8 +67,8 @@ class StepRunWriter:
     def __init__(self, fields: EpisodeFields, arrays: list[ArrayField], record: RecordLayout) -> None:
         """Args:
             fields: the episode's fields, written column by column.
-            arrays: the fields of the record's fixed parts after its ``RST``, in record order.
-            record: the STEP records' layout (``TraceLayout.step_record``): only fixed parts and the info.
+            arrays: the fields of the record's fixed sections after its ``RST``, in record order.
+            record: the STEP records' layout (``TraceLayout.step_record``): only fixed sections and the info.
         """
         assert record.variable == 1 and record.fixed[1:] == tuple(f.row_bytes for f in arrays)
         self.fields = fields
@@ -78,10 +78,10 @@ class StepRunWriter:
 
     @classmethod
     def for_layout(cls, layout: TraceLayout, fields: EpisodeFields, faults: FaultSpec) -> StepRunWriter | None:
-        """A writer when steps can come in runs; None when they have Text parts, or when a fault is to be
+        """A writer when steps can come in runs; None when they have Text sections, or when a fault is to be
         injected per record (it must see each one)."""
-        parts = layout.step_parts()  # ("rst",), the leaves, ("infos",)
-        leaves = [fields.sinks.get(k) for k in parts[1:-1]]
+        sections = layout.step_sections()  # ("rst",), the leaves, ("infos",)
+        leaves = [fields.sinks.get(k) for k in sections[1:-1]]
         arrays = [f for f in leaves if isinstance(f, ArrayField)]
         if len(arrays) != len(leaves) or faults.sees_each_record("record"):
             return None

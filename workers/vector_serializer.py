@@ -2,7 +2,7 @@
 
 One ``Serializer`` per sub-env does the writing (prefix ``PREFIX.envI``); this
 module turns each VRESET/VSTEP record into per-sub-env RESET and STEP
-records whose parts are slices of the batched arrays (no copy), following the
+records whose sections are slices of the batched arrays (no copy), following the
 autoreset mode (see ``envrec.record.vector``).
 """
 
@@ -29,11 +29,11 @@ class _View:
     kind: int
     episode: int
     step: int
-    parts: list
+    sections: list
 
 
 def split_info(info: dict, i: int, skip: tuple = ()) -> dict:
-    """Sub-env ``i``'s part of a vector info dict (values where its ``_key`` mask is set)."""
+    """Sub-env ``i``'s entries of a vector info dict (values where its ``_key`` mask is set)."""
     out = {}
     for k, v in info.items():
         if k.startswith("_") or k in skip:
@@ -86,20 +86,20 @@ class VectorSerializer(Handler):
         self.position = 0  # ring position of the vector record being handled
 
     @staticmethod
-    def _rows(parts: list, row_bytes: list[int], i: int) -> list:
-        return [mv[i * n : (i + 1) * n] for mv, n in zip(parts, row_bytes, strict=True)]
+    def _rows(sections: list, row_bytes: list[int], i: int) -> list:
+        return [mv[i * n : (i + 1) * n] for mv, n in zip(sections, row_bytes, strict=True)]
 
-    def _reset(self, i: int, obs_parts: list, meta: bytes, info: dict, step: int) -> None:
+    def _reset(self, i: int, obs_sections: list, meta: bytes, info: dict, step: int) -> None:
         self.episode[i] += 1
-        parts = [*obs_parts, meta, pickle.dumps(info, protocol=5) if info else b""]
-        self.subs[i].handle(_View(Kind.RESET, self.episode[i], step, parts), self.position)
+        sections = [*obs_sections, meta, pickle.dumps(info, protocol=5) if info else b""]
+        self.subs[i].handle(_View(Kind.RESET, self.episode[i], step, sections), self.position)
 
-    def _step(self, i: int, act_parts, obs_parts, reward, term, trunc, info: dict, step: int) -> None:
+    def _step(self, i: int, act_sections, obs_sections, reward, term, trunc, info: dict, step: int) -> None:
         if self.episode[i] < 0:
             return
         rst = RST.pack(float(reward), bool(term), bool(trunc))
-        parts = [rst, *act_parts, *obs_parts, pickle.dumps(info, protocol=5) if info else b""]
-        self.subs[i].handle(_View(Kind.STEP, self.episode[i], step, parts), self.position)
+        sections = [rst, *act_sections, *obs_sections, pickle.dumps(info, protocol=5) if info else b""]
+        self.subs[i].handle(_View(Kind.STEP, self.episode[i], step, sections), self.position)
         self.steps += 1
 
     def handle(self, rec, position: int) -> bool:
@@ -110,10 +110,10 @@ class VectorSerializer(Handler):
             return True
         n, n_obs, n_act = self.cfg.num_envs, len(self._obs_rows), len(self._act_rows)
         if rec.kind == Kind.VRESET:
-            mask = np.frombuffer(rec.parts[0], bool)
-            obs = rec.parts[1 : 1 + n_obs]
-            meta = unpack_info(rec.parts[1 + n_obs])
-            info = unpack_info(rec.parts[2 + n_obs])
+            mask = np.frombuffer(rec.sections[0], bool)
+            obs = rec.sections[1 : 1 + n_obs]
+            meta = unpack_info(rec.sections[1 + n_obs])
+            info = unpack_info(rec.sections[2 + n_obs])
             seed, options = meta.get("seed"), meta.get("options")
             for i in range(n):
                 if not mask[i]:
@@ -124,12 +124,12 @@ class VectorSerializer(Handler):
                 self.done[i] = False
                 self._reset(i, self._rows(obs, self._obs_rows, i), sub_meta, split_info(info, i), rec.step)
         elif rec.kind == Kind.VSTEP:
-            acts = rec.parts[:n_act]
-            obs = rec.parts[n_act : n_act + n_obs]
-            rewards = np.frombuffer(rec.parts[n_act + n_obs], "<f8")
-            terms = np.frombuffer(rec.parts[n_act + n_obs + 1], bool)
-            truncs = np.frombuffer(rec.parts[n_act + n_obs + 2], bool)
-            info = unpack_info(rec.parts[n_act + n_obs + 3])
+            acts = rec.sections[:n_act]
+            obs = rec.sections[n_act : n_act + n_obs]
+            rewards = np.frombuffer(rec.sections[n_act + n_obs], "<f8")
+            terms = np.frombuffer(rec.sections[n_act + n_obs + 1], bool)
+            truncs = np.frombuffer(rec.sections[n_act + n_obs + 2], bool)
+            info = unpack_info(rec.sections[n_act + n_obs + 3])
             self._vstep(rec.step, acts, obs, rewards, terms, truncs, info)
         else:
             raise ValueError(f"unknown record kind {rec.kind} in the vector trace ring")

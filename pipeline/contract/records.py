@@ -1,17 +1,17 @@
 """The records a trace stream sends through its ring, shared by both sides.
 
-Kinds and their parts, in order (fixed-size parts first, so the env side
+Kinds and their sections, in order (fixed-size sections first, so the env side
 can write them at offsets computed once; then the variable-size ones):
 
 * ``RESET`` (episode, step=0): the fixed observation leaves, the Text
   observation leaves, the pickled ``{"seed", "options"}`` of the reset
   (empty when both are None), the pickled info.
-* ``STEP`` (episode, step=1..N): one 10-byte part of reward (f8),
+* ``STEP`` (episode, step=1..N): one 10-byte section of reward (f8),
   terminated (b1) and truncated (b1) packed together (``RST``: first, so the
   env side packs it with the record's header in one call), the fixed action
   leaves, the fixed observation leaves, the Text action leaves, the Text
   observation leaves, the info.
-* ``CLOSE``: no parts; the recorder is closing, finalize and exit.
+* ``CLOSE``: no sections; the recorder is closing, finalize and exit.
 
 The vector trace stream's kinds (one record per vector call, each batched
 array copied once; the worker splits them per sub-env):
@@ -24,14 +24,14 @@ array copied once; the worker splits them per sub-env):
 
 The video stream's kinds:
 
-* ``CLIP_START``: one part, the clip's JSON description (name, fps, episode, kind).
+* ``CLIP_START``: one section, the clip's JSON description (name, fps, episode, kind).
 * ``FRAME`` (episode, step): ``FRAME_SHAPE`` (height, width, channels), then the pixels (uint8, C order).
 * ``TEXT_FRAME`` (episode, step): the frame's text, UTF-8.
-* ``CLIP_BROKEN``: one part, why the env side stopped the clip (a bad frame).
-* ``CLIP_END``: one part, JSON of what the env side knows (frames it dropped).
+* ``CLIP_BROKEN``: one section, why the env side stopped the clip (a bad frame).
+* ``CLIP_END``: one section, JSON of what the env side knows (frames it dropped).
 
 Leaves are those of ``envrec.formats.schema.leaves`` for the observation and action
-spaces, in that order. Where each part of a FRAME, STEP or RESET record lies
+spaces, in that order. Where each section of a FRAME, STEP or RESET record lies
 is a ``RecordLayout`` (``frame_layout``, ``TraceLayout.step_record``,
 ``TraceLayout.reset_record``): the env side's packer writes by it
 (``envrec.record.packer``), the worker reads runs of records by it
@@ -55,7 +55,7 @@ from .ring_reader import run_template
 
 __all__ = ["FRAME_SHAPE", "RST", "Kind", "RecordLayout", "Status", "TraceLayout", "frame_layout"]
 
-RST = struct.Struct("<d??")  # reward, terminated, truncated: one part, written by one call
+RST = struct.Struct("<d??")  # reward, terminated, truncated: one section, written by one call
 FRAME_SHAPE = struct.Struct("<III")  # height, width, channels of a video frame
 
 
@@ -109,24 +109,24 @@ class Status(IntEnum):
 
 @dataclass(frozen=True)
 class RecordLayout:
-    """Where the parts of one kind of record lie in the ring (see ``envrec.contract.ring`` for a record's header).
+    """Where the sections of one kind of record lie in the ring (see ``envrec.contract.ring`` for a record's header).
 
-    Its fixed-size parts come first, each at an offset from the record's start
-    known once for all records of the layout; then ``variable`` parts whose
-    sizes each record says. The first fixed part is a record's *lead* where it
+    Its fixed-size sections come first, each at an offset from the record's start
+    known once for all records of the layout; then ``variable`` sections whose
+    sizes each record says. The first fixed section is a record's *lead* where it
     has one (a STEP's ``RST``, a FRAME's ``FRAME_SHAPE``): the env side packs
     it with the header in one call.
 
     Args:
         kind: the records' ``Kind``.
-        fixed: the sizes of the fixed parts, in record order.
-        variable: how many variable-size parts follow them.
+        fixed: the sizes of the fixed sections, in record order.
+        variable: how many variable-size sections follow them.
     """
 
     kind: int
     fixed: tuple[int, ...]
     variable: int = 0
-    offsets: tuple[int, ...] = field(init=False)  # where each fixed part starts, from the record's start
+    offsets: tuple[int, ...] = field(init=False)  # where each fixed section starts, from the record's start
 
     def __post_init__(self) -> None:
         pos, offsets = self.head_bytes, []
@@ -136,22 +136,22 @@ class RecordLayout:
         object.__setattr__(self, "offsets", tuple(offsets))
 
     @property
-    def nparts(self) -> int:
+    def nsections(self) -> int:
         return len(self.fixed) + self.variable
 
     @property
     def head_bytes(self) -> int:
-        """The header and its part sizes, padded to the ring's alignment: where the first part starts."""
-        return align(REC_HEAD_BYTES + 4 * self.nparts)
+        """The header and its section sizes, padded to the ring's alignment: where the first section starts."""
+        return align(REC_HEAD_BYTES + 4 * self.nsections)
 
     @property
     def fixed_bytes(self) -> int:
-        """Where the variable parts start: the size of a record whose variable parts are all empty."""
+        """Where the variable sections start: the size of a record whose variable sections are all empty."""
         return record_size([*self.fixed, *[0] * self.variable])
 
     def run_template(self) -> np.ndarray:
         """The header words of the records a worker may take as a run (``RingReader.poll_run``): those of
-        this layout whose variable parts are all empty."""
+        this layout whose variable sections are all empty."""
         return run_template(self.kind, [*self.fixed, *[0] * self.variable])
 
 
@@ -162,7 +162,7 @@ def frame_layout(shape: tuple[int, int, int]) -> RecordLayout:
 
 @dataclass(frozen=True)
 class TraceLayout:
-    """Where each field sits among a record's parts."""
+    """Where each field sits among a record's sections."""
 
     obs_leaves: tuple[Leaf, ...]
     act_leaves: tuple[Leaf, ...]
@@ -172,15 +172,15 @@ class TraceLayout:
         return cls(tuple(leaves(obs_spec)), tuple(leaves(act_spec)))
 
     def step_record(self) -> RecordLayout:
-        """Where the parts of a STEP record lie: ``RST``, the fixed action and observation leaves; then the
-        Text leaves and the info (in the order of ``step_parts``)."""
+        """Where the sections of a STEP record lie: ``RST``, the fixed action and observation leaves; then the
+        Text leaves and the info (in the order of ``step_sections``)."""
         arrays = [leaf.nbytes for lvs in (self.act_leaves, self.obs_leaves) for leaf in lvs if leaf.kind == "array"]
         texts = sum(leaf.kind == "text" for leaf in self.act_leaves + self.obs_leaves)
         return RecordLayout(Kind.STEP, (RST.size, *arrays), texts + 1)
 
     def reset_record(self) -> RecordLayout:
-        """Where the parts of a RESET record lie: the fixed observation leaves; then the Text leaves, the
-        reset's meta and the info (in the order of ``reset_parts``)."""
+        """Where the sections of a RESET record lie: the fixed observation leaves; then the Text leaves, the
+        reset's meta and the info (in the order of ``reset_sections``)."""
         arrays = [leaf.nbytes for leaf in self.obs_leaves if leaf.kind == "array"]
         texts = sum(leaf.kind == "text" for leaf in self.obs_leaves)
         return RecordLayout(Kind.RESET, tuple(arrays), texts + 2)
@@ -188,8 +188,8 @@ class TraceLayout:
     def _keyed(self, root: str, lvs: tuple[Leaf, ...], kind: str) -> list[tuple]:
         return [(root, *leaf.path) for leaf in lvs if leaf.kind == kind]
 
-    def step_parts(self) -> list[tuple]:
-        """The field each part of a STEP record belongs to, in record order."""
+    def step_sections(self) -> list[tuple]:
+        """The field each section of a STEP record belongs to, in record order."""
         return (
             [("rst",)]
             + self._keyed("actions", self.act_leaves, "array")
@@ -199,8 +199,8 @@ class TraceLayout:
             + [("infos",)]
         )
 
-    def reset_parts(self) -> list[tuple]:
-        """The field each part of a RESET record belongs to, in record order."""
+    def reset_sections(self) -> list[tuple]:
+        """The field each section of a RESET record belongs to, in record order."""
         return (
             self._keyed("observations", self.obs_leaves, "array")
             + self._keyed("observations", self.obs_leaves, "text")

@@ -29,11 +29,11 @@ A record::
 
     0   u32 length   total bytes, header and padding included (multiple of 8)
     4   u16 kind     PAD (0) or a stream-defined kind
-    6   u16 nparts
+    6   u16 nsections
     8   u64 episode
     16  u64 step
-    24  u32 size[nparts], then zero padding to a multiple of 8
-    ..  the parts, each starting on an 8-byte boundary
+    24  u32 size[nsections], then zero padding to a multiple of 8
+    ..  the sections, each starting on an 8-byte boundary
 
 Synchronisation: a record is available when ``write_pos`` (stored after
 the record's bytes; x86 keeps stores in order) is past the consumer's
@@ -91,7 +91,7 @@ _W_SLEEPING = 18
 _W_STATUS = 24  # word index of the first status word (byte 192)
 
 KIND_PAD = 0
-REC_HEAD = struct.Struct("<IHHQQ")  # length, kind, nparts, episode, step
+REC_HEAD = struct.Struct("<IHHQQ")  # length, kind, nsections, episode, step
 REC_HEAD_BYTES = REC_HEAD.size  # 24
 REC_STEP_AT = REC_HEAD_BYTES - 8  # where a record's step lies in its header (the last field, u64)
 ALIGN = 8
@@ -105,10 +105,10 @@ def align(n: int) -> int:
     return (n + ALIGN - 1) & ~(ALIGN - 1)
 
 
-def record_size(part_sizes: list[int] | tuple[int, ...]) -> int:
-    """Bytes a record with parts of these sizes takes in a ring."""
-    n = align(REC_HEAD_BYTES + 4 * len(part_sizes))
-    for s in part_sizes:
+def record_size(section_sizes: list[int] | tuple[int, ...]) -> int:
+    """Bytes a record with sections of these sizes takes in a ring."""
+    n = align(REC_HEAD_BYTES + 4 * len(section_sizes))
+    for s in section_sizes:
         n += align(s)
     return n
 
@@ -148,7 +148,7 @@ class _RingBytes:
 class RingWriter:
     """The producing side of a ring; lives in the env process, which owns the memfd.
 
-    ``write(kind, episode, step, parts)`` copies ``parts`` into the ring;
+    ``write(kind, episode, step, sections)`` copies ``sections`` into the ring;
     ``reserve``/``publish`` let a caller write a record in place. When the
     ring is full, the policy set by ``set_policy`` applies: wait for room
     (``block``, bounded by ``timeout_s`` if given) or give up at once; a
@@ -234,18 +234,18 @@ class RingWriter:
             n += kind != KIND_PAD
         return n
 
-    def write(self, kind: int, episode: int, step: int, parts: list | tuple) -> bool:
-        """Copy a record of ``parts`` (bytes or 1-D byte views) into the ring; False if dropped."""
-        sizes = [len(p) for p in parts]
+    def write(self, kind: int, episode: int, step: int, sections: list | tuple) -> bool:
+        """Copy a record of ``sections`` (bytes or 1-D byte views) into the ring; False if dropped."""
+        sizes = [len(p) for p in sections]
         n = record_size(sizes)
         off = self.reserve(n)
         if off < 0:
             return False
         data = self._data
-        REC_HEAD.pack_into(data, off, n, kind, len(parts), episode, step)
+        REC_HEAD.pack_into(data, off, n, kind, len(sections), episode, step)
         struct.pack_into(f"<{len(sizes)}I", data, off + REC_HEAD_BYTES, *sizes)
         pos = off + align(REC_HEAD_BYTES + 4 * len(sizes))
-        for p, s in zip(parts, sizes, strict=True):
+        for p, s in zip(sections, sizes, strict=True):
             if s:
                 data[pos : pos + s] = p
             pos += align(s)

@@ -39,19 +39,19 @@ _RUN_MASK[2] = 0
 
 
 @functools.lru_cache(maxsize=64)
-def _sizes_struct(nparts: int) -> struct.Struct:
-    """The u32 part sizes of a record header with ``nparts`` parts (compiled once per count)."""
-    return struct.Struct(f"<{nparts}I")
+def _sizes_struct(nsections: int) -> struct.Struct:
+    """The u32 section sizes of a record header with ``nsections`` sections (compiled once per count)."""
+    return struct.Struct(f"<{nsections}I")
 
 
 @dataclass(slots=True)
 class RecordView:
-    """One record as the consumer sees it; its parts are views into the ring."""
+    """One record as the consumer sees it; its sections are views into the ring."""
 
     kind: int
     episode: int
     step: int
-    parts: list[memoryview]
+    sections: list[memoryview]
     count: ClassVar[int] = 1  # records it stands for
 
 
@@ -60,7 +60,7 @@ class RecordRun:
     """Consecutive records of one layout and one episode (see ``RingReader.poll_run``), read at once.
 
     ``rows`` is a (count, record length) uint8 array over the ring: column
-    ranges are the parts, the same in every row. Valid until ``release()``.
+    ranges are the sections, the same in every row. Valid until ``release()``.
     """
 
     episode: int
@@ -73,12 +73,12 @@ class RecordRun:
 
 
 def run_template(kind: int, sizes: list[int]) -> np.ndarray:
-    """The header words every record of a run must have: length, kind, part count and sizes (the episode
+    """The header words every record of a run must have: length, kind, section count and sizes (the episode
     and step words are left 0: they are not compared)."""
-    nparts = len(sizes)
-    raw = bytearray(align(REC_HEAD_BYTES + 4 * nparts))
-    REC_HEAD.pack_into(raw, 0, record_size(sizes), kind, nparts, 0, 0)
-    struct.pack_into(f"<{nparts}I", raw, REC_HEAD_BYTES, *sizes)
+    nsections = len(sizes)
+    raw = bytearray(align(REC_HEAD_BYTES + 4 * nsections))
+    REC_HEAD.pack_into(raw, 0, record_size(sizes), kind, nsections, 0, 0)
+    struct.pack_into(f"<{nsections}I", raw, REC_HEAD_BYTES, *sizes)
     return np.frombuffer(bytes(raw), "<u8")
 
 
@@ -135,7 +135,7 @@ class RingReader:
         and that belong to one episode, up to ``max_records`` and ``max_bytes``, as one ``RecordRun``; None
         when the next record is not of that layout or fewer than two are there.
 
-        A handler then takes a column of the run where it would take a part of each record: one copy
+        A handler then takes a column of the run where it would take a section of each record: one copy
         (or one system call) per field and run instead of several Python calls per record.
         """
         length = int(template[0]) & 0xFFFFFFFF
@@ -177,21 +177,21 @@ class RingReader:
         if cap - off < REC_HEAD_BYTES:  # tail too short for any record: the producer skipped it
             self._cursor += cap - off
             off = 0
-        length, kind, nparts, episode, step = REC_HEAD.unpack_from(data, off)
+        length, kind, nsections, episode, step = REC_HEAD.unpack_from(data, off)
         if kind == KIND_PAD:
             self._cursor += length
             off = 0
-            length, kind, nparts, episode, step = REC_HEAD.unpack_from(data, off)
-        sizes = _sizes_struct(nparts).unpack_from(data, off + REC_HEAD_BYTES)
-        pos = off + ((REC_HEAD_BYTES + 4 * nparts + 7) & ~7)
-        parts = []
+            length, kind, nsections, episode, step = REC_HEAD.unpack_from(data, off)
+        sizes = _sizes_struct(nsections).unpack_from(data, off + REC_HEAD_BYTES)
+        pos = off + ((REC_HEAD_BYTES + 4 * nsections + 7) & ~7)
+        sections = []
         for s in sizes:
-            parts.append(data[pos : pos + s])
+            sections.append(data[pos : pos + s])
             pos += (s + 7) & ~7
-        self._views.extend(parts)
+        self._views.extend(sections)
         self._unreleased += 1
         self._cursor += length
-        return RecordView(kind, episode, step, parts)
+        return RecordView(kind, episode, step, sections)
 
     def release(self, upto: int | None = None) -> None:
         """Give back the room of every record read so far, or of those before ring position ``upto`` (the

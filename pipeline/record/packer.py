@@ -1,11 +1,11 @@
 """Env side: write trace records straight into the ring, one copy per array.
 
-A ``RecordPacker`` knows, once and for all, where each fixed-size part of its
+A ``RecordPacker`` knows, once and for all, where each fixed-size section of its
 kind of record lies (its ``RecordLayout``, from ``envrec.contract.records``:
 the worker reads the records by the same one); per call it reserves the record,
 lets each leaf codec check and copy its value in place, appends the few
-variable-size parts (infos, Text), then writes the header, the part sizes
-and the record's scalar ``lead`` part (a STEP's reward and flags) with one
+variable-size sections (infos, Text), then writes the header, the section sizes
+and the record's scalar ``lead`` section (a STEP's reward and flags) with one
 ``pack_into``, and publishes. A value that fails its check raises
 ``RecordError`` before anything is published: the reservation is simply not
 used.
@@ -26,23 +26,23 @@ __all__ = ["RecordPacker", "TracePacker", "frame_packer"]
 
 
 class RecordPacker:
-    """Writes one kind of record: an optional scalar lead part, fixed parts at precomputed offsets, then
-    variable parts."""
+    """Writes one kind of record: an optional scalar lead section, fixed sections at precomputed offsets, then
+    variable sections."""
 
     def __init__(self, layout: RecordLayout, puts: list[Callable], lead: struct.Struct | None = None) -> None:
         """Args:
-            layout: where the record's parts lie (``envrec.contract.records``), its lead part first if it has one.
-            puts: for each fixed part after the lead, ``put(value, buf, offset)`` that checks a value and copies it in place.
-            lead: the lead part's struct, packed with the header (its size is the layout's first fixed part).
+            layout: where the record's sections lie (``envrec.contract.records``), its lead section first if it has one.
+            puts: for each fixed section after the lead, ``put(value, buf, offset)`` that checks a value and copies it in place.
+            lead: the lead section's struct, packed with the header (its size is the layout's first fixed section).
         """
         n_lead = lead is not None
         assert len(puts) + n_lead == len(layout.fixed) and (lead is None or lead.size == layout.fixed[0])
         self.kind = layout.kind
-        self.nparts = layout.nparts
-        pad = layout.head_bytes - (REC_HEAD_BYTES + 4 * self.nparts)
+        self.nsections = layout.nsections
+        pad = layout.head_bytes - (REC_HEAD_BYTES + 4 * self.nsections)
         lead_format = lead.format.lstrip("<") if lead is not None else ""
-        # The record header, the part sizes, padding to 8 bytes and the lead part: packed by one call.
-        self._head = struct.Struct(f"{REC_HEAD.format}{self.nparts}I{pad}x{lead_format}")
+        # The record header, the section sizes, padding to 8 bytes and the lead section: packed by one call.
+        self._head = struct.Struct(f"{REC_HEAD.format}{self.nsections}I{pad}x{lead_format}")
         self.fixed_bytes = layout.fixed_bytes
         self._fns = tuple(puts)
         self._offs = layout.offsets[n_lead:]
@@ -68,24 +68,24 @@ class RecordPacker:
             if k:
                 data[pos : pos + k] = v
                 pos += (k + 7) & -8
-        self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, *sizes, *lead)
+        self._head.pack_into(data, off, n, self.kind, self.nsections, episode, step, *self._fixed_sizes, *sizes, *lead)
         ring.publish()
         return True
 
     def write_single(self, ring: RingWriter, episode: int, step: int, value, lead: tuple) -> bool:
-        """``write`` for a record of one fixed part after its lead and nothing else (a video FRAME)."""
+        """``write`` for a record of one fixed section after its lead and nothing else (a video FRAME)."""
         n = self.fixed_bytes
         off = ring.reserve(n)
         if off < 0:
             return False
         data = ring.data
         self._fns[0](value, data, off + self._offs[0])
-        self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, *lead)
+        self._head.pack_into(data, off, n, self.kind, self.nsections, episode, step, *self._fixed_sizes, *lead)
         ring.publish()
         return True
 
     def write_one_each(self, ring: RingWriter, episode: int, step: int, a, b, info: bytes, lead: tuple) -> bool:
-        """``write`` for a record of exactly two fixed parts and one variable part (the info): the common
+        """``write`` for a record of exactly two fixed sections and one variable section (the info): the common
         STEP of a Box or Discrete action and a Box observation, without the loops and lists."""
         k = len(info)
         n = self.fixed_bytes + ((k + 7) & -8)
@@ -100,7 +100,7 @@ class RecordPacker:
         if k:
             pos = off + self.fixed_bytes
             data[pos : pos + k] = info
-        self._head.pack_into(data, off, n, self.kind, self.nparts, episode, step, *self._fixed_sizes, k, *lead)
+        self._head.pack_into(data, off, n, self.kind, self.nsections, episode, step, *self._fixed_sizes, k, *lead)
         ring.publish()
         return True
 

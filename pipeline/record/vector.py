@@ -59,7 +59,7 @@ def batched_leaves(spec: dict, n: int) -> list[tuple[str, tuple]]:
     return out
 
 
-def _as_part(x, dtype: str, shape: tuple, where: str) -> memoryview:
+def _as_section(x, dtype: str, shape: tuple, where: str) -> memoryview:
     a = x if type(x) is np.ndarray else np.asarray(x)
     dt = np.dtype(dtype)
     if a.shape != shape or (a.dtype != dt and not np.can_cast(a.dtype, dt, "safe")):
@@ -152,9 +152,9 @@ class RecordVectorTrace(VectorWrapper):
         self._steps = 0
         register_closer(self)
 
-    def _parts(self, value, spec: dict, batched: list, where: str) -> list:
+    def _sections(self, value, spec: dict, batched: list, where: str) -> list:
         values = leaf_values(value, spec)
-        return [_as_part(v, dt, shape, where) for v, (dt, shape) in zip(values, batched, strict=True)]
+        return [_as_section(v, dt, shape, where) for v, (dt, shape) in zip(values, batched, strict=True)]
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
         mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
@@ -167,10 +167,10 @@ class RecordVectorTrace(VectorWrapper):
         """Record a reset done already (``envrec.sb3``; ``record_step``: a step): seed/options one for all or one per sub-env."""
         mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
         self._stream.check_open()
-        parts: list[Any] = [_as_part(mask, "|b1", (self.num_envs,), "reset_mask")]
-        parts += self._parts(obs, self._obs_spec, self._obs_leaves, "observations")
-        parts += [pack_info({"seed": seed, "options": options or None}), pack_info(info) if info else b""]
-        self._stream.send(lambda ring: ring.write(Kind.VRESET, 0, self._steps, parts))
+        sections: list[Any] = [_as_section(mask, "|b1", (self.num_envs,), "reset_mask")]
+        sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations")
+        sections += [pack_info({"seed": seed, "options": options or None}), pack_info(info) if info else b""]
+        self._stream.send(lambda ring: ring.write(Kind.VRESET, 0, self._steps, sections))
 
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.env.step(actions)
@@ -181,11 +181,11 @@ class RecordVectorTrace(VectorWrapper):
         self._steps += 1
         self._stream.check_open()
         n = self.num_envs
-        parts = [*self._parts(actions, self._act_spec, self._act_leaves, "actions"),
-                 *self._parts(obs, self._obs_spec, self._obs_leaves, "observations"),
-                 _as_part(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"), _as_part(terminations, "|b1", (n,), "terminations"),
-                 _as_part(truncations, "|b1", (n,), "truncations"), pack_info(info) if info else b""]
-        self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, self._steps, parts))
+        sections = [*self._sections(actions, self._act_spec, self._act_leaves, "actions"),
+                 *self._sections(obs, self._obs_spec, self._obs_leaves, "observations"),
+                 _as_section(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"), _as_section(terminations, "|b1", (n,), "terminations"),
+                 _as_section(truncations, "|b1", (n,), "truncations"), pack_info(info) if info else b""]
+        self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, self._steps, sections))
 
     def stats(self) -> dict[str, Any]:
         """The stream's counters (see README, "Stats")."""

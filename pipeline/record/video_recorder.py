@@ -351,8 +351,8 @@ class VideoRecorder:
         self.clip.dropped += 1
         self.frames_dropped += 1
 
-    def _send(self, kind: int, episode: int, step: int, parts: tuple) -> bool:
-        return self._stream.send(lambda ring: ring.write(kind, episode, step, parts))
+    def _send(self, kind: int, episode: int, step: int, sections: tuple) -> bool:
+        return self._stream.send(lambda ring: ring.write(kind, episode, step, sections))
 
     def _recover(self) -> None:
         """Before a new clip: a broken encoder worker is replaced by a fresh one, while restarts remain."""
