@@ -6,15 +6,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigError
 from ..formats.clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_meta
 from ..formats.trace_format import check_prefix
 from .packer import RecordPacker
 
-__all__ = ["ClipState", "delete_clip_files", "mark_discarded", "write_broken_meta"]
+__all__ = ["ClipState", "delete_clip_files", "mark_discarded", "renamed_method", "write_broken_meta"]
 
 logger = logging.getLogger(__name__)
 
@@ -112,3 +114,14 @@ def delete_clip_files(folder: str, name: str, recorder: str) -> bool:
         logger.error("envrec: could not delete discarded clip %s: %s", name, exc)
         return False
     return True
+
+
+def renamed_method(new: str, old: str) -> Callable[..., Any]:
+    """A method's old name ``old``, kept for one release: it warns (``DeprecationWarning``), then calls ``new``."""
+
+    def alias(self: Any, *args: Any, **kwargs: Any) -> Any:
+        warnings.warn(f"{old} is now {new}", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)(*args, **kwargs)
+
+    alias.__doc__ = f"Deprecated name of ``{new}``, kept for one release."
+    return alias

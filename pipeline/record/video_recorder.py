@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import time
-import warnings
 from collections import deque
 from collections.abc import Callable
 from time import perf_counter_ns
@@ -40,7 +39,7 @@ from ..options import StreamOptions
 from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
-from .clip_state import ClipState, delete_clip_files, mark_discarded, write_broken_meta
+from .clip_state import ClipState, delete_clip_files, mark_discarded, renamed_method, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
 from .packer import frame_packer
 from .recorder import check_folder
@@ -327,11 +326,7 @@ class VideoRecorder:
         """
         if not mark_discarded(self._unreported, name):  # reported finished already: its files go now
             self.clips_unkept += delete_clip_files(self.folder, name, self.recorder_id)
-
-    def evict_clip(self, name: str) -> None:
-        """Deprecated name of ``discard_clip``, kept for one release."""
-        warnings.warn("VideoRecorder.evict_clip is now discard_clip", DeprecationWarning, stacklevel=2)
-        self.discard_clip(name)
+    evict_clip = renamed_method("discard_clip", "VideoRecorder.evict_clip")  # the old name, for one release
 
     def _drop_discarded(self, *clips: ClipState) -> None:
         self.clips_unkept += sum(c.discarded and delete_clip_files(self.folder, c.name, self.recorder_id) for c in clips)
