@@ -15,6 +15,7 @@ import envrec
 from envrec.record.record_video import RECORD_VIDEO_OPTIONS
 from envrec.record.recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS
 from envrec.record.video_recorder import DEFAULT_FRAME_RING_BYTES, VIDEO_RECORDER_OPTIONS
+from envrec.sb3 import VecRecordVideo
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 
@@ -29,19 +30,24 @@ PICKED = {
 }
 
 
-def _keywords(*callables) -> dict[str, object]:
-    """The keyword options of the callables' signatures and their defaults (the first callable's win)."""
+REQUIRED = object()  # an argument without a default: the table says "(required)"
+
+
+def _keywords(*callables, required: bool = False) -> dict[str, object]:
+    """The keyword options of the callables' signatures and their defaults (the first callable's win); with
+    ``required``, the arguments without one too."""
     found: dict[str, object] = {}
     for c in reversed(callables):
         for p in inspect.signature(c).parameters.values():
-            if p.name not in NOT_OPTIONS and p.kind is not p.VAR_KEYWORD and p.default is not p.empty:
-                found[p.name] = p.default
+            if p.name not in NOT_OPTIONS | {"venv"} and p.kind is not p.VAR_KEYWORD and (required or p.default is not p.empty):
+                found[p.name] = REQUIRED if p.default is p.empty else p.default
     return found
 
 
 TRACE = {**_keywords(envrec.RecordTrace.__init__, envrec.TraceRecorder.__init__),
          **{name: f.default for name, f in STREAM.items()}}
 VIDEO = _keywords(envrec.RecordVideo.__init__, envrec.VideoRecorder.__init__)
+SB3_VIDEO = _keywords(VecRecordVideo.__init__, required=True)  # its own; the rest are VideoRecorder's
 TRACE_ACCEPTS = {**TRACE_OPTIONS, **{name: f.metadata["accepts"] for name, f in STREAM.items()}}
 VIDEO_ACCEPTS = {**VIDEO_RECORDER_OPTIONS, **RECORD_VIDEO_OPTIONS}
 
@@ -63,6 +69,8 @@ def _table(doc: str, heading: str) -> dict[str, dict[str, str]]:
 
 def _says_default(cell: str, name: str, value: object) -> bool:
     cell = cell.replace("`", "").strip()
+    if value is REQUIRED:
+        return cell == "(required)"
     if value is None and name in PICKED:
         return cell == PICKED[name]
     if value is None or isinstance(value, bool):
@@ -87,6 +95,7 @@ TABLES = [
     ("docs/reference.md", "## Options", TRACE, TRACE_ACCEPTS),
     ("docs/reference.md", "### Video options", VIDEO, VIDEO_ACCEPTS),
     ("README.md", "### Options", TRACE, None),
+    ("docs/reference.md", "## Stable-Baselines3", SB3_VIDEO, None),
 ]
 
 
@@ -110,4 +119,5 @@ def test_the_check_catches_a_wrong_default_and_wrong_words():
     assert _says_default("5 000 000", "batch_bytes", 5_000_000) and not _says_default("5 MB", "batch_bytes", 5_000_000)
     assert _says_default("`None`", "max_bytes", None) and not _says_default("`False`", "strict", True)
     assert _says_default('`"block"`', "backpressure", "block") and _says_default("60", "close_timeout_s", 60.0)
+    assert _says_default("(required)", "record_video_trigger", REQUIRED) and not _says_default("None", "x", REQUIRED)
     assert _accepts_text("`True` or `False`") == STREAM["strict"].metadata["accepts"].what
