@@ -46,7 +46,7 @@ _STRINGS = Accepts("a tuple of strings", lambda v: isinstance(v, tuple | list) a
 
 @dataclass(frozen=True)
 class VideoSettings:
-    """How clips are encoded. Defaults measured on RL-sized frames (see README, "Video").
+    """How clips are encoded. Defaults measured on RL-sized frames (see docs/reference.md, "Encoder settings").
 
     Args:
         codec: ffmpeg's video codec. Default ``"libx264"``.

@@ -302,7 +302,7 @@ class TraceRecorder:
 
     # -- counters and ending -----------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """Counters of this recording; the keys are listed in the README ("Stats")."""
+        """Counters of this recording; every key is in docs/reference.md ("Stats")."""
         s = self._stream
         out = {
             "episodes_started": self._episode + 1,

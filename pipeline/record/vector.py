@@ -188,7 +188,7 @@ class RecordVectorTrace(VectorWrapper):
         self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, self._steps, sections))
 
     def stats(self) -> dict[str, Any]:
-        """The stream's counters (see README, "Stats")."""
+        """The stream's counters (every key: docs/reference.md, "Stats")."""
         return self._stream.stats()
 
     def prefix_of(self, sub_env: int) -> str:

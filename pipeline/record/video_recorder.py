@@ -373,7 +373,7 @@ class VideoRecorder:
 
     # -- counters and ending -----------------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """Counters of this recorder; the keys are listed in the README ("Stats")."""
+        """Counters of this recorder; every key is in docs/reference.md ("Stats")."""
         s = self._stream
         written = s.status(Status.FRAMES_WRITTEN)
         out = {

@@ -60,7 +60,7 @@ class VecRecordTrace(VecEnvWrapper):
         return self.recorder.prefix_of(sub_env)
 
     def stats(self) -> dict[str, Any]:
-        """The stream's counters (see README, "Stats")."""
+        """The stream's counters (every key: docs/reference.md, "Stats")."""
         return self.recorder.stats()
 
     def reset(self) -> VecEnvObs:

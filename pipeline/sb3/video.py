@@ -216,7 +216,7 @@ class VecRecordVideo(VecEnvWrapper):
             self.recorded_frames = 0
 
     def stats(self) -> dict[str, Any]:
-        """The encoder's counters (see README, "Stats")."""
+        """The encoder's counters (every key: docs/reference.md, "Stats")."""
         return self.recorder.stats()
 
     def close(self) -> None:
