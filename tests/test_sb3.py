@@ -288,7 +288,7 @@ def test_without_stable_baselines3_the_import_says_which_extra():
 @pytest.mark.timeout(120)
 def test_envrec_verify_replays_the_seeded_episodes(tmp_path):
     """The manifest names the sub-envs' env id and each first episode's seed: envrec verify reproduces those;
-    the episodes SB3 reset itself, unseeded, cannot be replayed (no np_random state), as README says."""
+    the episodes SB3 reset itself, unseeded, cannot be replayed (no np_random state), as docs/vector.md says."""
     from envrec.replay import verify
 
     venv = VecRecordTrace(DummyVecEnv([lambda: gym.make("CartPole-v1")] * N_ENVS), tmp_path, name_prefix="v")
