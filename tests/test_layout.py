@@ -145,3 +145,23 @@ def test_the_rule_sees_the_rooms():
         assert sum(_under(m, room) for m in graph) >= 3, room
     imported = set().union(*(ts for m, ts in graph.items() if _under(m, "envrec.workers")))
     assert any(_under(t, "envrec.contract") for t in imported) and any(_under(t, "envrec.formats") for t in imported)
+
+
+def test_moved_modules_import_under_their_old_paths_for_one_release():
+    """``envrec.record.wrappers`` and ``envrec.record.video`` (renamed) still import, with a DeprecationWarning."""
+    import importlib
+    import sys
+
+    import pytest
+
+    import envrec
+    from envrec.record import MOVED
+
+    for old, new in MOVED.items():
+        sys.modules.pop(old, None)
+        assert old not in _modules() and new in _modules()  # the old path is no file: git sees a rename
+        with pytest.warns(DeprecationWarning, match=f"{old} is now {new}"):
+            module = importlib.import_module(old)
+        sys.modules.pop(old, None)
+        name = "RecordTrace" if old.endswith("wrappers") else "VideoRecorder"
+        assert getattr(module, name) is getattr(envrec, name)

@@ -5,3 +5,36 @@ the commit watcher.
 
 Never imported by ``envrec.workers``.
 """
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
+
+# Modules renamed to say what they hold; their old paths import, with a DeprecationWarning, for one release.
+MOVED = {
+    "envrec.record.wrappers": "envrec.record.record_trace",
+    "envrec.record.video": "envrec.record.video_recorder",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds a module's old path (``MOVED``): a module of that name holding the new one's names."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        return importlib.util.spec_from_loader(fullname, self) if fullname in MOVED else None
+
+    def exec_module(self, module: ModuleType) -> None:
+        new = MOVED[module.__name__]
+        warnings.warn(f"{module.__name__} is now {new}; import from envrec itself (envrec.RecordTrace, ...)",
+                      DeprecationWarning, stacklevel=2)
+        module.__dict__.update({k: v for k, v in vars(importlib.import_module(new)).items() if not k.startswith("__")})
+
+
+if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
+    sys.meta_path.append(_MovedModules())
