@@ -31,7 +31,7 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         new = MOVED[module.__name__]
-        warnings.warn(f"{module.__name__} is now {new}; import from envrec itself (envrec.RecordTrace, ...)",
+        warnings.warn(f"{module.__name__} is now {new}; import the public names from envrec itself (envrec.RecordTrace, envrec.VideoRecorder)",
                       DeprecationWarning, stacklevel=2)
         module.__dict__.update({k: v for k, v in vars(importlib.import_module(new)).items() if not k.startswith("__")})
 
