@@ -50,7 +50,7 @@ MARKER = "envrec-trust-marker"
         (lambda s: s.update(entry_point="os:system", kwargs={"command": f"touch {MARKER}"}), "not the one registered here"),
         (lambda s: s.update(id="Evil-v0", entry_point="os:system", kwargs={"command": f"touch {MARKER}"}), "is not registered here"),
         (lambda s: s["additional_wrappers"].append({"name": "x", "entry_point": "os:system", "kwargs": {"command": f"touch {MARKER}"}}),
-         "os:system is neither Gymnasium's nor the env package's (gymnasium)"),
+         "os:system is neither Gymnasium's nor the env package's nor a module's you imported (gymnasium)"),
         (lambda s: s["additional_wrappers"].append({"name": "x", "entry_point": "gymnasium.envs.registration:make", "kwargs": {}}),
          "is not a gymnasium.Wrapper class"),
         (lambda s: s["additional_wrappers"].append({"name": "x", "entry_point": "antigravity:Wrapper", "kwargs": {}}),
@@ -83,7 +83,7 @@ def test_an_env_id_naming_a_module_is_refused(recording, tmp_path, capsys):
     manifest["env_id"] = "antigravity:CartPole-v1"
     write_manifest(path, manifest)
     assert main(["verify", folder]) == 1
-    assert "names a module to import" in capsys.readouterr().out
+    assert "names the module 'antigravity', and a module named by a folder is not imported" in capsys.readouterr().out
     assert "antigravity" not in __import__("sys").modules
 
 
