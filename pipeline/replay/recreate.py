@@ -116,7 +116,7 @@ def recreate_env(
             raise CannotRecreate(f"{describe_source(manifest, make)} raised {type(exc).__name__}: {exc}",
                                  "check that function: it must build the env the recording wrapped") from exc
     trust = trust or Trust()
-    spec = _spec(manifest, trust, _replaced(render_mode, env_kwargs), trusted)
+    spec = _spec(manifest, trust, _replaced(manifest, render_mode, env_kwargs), trusted)
     target: str | EnvSpec
     if spec is not None:
         target = spec
@@ -137,9 +137,15 @@ def _prefix(manifest: Mapping[str, Any]) -> str:
     return f"recording {manifest.get('prefix')!r}"
 
 
-def _replaced(render_mode: Any, env_kwargs: Mapping[str, Any] | None) -> set[str]:
-    """The recorded kwargs the caller replaces: they are not used, so not checked."""
-    return set(env_kwargs or ()) | ({"render_mode"} if render_mode is not KEEP else set())
+def _replaced(manifest: Mapping[str, Any], render_mode: Any, env_kwargs: Mapping[str, Any] | None) -> set[str]:
+    """The recorded kwargs the caller replaces with values of its own: they are not used, so not checked (verify's
+    render mode is the recorded one: checked)."""
+    env = manifest.get("env")
+    spec = env.get("spec") if isinstance(env, Mapping) else None
+    kwargs = spec.get("kwargs") if isinstance(spec, Mapping) else None
+    recorded = kwargs.get("render_mode") if isinstance(kwargs, Mapping) else None
+    own_mode = render_mode is not KEEP and (render_mode is None or render_mode != recorded)
+    return set(env_kwargs or ()) | ({"render_mode"} if own_mode else set())
 
 
 def spec_trusted(manifest: Mapping[str, Any], trust: Trust | None = None, replaced: set[str] | None = None) -> str | None:

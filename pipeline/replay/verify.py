@@ -172,7 +172,8 @@ def _plan(s: _Session, ep: Any) -> tuple[Any, Start]:
             start = plan_start(ep, None)
         except CannotReplay:
             raise missing from None
-        logger.warning("%s: %s; episode %d replays from its %s without it", s.key[1], missing.reason, ep.episode_id, start.how)
+        logger.warning("%s: %s; episode %d replays from its %s without it (%s)", s.key[1], missing.reason, ep.episode_id,
+                       start.how, missing.hint)
         return None, start
     return hook, plan_start(ep, hook)
 
