@@ -316,10 +316,11 @@ def _value_refusal(key: str, value: Any, default: Any) -> str | None:
     if isinstance(value, Mapping):
         return next((why for k, v in value.items() if (why := _value_refusal(str(k), v, None))), None)
     texts = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] if isinstance(value, (list, tuple)) else []
+    other = f" other than the registered default {default!r:.{_SHOWN}}" if default is not None else ""
     if texts and _path_key(key):
-        return f"its key names a file, path or folder and the value is not the registered default {default!r:.{_SHOWN}}"
+        return f"its key names a file, path or folder, and a folder does not choose one{other}"
     if any(_path_value(t) for t in texts):
-        return "a value that looks like a path, a file or a module:object, and is not the registered default"
+        return f"a value that looks like a path, a file or a module:object, which a folder does not choose{other}"
     if isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple, Mapping)) for v in value):
         return next((why for v in value if (why := _value_refusal(key, v, None))), None)
     return _size_refusal(value, default)
