@@ -230,3 +230,17 @@ def test_an_env_the_user_imports_is_made_and_a_folder_cannot_name_it(recording, 
     assert "--import no_such_module_envrec: cannot import it: ModuleNotFoundError" in capsys.readouterr().err
     assert main(["verify", folder, "--import", "os:system"]) == 2
     assert "is not a module name" in capsys.readouterr().err
+
+
+def test_the_viewer_names_the_modules_its_user_trusts_in_its_commands_and_never_a_folders(recording, tmp_path, capsys):
+    from envrec.viewer.catalog import Catalog
+
+    folder = _crafted(recording, tmp_path, lambda s: None)
+    catalog = Catalog(folder)
+    catalog.index()
+    assert catalog.episode("c", 0)["render_command"] == f"envrec render {folder} --episodes 0"
+    catalog.verdicts.imports = ("mypkg.envs", "other")
+    assert catalog.episode("c", 0)["render_command"] == f"envrec render {folder} --episodes 0 --import mypkg.envs --import other"
+    assert catalog.episode("c", 1)["verify_command"] == f"envrec verify {folder} --import mypkg.envs --import other --episodes 1"
+    assert main(["view", folder, "--port", "0", "--no-browser", "--import", "os:system"]) == 2
+    assert "--import 'os:system' is not a module name" in capsys.readouterr().err
