@@ -129,10 +129,8 @@ def render(
             another recorded name is not imported (``envrec.replay.trust``).
         on_clip_closed: ``callback(video_path, meta)`` per clip written, as ``RecordVideo``'s (W&B, TensorBoard,
             an upload), called in this process once the clips are done, in episode order. Default None.
-        import_modules: modules to import first (``--import``; and in every job): the envs they register, their
-            wrappers and ``module:Id`` env ids naming them are made from the recorded spec. Default None.
-        trust_kwargs: use the recorded kwargs and reset options even where they name paths or sizes far beyond
-            the registered defaults (``--trust-kwargs``). Default False.
+        import_modules: modules you trust, imported first here and in every job (``--import``). Default None.
+        trust_kwargs: use the recorded kwargs and reset options as they are (``--trust-kwargs``). Default False.
 
     Returns:
         One ``RenderedClip`` per selected episode, in episode order.
@@ -143,13 +141,8 @@ def render(
             clip filmed live of a selected episode in ``out`` (it is not replaced).
         TraceError: the recording is damaged.
     """
-    from .jobs import run_jobs
-    from .recreate import spec_trusted
-
-    if not isinstance(trust_kwargs, bool):
-        raise ConfigError(f"trust_kwargs must be True or False, not {trust_kwargs!r}")
-    trust = Trust(import_user_modules(import_modules), trust_kwargs)
-    options = replace(_options(directory, out, env_kwargs, fps, name_prefix, make, settings, snapshot), trust=trust)
+    options = replace(_options(directory, out, env_kwargs, fps, name_prefix, make, settings, snapshot),
+                      trust=_trust(import_modules, trust_kwargs))
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ConfigError(f"jobs must be an integer >= 1, not {jobs!r}")
     recording, items, refused = _select(directory, prefix, episodes, options)
@@ -157,24 +150,43 @@ def render(
         logger.info("envrec render: the selection %r picks no episode of %s", episodes, recording)
         return []
     if refused is not None:  # a folder's name or kwarg: each episode says so, as verify's verdicts do
-        logger.warning("envrec render: %s", refused)
-        return [RenderedClip(recording, eid, None, None, "cannot_replay", reason=f"{refused.reason}; {refused.hint}")
-                for _, eid in items]
+        return _refused(recording, items, refused)
     _keep_live_clips(options, [eid for _, eid in items])
     _make_out(options.out)
-
-    def failed(item: tuple[int, int], why: str) -> RenderedClip:
-        return RenderedClip(recording, item[1], None, None, "cannot_replay", reason=why)
-
-    with TraceReader(os.fspath(directory), recording) as reader:  # the user's registrations are this process's
-        options = replace(options, trusted=spec_trusted(reader.recordings[0].manifest, trust, _replaced(options)))
-    clips = run_jobs(render_task, os.fspath(directory), recording, items, {"render": options}, jobs=jobs, ray=ray,
-                     on_failure=failed)
+    clips = _in_jobs(os.fspath(directory), recording, items, options, jobs, ray)
     if on_clip_closed is not None:
         for clip in clips:
             if clip.meta_path is not None and os.path.exists(clip.meta_path):
                 on_clip_closed(clip.path, read_clip_meta(clip.meta_path))
     return clips
+
+
+def _in_jobs(directory: str, recording: str, items: list[tuple[int, int]], options: RenderOptions, jobs: int,
+             ray: bool) -> list[RenderedClip]:
+    """The clips of ``items``, filmed in this process, in ``jobs`` interpreters or as Ray tasks (``run_jobs``)."""
+    from .jobs import run_jobs
+    from .recreate import spec_trusted
+
+    def failed(item: tuple[int, int], why: str) -> RenderedClip:
+        return RenderedClip(recording, item[1], None, None, "cannot_replay", reason=why)
+
+    with TraceReader(directory, recording) as reader:  # the user's registrations are this process's: jobs are told
+        options = replace(options, trusted=spec_trusted(reader.recordings[0].manifest, options.trust, _replaced(options)))
+    return run_jobs(render_task, directory, recording, items, {"render": options}, jobs=jobs, ray=ray, on_failure=failed)
+
+
+def _trust(import_modules: Sequence[str] | None, trust_kwargs: bool) -> Trust:
+    """What the user trusts, its modules imported (a ``ConfigError`` for one that does not import)."""
+    if not isinstance(trust_kwargs, bool):
+        raise ConfigError(f"trust_kwargs must be True or False, not {trust_kwargs!r}")
+    return Trust(import_user_modules(import_modules), trust_kwargs)
+
+
+def _refused(recording: str, items: Sequence[tuple[int, int]], refused: Any) -> list[RenderedClip]:
+    """A ``cannot_replay`` clip for each episode of a recording whose env a folder's names keep from being made."""
+    logger.warning("envrec render: %s", refused)
+    return [RenderedClip(recording, eid, None, None, "cannot_replay", reason=f"{refused.reason}; {refused.hint}")
+            for _, eid in items]
 
 
 def _options(directory, out, env_kwargs, fps, name_prefix, make, settings, snapshot) -> RenderOptions:
