@@ -270,7 +270,7 @@ def _defaults(registered: EnvSpec) -> dict[str, Any]:
 
 
 def _path_key(key: str) -> bool:
-    words = [w for w in re.split(r"[^a-z]+", key.lower()) if w]
+    words = [w.removesuffix("s") if len(w) > 3 else w for w in re.split(r"[^a-z]+", key.lower()) if w]  # files, paths
     return any(w in _PATH_WORDS or w.endswith(("file", "path", "dir", "folder")) for w in words)
 
 
@@ -294,7 +294,9 @@ def _size_refusal(value: Any, default: Any) -> str | None:
     known = _numbers(default) or [0.0]
     limit = max(SIZE_FLOOR, SIZE_FACTOR * max(known))
     if max(numbers) > limit:
-        return f"a number beyond {limit:g} ({SIZE_FACTOR} times its registered default {default!r:.{_SHOWN}}, at least {SIZE_FLOOR}): an allocation size a folder does not choose"
+        why = (f"{SIZE_FACTOR} times its registered default {default!r:.{_SHOWN}}" if _numbers(default) and limit > SIZE_FLOOR
+               else "with no registered default beyond it")
+        return f"a number beyond {limit:g} ({why}): an allocation size a folder does not choose"
     cells = math.prod(numbers)
     cells_limit = max(CELLS_FLOOR, SIZE_FACTOR * math.prod(known))
     if len(numbers) > 1 and cells > cells_limit:
