@@ -2,15 +2,17 @@
 
 A recording's manifest holds, under ``"env"``, the env's Gymnasium ``EnvSpec`` as JSON (kwargs and
 the user's wrappers below ``RecordTrace`` as ``additional_wrappers``). ``recreate_env`` turns it back
-into an ``EnvSpec`` (``EnvSpec.from_json``) and calls ``gym.make(spec, **overrides)``: its entry point
-is imported as ``gym.make`` would import it, so recreating runs the recorded env's code. A recording
+into an ``EnvSpec`` (``EnvSpec.from_json``) and, once ``envrec.replay.trust`` lets it (the id registered
+here with that entry point, its wrappers loaded, no path or huge size in its kwargs), calls
+``gym.make(spec, **overrides)``, which runs the registered env's code. A recording
 without the ``"env"`` key (an older envrec) falls back to ``gym.make(env_id)`` with the id's
 registered defaults, and says so in the log. ``make="module:function"`` (``--make``) replaces both:
 ``function(**overrides)`` builds the env, for envs made by code and never registered.
 
 Stable API (``envrec render`` builds on it):
 
-* ``recreate_env(manifest, *, make=None, render_mode=KEEP, env_kwargs=None) -> gym.Env``;
+* ``recreate_env(manifest, *, make=None, render_mode=KEEP, env_kwargs=None, trusted=None, trust=None) -> gym.Env``;
+* ``refusal(manifest, trust=None, replaced=None) -> CannotRecreate | None``: why a folder's names keep it from being made;
 * ``describe_source(manifest, make=None) -> str``: how the env would be made, for messages;
 * ``load_callable(text) -> Callable``: a ``module:qualname`` imported;
 * ``CannotRecreate`` (a ``ConfigError``) with ``reason`` and ``hint`` (which names ``--make``).
