@@ -244,3 +244,43 @@ def test_the_viewer_names_the_modules_its_user_trusts_in_its_commands_and_never_
     assert catalog.episode("c", 1)["verify_command"] == f"envrec verify {folder} --import mypkg.envs --import other --episodes 1"
     assert main(["view", folder, "--port", "0", "--no-browser", "--import", "os:system"]) == 2
     assert "--import 'os:system' is not a module name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "defaults", "said"),
+    [
+        ({"xml_file": "half_cheetah.xml"}, {"xml_file": "half_cheetah.xml"}, None),  # the registered default
+        ({"xml_file": "ant.xml"}, {"xml_file": "half_cheetah.xml"}, "other than the registered default 'half_cheetah.xml'"),
+        ({"video_folders": ["clips"]}, {}, "its key names a file, path or folder"),
+        ({"files": [["/etc/passwd"]]}, {}, "its key names a file"),
+        ({"nested": [["/etc/passwd"]]}, {}, "looks like a path"),
+        ({"camera_name": "~/.ssh/id_rsa"}, {}, "looks like a path"),
+        ({"reward_fn": "pkg.mod:fn"}, {}, "module:object"),
+        ({"camera_name": "track", "map_name": "8x8", "desc": ["SFFF", "FHFH"], "direction": "left"}, {}, None),
+        ({"stack_size": 4, "shape": [84, 84], "frameskip": [2, 5], "gravity": -9.8, "continuous": True}, {}, None),
+        ({"stack_size": 200000000}, {}, "a number beyond 4096 (with no registered default beyond it)"),
+        ({"width": 8000}, {"width": 480}, "a number beyond 7680 (16 times its registered default 480)"),
+        ({"shape": [5000, 5000]}, {}, "a number beyond 4096"),
+        ({"shape": [4000, 4000, 3]}, {}, "product"),
+        ({"options": {"size": 10**12}}, {}, "options={'size': 1000000000000} is refused: a number beyond 4096"),
+        ({"max_episode_steps": 10**9}, {}, None),  # a step limit allocates nothing
+        ({"a": 1e300}, {}, "a number beyond 4096"),
+    ],
+)
+def test_which_recorded_kwargs_a_folder_may_give(kwargs, defaults, said):
+    from envrec.replay.trust import kwargs_refusal
+
+    found = kwargs_refusal(kwargs, defaults)
+    assert (found is None) if said is None else (found is not None and said in found), found
+
+
+def test_import_modules_must_be_module_names_that_import(recording):
+    from envrec.errors import ConfigError
+    from envrec.replay import verify
+
+    for bad, said in [("json", "a list of module names"), (["os:system"], "not a module name"),
+                      (["no_such_module_envrec"], "cannot import it")]:
+        with pytest.raises(ConfigError, match=said):
+            verify(recording, import_modules=bad)
+    with pytest.raises(ConfigError, match="trust_kwargs must be True or False"):
+        verify(recording, trust_kwargs="yes")
