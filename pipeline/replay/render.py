@@ -39,7 +39,7 @@ from ..formats.trace_format import check_prefix
 from ..read.reader import Episode, TraceReader
 from ..record.headless import headless_display
 from ..record.video import ClipCallback, VideoRecorder
-from .trust import Trust, import_user_modules, options_refusal
+from .trust import Trust, import_user_modules, options_refusal, user_trust
 
 __all__ = ["RenderOptions", "RenderedClip", "render", "render_task", "reset_steps"]
 
@@ -142,7 +142,7 @@ def render(
         TraceError: the recording is damaged.
     """
     options = replace(_options(directory, out, env_kwargs, fps, name_prefix, make, settings, snapshot),
-                      trust=_trust(import_modules, trust_kwargs))
+                      trust=user_trust(import_modules, trust_kwargs))
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ConfigError(f"jobs must be an integer >= 1, not {jobs!r}")
     recording, items, refused = _select(directory, prefix, episodes, options)
@@ -173,13 +173,6 @@ def _in_jobs(directory: str, recording: str, items: list[tuple[int, int]], optio
     with TraceReader(directory, recording) as reader:  # the user's registrations are this process's: jobs are told
         options = replace(options, trusted=spec_trusted(reader.recordings[0].manifest, options.trust, _replaced(options)))
     return run_jobs(render_task, directory, recording, items, {"render": options}, jobs=jobs, ray=ray, on_failure=failed)
-
-
-def _trust(import_modules: Sequence[str] | None, trust_kwargs: bool) -> Trust:
-    """What the user trusts, its modules imported (a ``ConfigError`` for one that does not import)."""
-    if not isinstance(trust_kwargs, bool):
-        raise ConfigError(f"trust_kwargs must be True or False, not {trust_kwargs!r}")
-    return Trust(import_user_modules(import_modules), trust_kwargs)
 
 
 def _refused(recording: str, items: Sequence[tuple[int, int]], refused: Any) -> list[RenderedClip]:

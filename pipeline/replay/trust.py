@@ -65,7 +65,7 @@ from ..errors import ConfigError
 
 __all__ = ["BUILT_IN_SNAPSHOTS", "CELLS_FLOOR", "SIZE_FACTOR", "SIZE_FLOOR", "STEP_LIMITS", "WRITING_WRAPPERS",
            "Refused", "Trust", "import_user_modules", "kwargs_refusal", "options_refusal", "recorded_env_id",
-           "recorded_snapshot", "spec_refusal"]
+           "recorded_snapshot", "spec_refusal", "user_trust"]
 
 # Gymnasium's wrappers that write files or open windows where their kwargs say: never made from a folder's spec.
 WRITING_WRAPPERS = frozenset({"RecordVideo", "HumanRendering"})
@@ -130,6 +130,21 @@ def import_user_modules(names: Iterable[str] | None) -> tuple[str, ...]:
             raise ConfigError(f"--import {name}: cannot import it: {type(exc).__name__}: {exc}") from exc
         gym.register_envs(module)
     return out
+
+
+def user_trust(import_modules: Iterable[str] | None = None, trust_kwargs: bool = False) -> Trust:
+    """What the user trusts (``verify``'s and ``render``'s arguments), its modules imported.
+
+    Args:
+        import_modules: modules to import (``--import``).
+        trust_kwargs: use the recorded kwargs as they are (``--trust-kwargs``).
+
+    Raises:
+        ConfigError: ``trust_kwargs`` is not a bool, or a module is not a module name or does not import.
+    """
+    if not isinstance(trust_kwargs, bool):
+        raise ConfigError(f"trust_kwargs must be True or False, not {trust_kwargs!r}")
+    return Trust(import_user_modules(import_modules), trust_kwargs)
 
 
 def recorded_snapshot(name: Any) -> Any:

@@ -28,7 +28,7 @@ from .engine import CannotReplay, Replay, Start, compare, plan_start, snapshot_h
 from .jobs import JOB_TIMEOUT_S, Item, run_jobs
 from .recreate import KEEP, CannotRecreate, load_callable, recreate_env, spec_trusted
 from .selection import episode_refs, parse_selection, select_episodes
-from .trust import Trust, import_user_modules, options_refusal
+from .trust import Trust, import_user_modules, options_refusal, user_trust
 from .verdicts import Verdict, write_verdicts
 
 __all__ = ["verify", "verify_task"]
@@ -258,9 +258,7 @@ def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str |
         TraceError: the folder holds no readable recording, or a verdict file there is not one.
     """
     _check(jobs, atol, make)
-    if not isinstance(trust_kwargs, bool):
-        raise ConfigError(f"trust_kwargs must be True or False, not {trust_kwargs!r}")
-    trust = Trust(import_user_modules(import_modules), trust_kwargs)
+    trust = user_trust(import_modules, trust_kwargs)
     if isinstance(make, str):
         load_callable(make)  # a make that does not import is a bad argument, not a verdict per episode
     if snapshot is not None:
