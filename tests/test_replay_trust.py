@@ -284,3 +284,17 @@ def test_import_modules_must_be_module_names_that_import(recording):
             verify(recording, import_modules=bad)
     with pytest.raises(ConfigError, match="trust_kwargs must be True or False"):
         verify(recording, trust_kwargs="yes")
+
+
+def test_a_recording_wrapper_under_another_name_is_refused(monkeypatch):
+    import sys
+    import types
+
+    from envrec.replay.trust import _wrapper
+
+    alias = types.ModuleType("gymnasium.envrec_test_alias")
+    alias.Filming = gym.wrappers.RecordVideo
+    monkeypatch.setitem(sys.modules, alias.__name__, alias)
+    found = _wrapper(f"{alias.__name__}:Filming", ("gymnasium",))
+    assert "is gymnasium.wrappers.rendering.RecordVideo, which records or renders" in found.reason
+    assert _wrapper("gymnasium.wrappers.common:TimeLimit", ("gymnasium",)) is gym.wrappers.TimeLimit

@@ -261,6 +261,10 @@ def _wrapper(entry_point: Any, allowed: tuple[str, ...]) -> type | Refused:
             return Refused(f"its wrapper {name[:_SHOWN]} is not found in {module_name}", _MAKE)
     if not (isinstance(obj, type) and issubclass(obj, gym.Wrapper)):
         return Refused(f"its wrapper {name[:_SHOWN]} is not a gymnasium.Wrapper class", _MAKE)
+    writing = tuple(getattr(gym.wrappers, w) for w in sorted(WRITING_WRAPPERS))
+    if issubclass(obj, writing) or str(getattr(obj, "__module__", "")).split(".")[0] in ("envrec", "pipeline"):
+        return Refused(f"its wrapper {name[:_SHOWN]} is {obj.__module__}.{obj.__qualname__}, which records or renders: "
+                       "it is not made again", _MAKE)  # the same class under another name
     return obj
 
 
