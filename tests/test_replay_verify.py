@@ -256,12 +256,17 @@ def test_episodes_start_from_snapshots_at_the_reset_or_mid_episode(tmp_path):
 
     env = envrec.RecordTrace(gym.make(register_drift(), episode_len=10), tmp_path, snapshot=DRIFT_SNAPSHOT, snapshot_every=3)
     _record_into(env, [4, None])
-    assert [(v.status, v.start) for v in verify(tmp_path)] == [("reproduced", "seed"), ("reproduced", "snapshot")]
+    # the recorded hook is not one of envrec's: not imported from the folder, the unseeded episode replays from its rng
+    assert [(v.status, v.start) for v in verify(tmp_path)] == [("reproduced", "seed"), ("reproduced", "rng")]
+    assert [(v.status, v.start) for v in verify(tmp_path, snapshot=DRIFT_SNAPSHOT.name)] == [
+        ("reproduced", "seed"), ("reproduced", "snapshot")]
     with pytest.raises(ConfigError, match="tests.support.envs:NOPE"):
         verify(tmp_path, snapshot="tests.support.envs:NOPE")
     reader = envrec.TraceReader(tmp_path)
     manifest, ep = reader.recordings[0].manifest, reader[1]
-    hook, made = snapshot_hook(manifest), recreate_env(manifest)
+    with pytest.raises(CannotReplay, match="is not one of envrec's .ale, mujoco.*--snapshot tests.support.envs:DRIFT_SNAPSHOT"):
+        snapshot_hook(manifest)
+    hook, made = snapshot_hook(manifest, DRIFT_SNAPSHOT.name), recreate_env(manifest)
     assert hook is DRIFT_SNAPSHOT and [s.step for s in ep.snapshots] == [3, 6, 9]
 
     def replayed(episode, **how):

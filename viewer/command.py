@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
                         f"for this long and no worker of it runs here (default {STALE_AFTER_S:g}; at least three of its "
                         "commit intervals)")
     v.add_argument("--no-browser", action="store_true", help="do not open a browser; print the address only")
+    v.add_argument("--import", dest="import_modules", action="append", default=[], metavar="MODULE",
+                   help="a module you trust (your env registration module), named with --import in the verify and "
+                        "render commands the viewer shows (not imported by the viewer, which makes no env); repeat for more")
     v.set_defaults(func=run)
 
 
@@ -56,6 +59,12 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"envrec view: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    bad = [m for m in args.import_modules if not all(part.isidentifier() for part in m.split("."))]
+    if bad:
+        server.server_close()
+        print(f"envrec view: --import {bad[0]!r} is not a module name (e.g. mypackage.envs)", file=sys.stderr)
+        return 2
+    server.catalog.verdicts.imports = tuple(args.import_modules)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     print(f"envrec view: {server.root} at {server.url} (Ctrl-C to stop)", flush=True)
     if not args.no_browser:

@@ -46,6 +46,7 @@ class VerdictMarks:
     def __init__(self, given: str, root: str) -> None:
         self.given = given
         self.root = root
+        self.imports: tuple[str, ...] = ()  # envrec view --import: the modules its commands name (the user's, never a folder's)
         self._files: dict[str, tuple[tuple[int, int, int], VerdictFile | None, str | None]] = {}
         self._recordings: dict[str, _Verified] = {}
 
@@ -93,7 +94,7 @@ class VerdictMarks:
         if r is None or r.verdicts is None:
             unreadable = r is not None and r.error is not None
             return {"verify": "verdict file unreadable" if unreadable else "not verified",
-                    "verify_command": verify_command(r.folder, r.prefix) if r is not None and not unreadable else None}
+                    "verify_command": verify_command(r.folder, r.prefix, self.imports) if r is not None and not unreadable else None}
         counts = Counter(v.status for v in r.verdicts.episodes.values())
         text = f"{counts['reproduced']} reproduced, {counts['diverged']} diverged, {counts['cannot_replay']} cannot replay"
         missing = episodes - len(r.verdicts.episodes)
@@ -113,6 +114,6 @@ class VerdictMarks:
         out["verified_at"] = clean(r.verdicts.verified_at, 40) if v and r and r.verdicts else None
         unverified = r is not None and not v and not r.error  # verify refuses to overwrite an unreadable file
         known = type(episode_id) is int  # a folder's episode record may lack its id: no command names it then
-        out["verify_command"] = verify_command(r.folder, r.prefix) + f" --episodes {episode_id}" if r and unverified and known else None
-        out["render_command"] = render_command(r.folder, episode_id, r.prefix) if r and not clip and known else None
+        out["verify_command"] = verify_command(r.folder, r.prefix, self.imports) + f" --episodes {episode_id}" if r and unverified and known else None
+        out["render_command"] = render_command(r.folder, episode_id, r.prefix, self.imports) if r and not clip and known else None
         return out

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import ConfigError, TraceError
 from ..record.headless import headless_display
 
-__all__ = ["SUBCOMMANDS", "add_parser", "parse_env_kwargs", "run_render", "run_verify"]
+__all__ = ["SUBCOMMANDS", "add_parser", "add_trust", "parse_env_kwargs", "run_render", "run_verify"]
 
 
 def _count(text: str) -> int:
@@ -55,7 +55,20 @@ def add_common(p: argparse.ArgumentParser, default_episodes: str) -> None:
     p.add_argument("--make", default=None, metavar="MODULE:FUNCTION",
                    help="build the env with this function instead of the recorded spec (for envs made by code)")
     p.add_argument("--snapshot", default=None, metavar="MODULE:OBJECT",
-                   help="the snapshot hook that restores the recorded states (default: the one the recording names)")
+                   help="the snapshot hook that restores the recorded states, imported (default: the built-in one the "
+                        "recording names, ale or mujoco; a hook a folder names is never imported)")
+    add_trust(p)
+
+
+def add_trust(p: argparse.ArgumentParser) -> None:
+    """``--import MODULE`` (repeatable) and ``--trust-kwargs``: what the user trusts beyond what a folder may name
+    (``envrec.replay.trust``)."""
+    p.add_argument("--import", dest="import_modules", action="append", default=[], metavar="MODULE",
+                   help="import this module first (repeat for more): the envs it registers, its wrappers and env ids "
+                        "module:Id naming it are made from the recorded spec; a folder never names modules to import")
+    p.add_argument("--trust-kwargs", action="store_true",
+                   help="use the recorded kwargs and reset options as they are, also those naming paths or sizes far "
+                        "beyond the registered defaults (refused by default: a folder may come from anyone)")
 
 
 def _add_verify(sub: Any) -> None:
@@ -140,7 +153,7 @@ def run_verify(args: argparse.Namespace) -> int:
 
     verdicts = _bad_arguments_exit_2("verify", args, lambda: verify(
         args.directory, args.episodes, prefix=args.prefix, jobs=args.jobs, ray=args.ray, atol=args.atol, infos=args.infos,
-        make=args.make, snapshot=args.snapshot))
+        make=args.make, snapshot=args.snapshot, import_modules=args.import_modules, trust_kwargs=args.trust_kwargs))
     if isinstance(verdicts, int):
         return verdicts
     counts = Counter(v.status for v in verdicts)
@@ -216,7 +229,8 @@ def run_render(args: argparse.Namespace) -> int:
 
     clips = _bad_arguments_exit_2("render", args, lambda: render(
         args.directory, args.episodes, prefix=args.prefix, out=args.out, env_kwargs=parse_env_kwargs(args.env_kwargs),
-        fps=args.fps, name_prefix=args.name_prefix, jobs=args.jobs, ray=args.ray, make=args.make, snapshot=args.snapshot))
+        fps=args.fps, name_prefix=args.name_prefix, jobs=args.jobs, ray=args.ray, make=args.make, snapshot=args.snapshot,
+        import_modules=args.import_modules, trust_kwargs=args.trust_kwargs))
     if isinstance(clips, int):
         return clips
     counts = Counter(clip.verdict for clip in clips)

@@ -36,6 +36,7 @@ import numpy as np
 
 from ..record.snapshots import resolve_snapshot
 from .compare import UNKNOWN, Difference, first_difference
+from .trust import Refused, recorded_snapshot
 
 __all__ = ["UNKNOWN", "CannotReplay", "Difference", "Replay", "ReplayStep", "Start", "Transition", "compare",
            "plan_start", "restore_rng", "snapshot_hook"]
@@ -110,25 +111,31 @@ class ReplayStep:
 
 
 def snapshot_hook(manifest: Mapping[str, Any], snapshot: Any = None) -> Any:
-    """The snapshot hook that restores the recording's snapshots: ``snapshot`` when given (a ``Snapshot`` or
-    its ``module:qualname``), else the one the manifest's ``env.snapshot.name`` names; None without one.
+    """The snapshot hook that restores the recording's snapshots: ``snapshot`` when the user gives one (a
+    ``Snapshot`` or its ``module:qualname``, imported), else the built-in hook (``"ale"``, ``"mujoco"``) the
+    manifest's ``env.snapshot.name`` names; None without one. A recorded name of another hook is never
+    imported (``envrec.replay.trust``): the user names it with ``--snapshot``.
 
     Args:
         manifest: the recording's head manifest.
-        snapshot: a hook to use instead of the recorded name.
+        snapshot: a hook to use instead of the recorded name (the user's choice).
 
     Raises:
-        CannotReplay: the recorded name (or ``snapshot``) does not resolve to a hook.
+        CannotReplay: ``snapshot`` does not resolve to a hook, or the recorded name is not a built-in hook.
     """
     if snapshot is None:
         env = manifest.get("env")
         recorded = env.get("snapshot") if isinstance(env, Mapping) else None
-        snapshot = recorded.get("name") if isinstance(recorded, Mapping) else None
-        if snapshot is None:
+        name = recorded.get("name") if isinstance(recorded, Mapping) else None
+        if name is None:
             return None
+        found = recorded_snapshot(name)
+        if isinstance(found, Refused):
+            raise CannotReplay(found.reason, found.hint)
+        return found
     try:
         return resolve_snapshot(snapshot)
-    except Exception as exc:  # a name from a file, resolved by importing it
+    except Exception as exc:  # the user's name, resolved by importing it
         raise CannotReplay(f"the snapshot hook {snapshot!r} cannot be loaded: {exc}",
                            "pass --snapshot module:object (snapshot= in Python): the hook the recording used") from exc
 

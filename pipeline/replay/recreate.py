@@ -2,15 +2,17 @@
 
 A recording's manifest holds, under ``"env"``, the env's Gymnasium ``EnvSpec`` as JSON (kwargs and
 the user's wrappers below ``RecordTrace`` as ``additional_wrappers``). ``recreate_env`` turns it back
-into an ``EnvSpec`` (``EnvSpec.from_json``) and calls ``gym.make(spec, **overrides)``: its entry point
-is imported as ``gym.make`` would import it, so recreating runs the recorded env's code. A recording
+into an ``EnvSpec`` (``EnvSpec.from_json``) and, once ``envrec.replay.trust`` lets it (the id registered
+here with that entry point, its wrappers loaded, no path or huge size in its kwargs), calls
+``gym.make(spec, **overrides)``, which runs the registered env's code. A recording
 without the ``"env"`` key (an older envrec) falls back to ``gym.make(env_id)`` with the id's
 registered defaults, and says so in the log. ``make="module:function"`` (``--make``) replaces both:
 ``function(**overrides)`` builds the env, for envs made by code and never registered.
 
 Stable API (``envrec render`` builds on it):
 
-* ``recreate_env(manifest, *, make=None, render_mode=KEEP, env_kwargs=None) -> gym.Env``;
+* ``recreate_env(manifest, *, make=None, render_mode=KEEP, env_kwargs=None, trusted=None, trust=None) -> gym.Env``;
+* ``refusal(manifest, trust=None, replaced=None) -> CannotRecreate | None``: why a folder's names keep it from being made;
 * ``describe_source(manifest, make=None) -> str``: how the env would be made, for messages;
 * ``load_callable(text) -> Callable``: a ``module:qualname`` imported;
 * ``CannotRecreate`` (a ``ConfigError``) with ``reason`` and ``hint`` (which names ``--make``).
@@ -28,9 +30,9 @@ from gymnasium.envs.registration import EnvSpec
 
 from ..errors import ConfigError
 from ..option_checks import import_named
-from .spec_trust import untrusted_reason
+from .trust import Refused, Trust, recorded_env_id, spec_refusal
 
-__all__ = ["KEEP", "MAKE_HINT", "CannotRecreate", "describe_source", "load_callable", "recreate_env", "spec_trusted"]
+__all__ = ["KEEP", "MAKE_HINT", "CannotRecreate", "describe_source", "load_callable", "recreate_env", "refusal", "spec_trusted"]
 
 logger = logging.getLogger(__name__)
 _WARNED: set[tuple[Any, str]] = set()  # (prefix, env id) of the recordings without a spec said so in this process
@@ -84,6 +86,7 @@ def recreate_env(
     render_mode: Any = KEEP,
     env_kwargs: Mapping[str, Any] | None = None,
     trusted: str | None = None,
+    trust: Trust | None = None,
 ) -> gym.Env:
     """A fresh env like the one the recording wrapped (below ``RecordTrace``).
 
@@ -97,7 +100,9 @@ def recreate_env(
         trusted: the spec the process that started this job checked (``spec_trusted``'s JSON: a fresh
             interpreter may lack the user's registrations); the recorded spec is made unchecked only when it is
             that very spec (the folder may change in between). Default None: checked here
-            (``envrec.replay.spec_trust``).
+            (``envrec.replay.trust``).
+        trust: what the user trusts beyond what a folder may name (``--import``, ``--trust-kwargs``); default
+            nothing. The recorded kwargs that ``env_kwargs`` (and ``render_mode``) replace are not checked.
 
     Raises:
         CannotRecreate: no spec and no registered id, the entry point does not import, or making it raised;
@@ -112,12 +117,13 @@ def recreate_env(
         except Exception as exc:  # user code may raise anything
             raise CannotRecreate(f"{describe_source(manifest, make)} raised {type(exc).__name__}: {exc}",
                                  "check that function: it must build the env the recording wrapped") from exc
-    spec = _spec(manifest, trusted)
+    trust = trust or Trust()
+    spec = _spec(manifest, trust, _replaced(manifest, render_mode, env_kwargs), trusted)
     target: str | EnvSpec
     if spec is not None:
         target = spec
     else:
-        target = _env_id(manifest)
+        target = _env_id(manifest, trust)
         if (manifest.get("prefix"), target) not in _WARNED:  # once per recording, not per episode replayed
             _WARNED.add((manifest.get("prefix"), target))
             logger.warning("%s has no recorded env spec (recorded by an older envrec): making %r with its registered "
@@ -133,24 +139,54 @@ def _prefix(manifest: Mapping[str, Any]) -> str:
     return f"recording {manifest.get('prefix')!r}"
 
 
-def spec_trusted(manifest: Mapping[str, Any]) -> str | None:
-    """The recorded spec of ``manifest`` as this process would make it (it has one, and ``spec_trust`` lets it),
-    as canonical JSON for ``recreate_env(trusted=...)``; None when it would not.
+def _replaced(manifest: Mapping[str, Any], render_mode: Any, env_kwargs: Mapping[str, Any] | None) -> set[str]:
+    """The recorded kwargs the caller replaces with values of its own: they are not used, so not checked (verify's
+    render mode is the recorded one: checked)."""
+    env = manifest.get("env")
+    spec = env.get("spec") if isinstance(env, Mapping) else None
+    kwargs = spec.get("kwargs") if isinstance(spec, Mapping) else None
+    recorded = kwargs.get("render_mode") if isinstance(kwargs, Mapping) else None
+    own_mode = render_mode is not KEEP and (render_mode is None or render_mode != recorded)
+    return set(env_kwargs or ()) | ({"render_mode"} if own_mode else set())
+
+
+def spec_trusted(manifest: Mapping[str, Any], trust: Trust | None = None, replaced: set[str] | None = None) -> str | None:
+    """The recorded spec of ``manifest`` as this process would make it (it has one, and ``envrec.replay.trust``
+    lets it), as canonical JSON for ``recreate_env(trusted=...)``; None when it would not.
 
     Args:
         manifest: the recording's head manifest.
+        trust: what the user trusts (default nothing).
+        replaced: the recorded kwargs the caller replaces (render's env kwargs and render mode).
     """
     try:
-        return _canonical(manifest["env"]["spec"]) if _spec(manifest) is not None else None
+        return _canonical(manifest["env"]["spec"]) if _spec(manifest, trust or Trust(), replaced or set()) is not None else None
     except CannotRecreate:
         return None
+
+
+def refusal(manifest: Mapping[str, Any], trust: Trust | None = None, replaced: set[str] | None = None) -> CannotRecreate | None:
+    """Why the recorded env of ``manifest`` would not be made (``recreate_env`` would raise this), without making
+    it; None when it would be made (or tried).
+
+    Args:
+        manifest: the recording's head manifest.
+        trust: what the user trusts (default nothing).
+        replaced: the recorded kwargs the caller replaces (render's env kwargs and render mode).
+    """
+    try:
+        if _spec(manifest, trust or Trust(), replaced or set()) is None:
+            _env_id(manifest, trust or Trust())
+    except CannotRecreate as exc:
+        return exc
+    return None
 
 
 def _canonical(spec: Any) -> str:
     return json.dumps(spec, sort_keys=True)
 
 
-def _spec(manifest: Mapping[str, Any], trusted: str | None = None) -> EnvSpec | None:
+def _spec(manifest: Mapping[str, Any], trust: Trust, replaced: set[str], trusted: str | None = None) -> EnvSpec | None:
     """The recorded ``EnvSpec``, None for a recording without an ``"env"`` key; ``CannotRecreate`` when the
     recording says it has none, or it is not a spec."""
     env = manifest.get("env")
@@ -172,19 +208,21 @@ def _spec(manifest: Mapping[str, Any], trusted: str | None = None) -> EnvSpec | 
         made = EnvSpec.from_json(json.dumps(spec))
     except Exception as exc:  # from_json raises several types on a malformed spec
         raise CannotRecreate(f"{not_spec}: {exc}") from exc
-    why = None if trusted is not None and trusted == _canonical(spec) else untrusted_reason(made)
+    why = None if trusted is not None and trusted == _canonical(spec) else spec_refusal(made, trust, replaced)
     if why is not None:
-        raise CannotRecreate(f"{_prefix(manifest)}: the recorded env spec is not made here: {why}")
+        raise CannotRecreate(f"{_prefix(manifest)}: the recorded env spec is not made here: {why.reason}", why.hint)
     return made
 
 
-def _env_id(manifest: Mapping[str, Any]) -> str:
+def _env_id(manifest: Mapping[str, Any], trust: Trust) -> str:
+    """The id an older recording (no spec) is made from: ``module:Id`` only when the user imported ``module``."""
     env_id = manifest.get("env_id")
     if not isinstance(env_id, str) or not env_id:
         raise CannotRecreate(f"{_prefix(manifest)} names no env: no env spec and no env id (the env was made by code)")
-    if ":" in env_id:  # gym.make("module:Id") would import the module a folder names
-        raise CannotRecreate(f"{_prefix(manifest)}: its env id {env_id!r} names a module to import, which is not done for a folder")
-    return env_id
+    found = recorded_env_id(env_id, trust)  # gym.make("module:Id") would import the module a folder names
+    if isinstance(found, Refused):
+        raise CannotRecreate(f"{_prefix(manifest)}: {found.reason}", found.hint)
+    return found
 
 
 def describe_source(manifest: Mapping[str, Any], make: str | Callable[..., Any] | None = None) -> str:

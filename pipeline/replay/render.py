@@ -39,6 +39,7 @@ from ..formats.trace_format import check_prefix
 from ..read.reader import Episode, TraceReader
 from ..record.headless import headless_display
 from ..record.video_recorder import ClipCallback, VideoRecorder
+from .trust import Trust, import_user_modules, options_refusal, user_trust
 
 __all__ = ["RenderOptions", "RenderedClip", "render", "render_task", "reset_steps"]
 
@@ -87,6 +88,7 @@ class RenderOptions:
     settings: VideoSettings | None = None
     snapshot: Any = None
     trusted: str | None = None  # the spec the process that started the jobs checked (recreate_env)
+    trust: Trust = field(default_factory=Trust)  # what the user trusts beyond what a folder may name
 
 
 def render(
@@ -104,6 +106,8 @@ def render(
     settings: VideoSettings | None = None,
     snapshot: Any = None,
     on_clip_closed: ClipCallback | None = None,
+    import_modules: Sequence[str] | None = None,
+    trust_kwargs: bool = False,
 ) -> list[RenderedClip]:
     """Replay the selected episodes of a recording with rendering on and write their clips.
 
@@ -120,10 +124,13 @@ def render(
         ray: run the jobs as Ray tasks (reading the recording from shared storage). Default False.
         make: ``"module:function"`` or a callable building the env instead of its recorded spec.
         settings: the encoder's ``VideoSettings``. Default: its defaults (as ``RecordVideo``'s).
-        snapshot: the snapshot hook restoring the recorded states (a ``Snapshot`` or ``"module:qualname"``).
-            Default None: the one the recording names.
+        snapshot: the snapshot hook restoring the recorded states (a ``Snapshot`` or ``"module:qualname"``,
+            imported: your choice). Default None: the built-in hook the recording names (``"ale"``, ``"mujoco"``);
+            another recorded name is not imported (``envrec.replay.trust``).
         on_clip_closed: ``callback(video_path, meta)`` per clip written, as ``RecordVideo``'s (W&B, TensorBoard,
             an upload), called in this process once the clips are done, in episode order. Default None.
+        import_modules: modules you trust, imported first here and in every job (``--import``). Default None.
+        trust_kwargs: use the recorded kwargs and reset options as they are (``--trust-kwargs``). Default False.
 
     Returns:
         One ``RenderedClip`` per selected episode, in episode order.
@@ -134,31 +141,45 @@ def render(
             clip filmed live of a selected episode in ``out`` (it is not replaced).
         TraceError: the recording is damaged.
     """
-    from .jobs import run_jobs
-    from .recreate import spec_trusted
-
-    options = _options(directory, out, env_kwargs, fps, name_prefix, make, settings, snapshot)
+    options = replace(_options(directory, out, env_kwargs, fps, name_prefix, make, settings, snapshot),
+                      trust=user_trust(import_modules, trust_kwargs))
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ConfigError(f"jobs must be an integer >= 1, not {jobs!r}")
-    recording, items = _select(directory, prefix, episodes, options)
+    recording, items, refused = _select(directory, prefix, episodes, options)
     if not items:
         logger.info("envrec render: the selection %r picks no episode of %s", episodes, recording)
         return []
+    if refused is not None:  # a folder's name or kwarg: each episode says so, as verify's verdicts do
+        return _refused(recording, items, refused)
     _keep_live_clips(options, [eid for _, eid in items])
     _make_out(options.out)
-
-    def failed(item: tuple[int, int], why: str) -> RenderedClip:
-        return RenderedClip(recording, item[1], None, None, "cannot_replay", reason=why)
-
-    with TraceReader(os.fspath(directory), recording) as reader:  # the user's registrations are this process's
-        options = replace(options, trusted=spec_trusted(reader.recordings[0].manifest))
-    clips = run_jobs(render_task, os.fspath(directory), recording, items, {"render": options}, jobs=jobs, ray=ray,
-                     on_failure=failed)
+    clips = _in_jobs(os.fspath(directory), recording, items, options, jobs, ray)
     if on_clip_closed is not None:
         for clip in clips:
             if clip.meta_path is not None and os.path.exists(clip.meta_path):
                 on_clip_closed(clip.path, read_clip_meta(clip.meta_path))
     return clips
+
+
+def _in_jobs(directory: str, recording: str, items: list[tuple[int, int]], options: RenderOptions, jobs: int,
+             ray: bool) -> list[RenderedClip]:
+    """The clips of ``items``, filmed in this process, in ``jobs`` interpreters or as Ray tasks (``run_jobs``)."""
+    from .jobs import run_jobs
+    from .recreate import spec_trusted
+
+    def failed(item: tuple[int, int], why: str) -> RenderedClip:
+        return RenderedClip(recording, item[1], None, None, "cannot_replay", reason=why)
+
+    with TraceReader(directory, recording) as reader:  # the user's registrations are this process's: jobs are told
+        options = replace(options, trusted=spec_trusted(reader.recordings[0].manifest, options.trust, _replaced(options)))
+    return run_jobs(render_task, directory, recording, items, {"render": options}, jobs=jobs, ray=ray, on_failure=failed)
+
+
+def _refused(recording: str, items: Sequence[tuple[int, int]], refused: Any) -> list[RenderedClip]:
+    """A ``cannot_replay`` clip for each episode of a recording whose env a folder's names keep from being made."""
+    logger.warning("envrec render: %s", refused)
+    return [RenderedClip(recording, eid, None, None, "cannot_replay", reason=f"{refused.reason}; {refused.hint}")
+            for _, eid in items]
 
 
 def _options(directory, out, env_kwargs, fps, name_prefix, make, settings, snapshot) -> RenderOptions:
@@ -212,10 +233,17 @@ def _keep_live_clips(options: RenderOptions, episode_ids: Sequence[int]) -> None
                           "replaced; render into another folder (out=, --out) or move them")
 
 
+def _replaced(options: RenderOptions) -> set[str]:
+    """The recorded kwargs rendering replaces (the render mode, the user's env kwargs): not checked."""
+    return {"render_mode", *options.env_kwargs}
+
+
 def _select(directory: str | os.PathLike, prefix: str | None, selection: str,
-            options: RenderOptions) -> tuple[str, list[tuple[int, int]]]:
-    """The recording's prefix and the ``(index, episode_id)`` of the episodes ``selection`` picks in it, in
-    order; its env made once here, so that one that cannot be made, or filmed, is said before any job starts."""
+            options: RenderOptions) -> tuple[str, list[tuple[int, int]], Any]:
+    """The recording's prefix, the ``(index, episode_id)`` of the episodes ``selection`` picks in it, in
+    order, and why a folder's names keep its env from being made (a ``CannotRecreate``), else None; its env made
+    once here, so that one that cannot be made, or filmed, is said before any job starts."""
+    from .recreate import refusal
     from .selection import episode_refs, parse_selection, select_episodes
 
     parse_selection(selection)  # a bad term is said before the folder is read
@@ -227,9 +255,11 @@ def _select(directory: str | os.PathLike, prefix: str | None, selection: str,
         if not prefixes:
             raise ConfigError(f"{os.fspath(directory)} holds no recording" + (f" with prefix {prefix!r}" if prefix else ""))
         chosen = select_episodes(episode_refs(reader), selection)
-        if chosen:
-            _make_env(reader.recordings[0].manifest, options).close()
-    return str(prefixes[0]), [(ref.index, ref.episode_id) for ref in chosen]
+        manifest = reader.recordings[0].manifest
+        refused = None if options.make is not None else refusal(manifest, options.trust, _replaced(options))
+        if chosen and refused is None:
+            _make_env(manifest, options).close()
+    return str(prefixes[0]), [(ref.index, ref.episode_id) for ref in chosen], refused
 
 
 def render_task(directory: str, prefix: str | None, items: list[tuple[int, int]], options: dict[str, Any]) -> list[RenderedClip]:
@@ -248,6 +278,7 @@ def render_task(directory: str, prefix: str | None, items: list[tuple[int, int]]
             changed since the episodes were chosen.
     """
     opts: RenderOptions = options["render"]
+    import_user_modules(opts.trust.import_modules)  # a job is a fresh interpreter: the user's modules imported here too
     filmed = []
     with TraceReader(directory, prefix=prefix) as reader:
         rec = reader.recordings[0]
@@ -276,7 +307,7 @@ def _make_env(manifest: Mapping[str, Any], options: RenderOptions) -> gym.Env:
 
     try:
         env = recreate_env(manifest, make=options.make, render_mode="rgb_array", env_kwargs=options.env_kwargs,
-                           trusted=options.trusted)
+                           trusted=options.trusted, trust=options.trust)
     except CannotRecreate as exc:
         if options.env_kwargs:
             shown = " ".join(f"{k}={json.dumps(v, default=repr)}" for k, v in options.env_kwargs.items())
@@ -320,6 +351,9 @@ def _film(job: _Job, episode: Episode, reset_step: int) -> RenderedClip:
         if isinstance(job.hook, CannotReplay) and (getattr(episode, "reset_snapshot", None) is not None or episode.first_step > 0):
             raise job.hook
         start = plan_start(episode, None if isinstance(job.hook, CannotReplay) else job.hook)
+        refused = options_refusal(episode.options, job.options.trust)
+        if refused is not None:
+            raise CannotReplay(refused.reason, refused.hint)
     except CannotReplay as exc:
         logger.warning("envrec render: episode %d of %s cannot be replayed: %s", eid, job.recording, exc)
         return RenderedClip(job.recording, eid, None, None, "cannot_replay", reason=str(exc))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from ..errors import TraceError
@@ -101,26 +102,33 @@ def summary(vf: VerdictFile, recorded: int | None = None) -> str:
     return f"verify: {', '.join(parts)}{unverified} (verified {clean(vf.verified_at, 40)})"
 
 
-def verify_command(directory: str, prefix: str | None = None) -> str:
-    """``envrec verify DIR [--prefix P]``, shell-quoted.
+def _imports(modules: Sequence[str]) -> str:
+    return "".join(f" --import {shlex.quote(m)}" for m in modules)
+
+
+def verify_command(directory: str, prefix: str | None = None, imports: Sequence[str] = ()) -> str:
+    """``envrec verify DIR [--prefix P] [--import M]...``, shell-quoted.
 
     Args:
         directory: the folder as the user named it.
         prefix: the recording's prefix, when the folder holds several.
+        imports: modules the user trusts (``envrec view --import``; never a folder's names).
     """
-    return f"envrec verify {shlex.quote(directory)}" + (f" --prefix {shlex.quote(prefix)}" if prefix else "")
+    return f"envrec verify {shlex.quote(directory)}" + (f" --prefix {shlex.quote(prefix)}" if prefix else "") + _imports(imports)
 
 
-def render_command(directory: str, episode_id: int, prefix: str | None = None) -> str:
-    """``envrec render DIR [--prefix P] --episodes N``, shell-quoted: the command that renders one episode.
+def render_command(directory: str, episode_id: int, prefix: str | None = None, imports: Sequence[str] = ()) -> str:
+    """``envrec render DIR [--prefix P] --episodes N [--import M]...``, shell-quoted: the command that renders one
+    episode.
 
     Args:
         directory: the recording's folder as the user named it.
         episode_id: the episode.
         prefix: the recording's prefix, when the folder holds several.
+        imports: modules the user trusts (``envrec view --import``; never a folder's names).
     """
     chosen = f" --prefix {shlex.quote(prefix)}" if prefix else ""
-    return f"envrec render {shlex.quote(directory)}{chosen} --episodes {int(episode_id)}"
+    return f"envrec render {shlex.quote(directory)}{chosen} --episodes {int(episode_id)}{_imports(imports)}"
 
 
 def inspect_line(directory: str | os.PathLike, prefix: str, command_dir: str, several: bool,

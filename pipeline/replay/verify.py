@@ -19,7 +19,7 @@ import logging
 import math
 import os
 import platform
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError, TraceError
@@ -28,6 +28,7 @@ from .engine import CannotReplay, Replay, Start, compare, plan_start, snapshot_h
 from .jobs import JOB_TIMEOUT_S, Item, run_jobs
 from .recreate import KEEP, CannotRecreate, load_callable, recreate_env, spec_trusted
 from .selection import episode_refs, parse_selection, select_episodes
+from .trust import Trust, import_user_modules, options_refusal, user_trust
 from .verdicts import Verdict, write_verdicts
 
 __all__ = ["verify", "verify_task"]
@@ -56,7 +57,7 @@ class _Session:
         if self._env is None:
             try:
                 self._env = recreate_env(self.manifest, make=self.options.get("make"), render_mode=_render_mode(self.manifest),
-                                         trusted=self.options.get("trusted"))
+                                         trusted=self.options.get("trusted"), trust=self.options.get("trust"))
             except ConfigError as exc:
                 self._failed = exc
                 raise
@@ -79,7 +80,8 @@ _SESSION: _Session | None = None  # a job process's session, kept for its next t
 
 
 def _key(directory: str, prefix: str, options: Mapping[str, Any]) -> tuple[str, ...]:
-    return directory, prefix, repr(options.get("make")), repr(options.get("snapshot")), repr(options.get("trusted"))
+    return (directory, prefix, repr(options.get("make")), repr(options.get("snapshot")), repr(options.get("trusted")),
+            repr(options.get("trust")))
 
 
 def _render_mode(manifest: Mapping[str, Any]) -> Any:
@@ -99,11 +101,13 @@ def verify_task(directory: str, prefix: str | None, items: list[Item], options: 
         directory: the folder.
         prefix: the recording's file prefix.
         items: ``(index, episode_id)`` of the episodes, in order.
-        options: ``atol``, ``infos``, ``make``, ``snapshot``, and ``keep`` (keep the session for the next task).
+        options: ``atol``, ``infos``, ``make``, ``snapshot``, ``trust`` (a ``Trust``: its modules are imported
+            here too, a job being a fresh interpreter), ``trusted`` and ``keep`` (keep the session for the next task).
     """
     global _SESSION
     if prefix is None:
         raise ConfigError("verify_task replays one recording: name its prefix")
+    import_user_modules((options.get("trust") or Trust()).import_modules)
     if _SESSION is None or _SESSION.key != _key(directory, prefix, options):
         if _SESSION is not None:
             _SESSION.close()
@@ -129,6 +133,9 @@ def _verify_one(s: _Session, index: int, episode_id: int) -> Verdict:
         if ep.episode_id != episode_id:
             raise TraceError(f"episode {index} of the recording is episode {ep.episode_id}, not {episode_id}")
         hook, start = _plan(s, ep)
+        refused = options_refusal(ep.options, s.options.get("trust") or Trust())
+        if refused is not None:
+            raise CannotReplay(refused.reason, refused.hint)
     except (CannotReplay, TraceError, IndexError) as exc:
         return Verdict(**base, status="cannot_replay", reason=getattr(exc, "reason", str(exc)), hint=getattr(exc, "hint", None))
     try:
@@ -165,7 +172,8 @@ def _plan(s: _Session, ep: Any) -> tuple[Any, Start]:
             start = plan_start(ep, None)
         except CannotReplay:
             raise missing from None
-        logger.warning("%s: %s; episode %d replays from its %s without it", s.key[1], missing.reason, ep.episode_id, start.how)
+        logger.warning("%s: %s; episode %d replays from its %s without it (%s)", s.key[1], missing.reason, ep.episode_id,
+                       start.how, missing.hint)
         return None, start
     return hook, plan_start(ep, hook)
 
@@ -216,7 +224,8 @@ def _check(jobs: int, atol: float, make: Any) -> None:
 
 def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str | None = None, jobs: int = 1,
            ray: bool = False, atol: float = 0.0, infos: bool = False, make: str | Callable[..., Any] | None = None,
-           snapshot: Any = None, timeout: float = JOB_TIMEOUT_S) -> list[Verdict]:
+           snapshot: Any = None, timeout: float = JOB_TIMEOUT_S, import_modules: Sequence[str] | None = None,
+           trust_kwargs: bool = False) -> list[Verdict]:
     """Replay the selected episodes of every recording in ``directory`` and judge each; store the verdicts.
 
     Args:
@@ -231,8 +240,14 @@ def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str |
         make: ``"module:function"`` (or, with ``jobs=1``, any callable) that builds the env instead of the
             recorded spec; called with the recorded ``render_mode`` as keyword when there is one (None for
             ``"human"``), else with no argument.
-        snapshot: the snapshot hook (a ``Snapshot`` or ``"module:qualname"``) instead of the recorded name.
+        snapshot: the snapshot hook (a ``Snapshot`` or ``"module:qualname"``, imported: your choice). Default
+            None: the built-in hook the recording names (``"ale"``, ``"mujoco"``); another recorded name is not
+            imported (``envrec.replay.trust``).
         timeout: seconds one episode's replay may take in a job before it is given up on.
+        import_modules: modules to import first (``--import``; and in every job): the envs they register, their
+            wrappers and ``module:Id`` env ids naming them are made from the recorded spec.
+        trust_kwargs: use the recorded kwargs and reset options even where they name paths or sizes far
+            beyond the registered defaults (``--trust-kwargs``).
 
     Returns:
         One ``Verdict`` per selected episode, by recording and in episode order.
@@ -243,6 +258,7 @@ def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str |
         TraceError: the folder holds no readable recording, or a verdict file there is not one.
     """
     _check(jobs, atol, make)
+    trust = user_trust(import_modules, trust_kwargs)
     if isinstance(make, str):
         load_callable(make)  # a make that does not import is a bad argument, not a verdict per episode
     if snapshot is not None:
@@ -260,12 +276,13 @@ def verify(directory: str | os.PathLike, episodes: str = "all", *, prefix: str |
             refs = episode_refs(reader)
         chosen[p] = select_episodes(refs, episodes, missing_ok=len(prefixes) > 1)
     _check_ids(terms, [ref.episode_id for refs in chosen.values() for ref in refs], episodes, len(prefixes) > 1)
-    options = {"atol": float(atol), "infos": bool(infos), "make": make, "snapshot": snapshot, "keep": jobs > 1 or ray}
+    options = {"atol": float(atol), "infos": bool(infos), "make": make, "snapshot": snapshot, "keep": jobs > 1 or ray,
+               "trust": trust}
     verdicts: list[Verdict] = []
     for p in prefixes:
         items = [(ref.index, ref.episode_id) for ref in chosen[p]]
         with TraceReader(directory, p) as reader:  # the user's registrations are this process's: jobs are told
-            trusted = spec_trusted(reader.recordings[0].manifest)
+            trusted = spec_trusted(reader.recordings[0].manifest, trust)
         results = run_jobs(verify_task, directory, p, items, {**options, "trusted": trusted}, jobs=jobs, ray=ray,
                            on_failure=_failed(p), timeout=timeout)
         found = [Verdict.from_json(r, f"the verdict of a replay job ({p})") for r in results]
