@@ -24,7 +24,8 @@ MAY_IMPORT = {
     "envrec.formats": (),
     "envrec.contract": ("envrec.formats",),
     "envrec.workers": ("envrec.contract", "envrec.formats"),
-    "envrec.replay": ("envrec.read", "envrec.record", "envrec.formats", "envrec.supervision"),
+    # replay loads the namespace of an env id as envrec record does (envrec.env_ids), never a module a folder names
+    "envrec.replay": ("envrec.read", "envrec.record", "envrec.formats", "envrec.supervision", "envrec.env_ids"),
     "envrec.sb3": ("envrec.record", "envrec.supervision", "envrec.formats"),
     "envrec.log": ("envrec.formats",),  # the loggers take a clip's file and metadata, nothing of the recorders
     # envrec doctor checks what every other room does, with their own calls; never the worker side or the public face
