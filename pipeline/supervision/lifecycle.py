@@ -118,7 +118,8 @@ class RestartPolicy:
     def hand_over(cls, successor_config: Any) -> RestartPolicy:
         """Replace a failed worker at once by one started with ``successor_config``, on the same ring.
 
-        ``max_restarts`` failures in a row are allowed (a row ends when a worker skips a poison record).
+        ``max_restarts`` failures in a row are allowed (a row ends when a worker commits a batch it did not
+        inherit, or skips a poison record).
         """
         return cls(Restart.HAND_OVER, successor_config)
 

@@ -219,10 +219,13 @@ class Stream:
 
     def _may_hand_over(self) -> bool:
         """A failed worker may be replaced on its ring: ``max_restarts`` failures in a row are allowed, a
-        row ending when a worker skipped a poison record (a batch it says it committed is no sign: with
-        a disk that stays full, each successor re-commits its predecessor's pending batch, then fails)."""
+        row ending when the failed worker committed a batch it did not inherit, or skipped a poison record.
+        (A batch it merely took over is no sign: with a disk that stays full, each successor re-commits its
+        predecessor's pending batch, then fails.)"""
         if self.restart_policy.how is not Restart.HAND_OVER or self.ring.closed:
             return False
+        if self.ring.status(Status.BATCHES) > self.ring.status(Status.BATCHES_INHERITED):
+            self._in_a_row = 0  # it got further than any worker before it: the failures before are another row
         poisoned = self.ring.status(Status.POISONED)
         if poisoned > self._poisoned_seen:
             self._in_a_row, self._poisoned_seen = 0, poisoned
