@@ -19,6 +19,7 @@ import envrec
 from envrec.contract.faults import FaultSpec
 from envrec.contract.records import Status
 
+from .support.counters import assert_counters_add_up
 from .support.episodes import feed as run
 from .support.scripts import load_script
 from .support.waiting import wait_for
@@ -90,6 +91,7 @@ def test_serializer_fault_battery(tmp_path, point, how, caplog):
         for b in m["batches"]:
             assert reader.check_batch(b) == []
     assert s["steps_committed"] == 90 and s["records_lost"] == 0 and s["records_dropped"] == 0
+    assert_counters_add_up(s, 9 * 11, sum(e.length + 1 for e in reader))
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp") or "checkpoint" in n]
 
 
@@ -118,8 +120,27 @@ def test_kills_spaced_by_commits_never_use_up_the_restarts(tmp_path, caplog):
     assert [e.seed for e in reader] == list(range(episodes))  # every episode, once, in order
     for e in reader:
         assert e.length == 10 and e.complete and e.observations[1:, 0, 0, 0].tolist() == list(range(10))
-    assert s["steps_committed"] == 10 * episodes and s["records_sent"] == 11 * episodes
-    assert s["records_lost"] == 0 and s["records_dropped"] == 0
+    assert s["steps_committed"] == 10 * episodes and s["records_lost"] == 0 and s["records_dropped"] == 0
+    assert_counters_add_up(s, 11 * episodes, sum(e.length + 1 for e in reader))
+
+
+def test_a_broken_stream_counts_its_open_batch_as_lost(tmp_path):
+    """The serializer dies for good with records taken into its open batch (released from the ring by a
+    checkpoint, for a successor that does not come): they are counted in ``records_lost``, so every record
+    made is committed, lost or dropped."""
+    rec = envrec.TraceRecorder(
+        tmp_path, OBS, ACT, batch_bytes=400_000, commit_interval=None, max_restarts=0,
+        faults=FaultSpec(at="record", after=900, how="kill"),
+    )  # a batch every ~47 episodes (517 records), a checkpoint every 256 records
+    episodes = 120
+    run(rec, episodes)
+    assert wait_for(lambda: rec._stream.check() or rec.broken is not None, 10)
+    rec.close()
+    s = rec.stats()
+    assert s["broken"] and "SIGKILL" in s["broken"] and s["restarts"] == 0
+    committed = sum(e.length + 1 for e in envrec.TraceReader(tmp_path))  # each episode's reset and steps
+    assert 0 < committed < 900 and s["records_lost"] > 0
+    assert_counters_add_up(s, episodes * 11, committed)
 
 
 

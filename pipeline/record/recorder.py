@@ -325,17 +325,28 @@ class TraceRecorder:
         return out
 
     def _committed_from_manifest(self) -> dict[str, int]:
+        """A broken recording's figures, from its manifest: what was committed, and the records lost.
+
+        Lost are the records sent that no batch holds and that were not poisoned, discarded or orphan
+        steps: those left in the ring and those the failed serializer had taken into its open batch
+        (released from the ring by a checkpoint, for a successor that did not come) alike.
+        """
         try:
             manifest = read_manifest(self.manifest_path)
             named, evicted = manifest["counters"], manifest.get("evicted") or {}
-            return {
+            out = {
                 "batches": named["batches"] + evicted.get("batches", 0),
                 "episodes_written": named["episodes"] + evicted.get("episodes", 0),
                 "steps_committed": named["steps"] + evicted.get("steps", 0),
                 "bytes_committed": named["bytes"] + evicted.get("bytes", 0),
                 "batches_evicted": evicted.get("batches", 0),
                 "bytes_evicted": evicted.get("bytes", 0),
+                "records_poisoned": named.get("records_poisoned", 0),
             }
+            kept = out["episodes_written"] + out["steps_committed"] + named.get("orphan_steps", 0)  # a reset per episode
+            handled = kept + out["records_poisoned"] + self._stream.status(Status.DISCARDED)
+            out["records_lost"] = self._stream.records_sent - handled
+            return out
         except (OSError, ValueError, KeyError, TypeError):
             return {}
 
