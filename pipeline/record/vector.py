@@ -160,11 +160,20 @@ class RecordVectorTrace(VectorWrapper):
         mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
         options = dict(options) if options else None
         obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # vector envs take a list of seeds too
-        self.record_reset(obs, info, seed=seed, options={k: v for k, v in (options or {}).items() if k != "reset_mask"}, mask=mask)
+        recorded_options = {k: v for k, v in (options or {}).items() if k != "reset_mask"}
+        self.record_reset(obs, info, seed=seed, options=recorded_options, mask=mask)
         return obs, info
 
     def record_reset(self, obs, info: dict, *, seed=None, options=None, mask=None) -> None:
-        """Record a reset done already (``envrec.sb3``; ``record_step``: a step): seed/options one for all or one per sub-env."""
+        """Record a reset the vector env did already (how adapters of other vector APIs record: ``envrec.sb3``).
+
+        Args:
+            obs: the batched observations it returned.
+            info: its vector info (Gymnasium's dict of arrays, ``_key`` masks).
+            seed: an int (sub-env I got ``seed + I``), a list of one per sub-env, or None.
+            options: the reset options: one dict for all, a list of one per sub-env, or None.
+            mask: which sub-envs were reset. Default None: all of them.
+        """
         mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
         self._stream.check_open()
         parts: list[Any] = [_as_part(mask, "|b1", (self.num_envs,), "reset_mask")]
@@ -178,13 +187,27 @@ class RecordVectorTrace(VectorWrapper):
         return obs, rewards, terminations, truncations, info
 
     def record_step(self, actions, obs, rewards, terminations, truncations, info: dict) -> None:
+        """Record a step the vector env took already, its autoreset as the env's mode says (see ``record_reset``).
+
+        Args:
+            actions: the batched actions it was given.
+            obs: the batched observations it returned.
+            rewards: one reward per sub-env.
+            terminations: one flag per sub-env.
+            truncations: one flag per sub-env.
+            info: its vector info (Gymnasium's dict of arrays, ``_key`` masks).
+        """
         self._steps += 1
         self._stream.check_open()
         n = self.num_envs
-        parts = [*self._parts(actions, self._act_spec, self._act_leaves, "actions"),
-                 *self._parts(obs, self._obs_spec, self._obs_leaves, "observations"),
-                 _as_part(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"), _as_part(terminations, "|b1", (n,), "terminations"),
-                 _as_part(truncations, "|b1", (n,), "truncations"), pack_info(info) if info else b""]
+        parts = self._parts(actions, self._act_spec, self._act_leaves, "actions")
+        parts += self._parts(obs, self._obs_spec, self._obs_leaves, "observations")
+        parts += [
+            _as_part(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"),
+            _as_part(terminations, "|b1", (n,), "terminations"),
+            _as_part(truncations, "|b1", (n,), "truncations"),
+            pack_info(info) if info else b"",
+        ]
         self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, self._steps, parts))
 
     def stats(self) -> dict[str, Any]:

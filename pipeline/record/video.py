@@ -328,7 +328,10 @@ class VideoRecorder:
             self.clips_unkept += delete_clip_files(self.folder, name, self.recorder_id)
 
     def _drop_evicted(self, *clips: ClipState) -> None:
-        self.clips_unkept += sum(c.evicted and delete_clip_files(self.folder, c.name, self.recorder_id) for c in clips)
+        """Delete the files of those of ``clips`` that ``envrec.keep`` evicted, counting each clip deleted."""
+        for clip in clips:
+            if clip.evicted and delete_clip_files(self.folder, clip.name, self.recorder_id):
+                self.clips_unkept += 1
 
     def _refuse(self, problem: str) -> None:
         clip = self.clip
