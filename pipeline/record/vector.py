@@ -36,8 +36,9 @@ from ..formats.schema import describe_space, leaf_values, leaves
 from ..formats.trace_format import PREFIX, check_prefix, default_prefix, manifest_name
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Accepts, check_options, int_in, optional
 from ..options import StreamOptions
-from ..supervision.lifecycle import RestartPolicy
-from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
+from ..supervision.closers import register_closer, unregister_closer
+from ..supervision.restarts import RestartPolicy
+from ..supervision.stream import RawRecord, Stream, warn_start_method
 from .clip_triggers import KeepIf, capped_cubic_video_schedule
 from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
 
@@ -145,7 +146,7 @@ class RecordVectorTrace(VectorWrapper):
             compression=compression, max_bytes=max_bytes, commit_interval=commit_interval,
         )
         self._stream = Stream(
-            "vector serializer", "vector-serializer", cfg, opts, ring_bytes=ring_bytes, where=self.directory,
+            "vector serializer", cfg, opts, ring_bytes=ring_bytes, where=self.directory,
             restart=RestartPolicy.never(),  # it keeps no checkpoints a successor could resume from
             on_broken=self._record_failure,
         )
@@ -179,7 +180,7 @@ class RecordVectorTrace(VectorWrapper):
         parts: list[Any] = [_as_part(mask, "|b1", (self.num_envs,), "reset_mask")]
         parts += self._parts(obs, self._obs_spec, self._obs_leaves, "observations")
         parts += [pack_info({"seed": seed, "options": options or None}), pack_info(info) if info else b""]
-        self._stream.send(lambda ring: ring.write(Kind.VRESET, 0, self._steps, parts))
+        self._stream.send(RawRecord(Kind.VRESET, 0, self._steps, parts))
 
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.env.step(actions)
@@ -208,7 +209,7 @@ class RecordVectorTrace(VectorWrapper):
             _as_part(truncations, "|b1", (n,), "truncations"),
             pack_info(info) if info else b"",
         ]
-        self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, self._steps, parts))
+        self._stream.send(RawRecord(Kind.VSTEP, 0, self._steps, parts))
 
     def stats(self) -> dict[str, Any]:
         """The stream's counters (see README, "Stats")."""
