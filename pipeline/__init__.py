@@ -16,11 +16,12 @@ a paragraph per module)::
         |                           |
         +--------------+------------+
                        v
-  Stream.send(TracePacker.write_step or frame_packer(shape).write_single)
-  (supervision.stream): the packer (record.packer) reserves the record in the
-  ring (RingWriter.reserve, contract.ring), copies each section in place where its
-  RecordLayout says (contract.records: the worker reads by the same one), and
-  publishes it (RingWriter.publish). RecordVectorTrace.step (record.vector)
+  Stream.send(StepRecord or FrameRecord) (supervision.stream): the record
+  calls TracePacker.write_step or frame_packer(shape).write_single; the
+  packer (record.packer) reserves the record in the ring (RingWriter.reserve,
+  contract.ring), copies each section in place where its RecordLayout says
+  (contract.records: the worker reads by the same one), and publishes it
+  (RingWriter.publish). RecordVectorTrace.step (record.vector)
   sends one VSTEP record per vector step (RingWriter.write) instead.
                        |
   +====================v==========================================+
@@ -57,7 +58,7 @@ a paragraph per module)::
               (BATCHES, then the manifest) -> on_batch_committed
 
   The env process's hold on its workers: supervision.launcher starts each one;
-  supervision.supervisor's Worker sees it exit and reads its report pipe
+  supervision.supervisor's WorkerSupervisor sees it exit and reads its report pipe
   (("done", summary), ("error", traceback): contract.protocol); Stream.check
   hands a dead serializer's ring to a successor, which resumes from the
   checkpoint. Recordings are read back by read.reader.

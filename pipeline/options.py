@@ -42,7 +42,9 @@ class StreamOptions:
         close_timeout_s: how long ``close()`` waits for the worker to finish
             its output before it is terminated. Default 60.
         max_restarts: failed workers replaced before the stream is marked
-            broken, an integer >= 0. Default 3.
+            broken, an integer >= 0. Default 3. For a trace serializer these
+            are failures in a row: a successor that commits a batch it did
+            not inherit (or skips a poison record) ends the row.
         hang_timeout_s: a worker whose heartbeat stops for this many seconds
             is killed (and replaced, as a failed one). Default 60; None never
             judges a worker hung.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 
 import numpy as np
@@ -18,6 +19,7 @@ import envrec
 from envrec.contract.faults import FaultSpec
 from envrec.contract.records import Status
 
+from .support.counters import assert_counters_add_up
 from .support.episodes import feed as run
 from .support.scripts import load_script
 from .support.waiting import wait_for
@@ -89,7 +91,56 @@ def test_serializer_fault_battery(tmp_path, point, how, caplog):
         for b in m["batches"]:
             assert reader.check_batch(b) == []
     assert s["steps_committed"] == 90 and s["records_lost"] == 0 and s["records_dropped"] == 0
+    assert_counters_add_up(s, 9 * 11, sum(e.length + 1 for e in reader))
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp") or "checkpoint" in n]
+
+
+def test_kills_spaced_by_commits_never_use_up_the_restarts(tmp_path, caplog):
+    """``max_restarts`` counts failures in a row: a successor that commits steps it did not inherit ends the
+    row, so more SIGKILLs than ``max_restarts``, each after the successor committed new steps, lose nothing."""
+    kills, episodes = 3, 0
+    rec = envrec.TraceRecorder(tmp_path, OBS, ACT, batch_bytes=1, max_restarts=1)
+    for k in range(kills):
+        run(rec, 2, start=episodes)
+        episodes += 2
+        # more than every step fed before (at most what it inherited): it committed steps of its own
+        beyond = 10 * (episodes - 1)
+        assert wait_for(lambda: rec.stats()["steps_committed"] >= beyond, 10), rec.stats()  # noqa: B023
+        os.kill(rec.stats()["worker_pid"], signal.SIGKILL)
+        assert wait_for(lambda: rec._stream.check() or rec.stats()["restarts"] == k + 1, 10)  # noqa: B023
+        assert rec.broken is None
+    run(rec, 2, start=episodes)
+    episodes += 2
+    rec.close()
+    s = rec.stats()
+    assert s["restarts"] == kills > rec._stream.max_restarts and s["broken"] is None
+    in_a_row = [r.message for r in caplog.records if "takes over its ring" in r.message]
+    assert len(in_a_row) == kills and all("1 of 1 in a row" in m for m in in_a_row), in_a_row
+    reader = envrec.TraceReader(tmp_path)
+    assert [e.seed for e in reader] == list(range(episodes))  # every episode, once, in order
+    for e in reader:
+        assert e.length == 10 and e.complete and e.observations[1:, 0, 0, 0].tolist() == list(range(10))
+    assert s["steps_committed"] == 10 * episodes and s["records_lost"] == 0 and s["records_dropped"] == 0
+    assert_counters_add_up(s, 11 * episodes, sum(e.length + 1 for e in reader))
+
+
+def test_a_broken_stream_counts_its_open_batch_as_lost(tmp_path):
+    """The serializer dies for good with records taken into its open batch (released from the ring by a
+    checkpoint, for a successor that does not come): they are counted in ``records_lost``, so every record
+    made is committed, lost or dropped."""
+    rec = envrec.TraceRecorder(
+        tmp_path, OBS, ACT, batch_bytes=400_000, commit_interval=None, max_restarts=0,
+        faults=FaultSpec(at="record", after=900, how="kill"),
+    )  # a batch every ~47 episodes (517 records), a checkpoint every 256 records
+    episodes = 120
+    run(rec, episodes)
+    assert wait_for(lambda: rec._stream.check() or rec.broken is not None, 10)
+    rec.close()
+    s = rec.stats()
+    assert s["broken"] and "SIGKILL" in s["broken"] and s["restarts"] == 0
+    committed = sum(e.length + 1 for e in envrec.TraceReader(tmp_path))  # each episode's reset and steps
+    assert 0 < committed < 900 and s["records_lost"] > 0
+    assert_counters_add_up(s, episodes * 11, committed)
 
 
 

@@ -11,7 +11,7 @@ import pytest
 from gymnasium import spaces
 
 import envrec
-from envrec.supervision import stream as stream_module
+from envrec.supervision import closers
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -29,7 +29,7 @@ def _in_forked_child(rec: envrec.TraceRecorder, obs: np.ndarray) -> dict:
         except envrec.RecordError as exc:
             report[call] = f"{type(exc).__name__}: {exc}"
     rec.close()  # harmless: the recording is the parent's
-    stream_module._close_forgotten()  # what interpreter exit runs
+    closers._close_forgotten()  # what interpreter exit runs
     report["closed_in_child"] = rec.closed
     return report
 

@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 import envrec
+from envrec.contract.records import Status
+from envrec.contract.ring import RingWriter
+from envrec.contract.ring_reader import RingReader
+from envrec.supervision import supervisor
 from envrec.supervision.lifecycle import ENDED, TRANSITIONS, Restart, RestartPolicy, WorkerFacts, WorkerState, observe
+from envrec.supervision.restarts import FreshPerClip, HandOver, Never
 
 from .support.waiting import wait_for
 
@@ -78,6 +83,45 @@ def test_restart_policies():
         RestartPolicy(Restart.HAND_OVER)
     with pytest.raises(TypeError, match="takes a config exactly when it restarts workers"):
         RestartPolicy(Restart.NEVER, "cfg")
+
+
+def test_each_policy_has_its_own_rules():
+    """What each restarter answers; ``HandOver``'s row of failures ends when the failed worker committed a batch
+    it did not inherit or skipped a poison record, not when it only re-committed what it took over."""
+    ring = RingWriter(4096)
+    worker_side = RingReader(ring.spec)
+    try:
+        assert isinstance(RestartPolicy.never().restarter(3), Never)
+        assert not RestartPolicy.never().restarter(3).may_hand_over(ring)
+        fresh = RestartPolicy.fresh_per_clip("cfg").restarter(2)
+        assert isinstance(fresh, FreshPerClip) and not fresh.may_hand_over(ring)
+        for _ in range(2):
+            assert fresh.may_start_fresh()
+            fresh.started_fresh()
+        assert not fresh.may_start_fresh() and fresh.count == 2
+        rows = RestartPolicy.hand_over("cfg").restarter(2)
+        assert isinstance(rows, HandOver) and not rows.may_start_fresh()
+        worker_side.set_status(Status.BATCHES_INHERITED, 5)
+        worker_side.set_status(Status.BATCHES, 5)  # it re-committed what it took over, no more
+        assert rows.may_hand_over(ring) and rows.handed_over() == "restart 1, 1 of 2 in a row"
+        assert rows.may_hand_over(ring) and rows.handed_over() == "restart 2, 2 of 2 in a row"
+        assert not rows.may_hand_over(ring)  # the row is full
+        worker_side.set_status(Status.BATCHES, 6)  # a batch of its own: a new row
+        assert rows.may_hand_over(ring) and rows.handed_over() == "restart 3, 1 of 2 in a row"
+        worker_side.set_status(Status.BATCHES, 5)
+        assert rows.may_hand_over(ring) and rows.handed_over() == "restart 4, 2 of 2 in a row"
+        worker_side.set_status(Status.POISONED, 1)  # a poison record skipped: a new row
+        assert rows.may_hand_over(ring) and rows.in_a_row == 0
+        assert rows.successor_config(ring, "boom") == "cfg"  # no record to blame
+    finally:
+        worker_side.close()
+        ring.close()
+
+
+def test_the_old_name_of_the_worker_supervisor_still_works_and_says_so():
+    with pytest.warns(DeprecationWarning, match="WorkerSupervisor"):
+        assert supervisor.Worker is supervisor.WorkerSupervisor
+    assert supervisor.worker_main("vector serializer") == "vector-serializer"
 
 
 def test_a_killed_vector_serializer_is_never_replaced(tmp_path):

@@ -146,6 +146,8 @@ class Serializer(CheckpointingHandler):
         self._status(Status.RECORDS, self.records)
         self._status(Status.STEPS, self.steps_total)
         self._status(Status.EPISODES, self.episodes_written)
+        # Before BATCHES: what this worker commits beyond it is its own, which ends a run of restarts in a row.
+        self._status(Status.BATCHES_INHERITED, self.manifest.figures()["batches"])
         self._publish_commits()
 
     # -- fields ----------------------------------------------------------

@@ -105,6 +105,8 @@ class Status(IntEnum):
     FAILED_AT = 20  # 1 + ring position of the record (or run) whose handling failed; 0 when none
     FAILED_END = 21  # ring position just past that record or run
     POISONED = 22  # records skipped because they made a worker fail every time (quarantined)
+    # restarts in a row (a trace serializer that hands over, see envrec.supervision.stream)
+    BATCHES_INHERITED = 23  # batches committed when this worker took over its ring (a predecessor's pending one included)
 
 
 @dataclass(frozen=True)

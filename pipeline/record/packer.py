@@ -13,8 +13,10 @@ used.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +24,7 @@ from ..contract.records import FRAME_SHAPE, RST, RecordLayout, TraceLayout, fram
 from ..contract.ring import REC_HEAD, REC_HEAD_BYTES, RingWriter
 from ..formats.schema import compile_flattener, leaf_codecs, reward_value
 
-__all__ = ["RecordPacker", "TracePacker", "frame_packer"]
+__all__ = ["FrameRecord", "RecordPacker", "ResetRecord", "StepRecord", "TracePacker", "frame_packer"]
 
 
 class RecordPacker:
@@ -167,3 +169,76 @@ def frame_packer(shape: tuple[int, int, int]) -> RecordPacker:
             np.copyto(np.frombuffer(buf, np.uint8, nbytes, off).reshape(frame.shape), frame)
 
     return RecordPacker(frame_layout(shape), [put_pixels], lead=FRAME_SHAPE)
+
+
+@dataclasses.dataclass(slots=True)
+class StepRecord:
+    """A trace STEP for ``Stream.send``, written in place by its recorder's ``TracePacker``.
+
+    Args:
+        packer: the recorder's packer (its spaces' layout).
+        episode: the episode's number in this recording.
+        step: the step's number in the episode, from 1.
+        action, observation, reward, terminated, truncated: as ``env.step`` took and returned them.
+        info: the step's info, packed (``envrec.formats.infos.pack_info``), or b"".
+    """
+
+    packer: TracePacker
+    episode: int
+    step: int
+    action: Any
+    observation: Any
+    reward: Any
+    terminated: bool
+    truncated: bool
+    info: bytes
+
+    def write_to(self, ring: RingWriter) -> bool:
+        return self.packer.write_step(
+            ring, self.episode, self.step, self.action, self.observation, self.reward, self.terminated,
+            self.truncated, self.info,
+        )
+
+
+@dataclasses.dataclass(slots=True)
+class ResetRecord:
+    """A trace RESET for ``Stream.send``, written in place by its recorder's ``TracePacker``.
+
+    Args:
+        packer: the recorder's packer (its spaces' layout).
+        episode: the episode's number in this recording.
+        observation: the reset's observation.
+        meta: the reset's seed, options and replay fields, packed, or b"".
+        info: the reset's info, packed (``envrec.formats.infos.pack_info``), or b"".
+    """
+
+    packer: TracePacker
+    episode: int
+    observation: Any
+    meta: bytes
+    info: bytes
+
+    def write_to(self, ring: RingWriter) -> bool:
+        return self.packer.write_reset(ring, self.episode, self.observation, self.meta, self.info)
+
+
+@dataclasses.dataclass(slots=True)
+class FrameRecord:
+    """A video FRAME for ``Stream.send``, written in place by its clip's ``frame_packer``.
+
+    Args:
+        packer: the clip's frame packer (its frame shape).
+        episode: the clip's episode id (0 when none).
+        step: the frame's step.
+        frame: a uint8 array of the packer's shape (checked by the caller).
+        shape: the frame's (height, width, channels).
+    """
+
+    packer: RecordPacker
+    episode: int
+    step: int
+    frame: Any
+    shape: tuple
+
+    def write_to(self, ring: RingWriter) -> bool:
+        return self.packer.write_single(ring, self.episode, self.step, self.frame, self.shape)

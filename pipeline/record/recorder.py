@@ -33,12 +33,13 @@ from ..formats.trace_format import (
 )
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, check_options, optional
 from ..options import StreamOptions
-from ..supervision.lifecycle import RestartPolicy
+from ..supervision.closers import register_closer, unregister_closer
+from ..supervision.restarts import RestartPolicy
 from ..supervision.stats import CallTimes, summary_line
-from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
+from ..supervision.stream import Stream, warn_start_method
 from .commit_watch import BatchCallback, CommitWatcher
 from .leftovers import remove_checkpoints, remove_leftovers
-from .packer import TracePacker
+from .packer import ResetRecord, StepRecord, TracePacker
 
 __all__ = ["DEFAULT_RING_BYTES", "TRACE_OPTIONS", "TraceRecorder", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
 
@@ -193,7 +194,6 @@ class TraceRecorder:
         )
         self._stream = Stream(
             "serializer",
-            "serializer",
             cfg,
             opts,
             ring_bytes=ring_bytes,
@@ -263,7 +263,7 @@ class TraceRecorder:
             meta = b""  # the common case: nothing to say
         else:
             meta = pack_info({"seed": seed, "options": options, **(replay or {})})
-        self._stream.send(self._packer.write_reset, self._episode, observation, meta, pack_info(info) if info else b"")
+        self._stream.send(ResetRecord(self._packer, self._episode, observation, meta, pack_info(info) if info else b""))
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
@@ -281,8 +281,8 @@ class TraceRecorder:
         self._step += 1
         if snapshot is not None:
             info = {**(info or {}), SNAPSHOT_INFO_KEY: snapshot}  # taken out again by the serializer
-        self._stream.send(
-            self._packer.write_step,
+        self._stream.send(StepRecord(
+            self._packer,
             self._episode,
             self._step,
             action,
@@ -291,7 +291,7 @@ class TraceRecorder:
             terminated,
             truncated,
             pack_info(info) if info else b"",
-        )
+        ))
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
@@ -325,17 +325,28 @@ class TraceRecorder:
         return out
 
     def _committed_from_manifest(self) -> dict[str, int]:
+        """A broken recording's figures, from its manifest: what was committed, and the records lost.
+
+        Lost are the records sent that no batch holds and that were not poisoned, discarded or orphan
+        steps: those left in the ring and those the failed serializer had taken into its open batch
+        (released from the ring by a checkpoint, for a successor that did not come) alike.
+        """
         try:
             manifest = read_manifest(self.manifest_path)
             named, evicted = manifest["counters"], manifest.get("evicted") or {}
-            return {
+            out = {
                 "batches": named["batches"] + evicted.get("batches", 0),
                 "episodes_written": named["episodes"] + evicted.get("episodes", 0),
                 "steps_committed": named["steps"] + evicted.get("steps", 0),
                 "bytes_committed": named["bytes"] + evicted.get("bytes", 0),
                 "batches_evicted": evicted.get("batches", 0),
                 "bytes_evicted": evicted.get("bytes", 0),
+                "records_poisoned": named.get("records_poisoned", 0),
             }
+            kept = out["episodes_written"] + out["steps_committed"] + named.get("orphan_steps", 0)  # a reset per episode
+            handled = kept + out["records_poisoned"] + self._stream.status(Status.DISCARDED)
+            out["records_lost"] = self._stream.records_sent - handled
+            return out
         except (OSError, ValueError, KeyError, TypeError):
             return {}
 

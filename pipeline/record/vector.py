@@ -36,8 +36,9 @@ from ..formats.schema import describe_space, leaf_values, leaves
 from ..formats.trace_format import PREFIX, check_prefix, default_prefix, manifest_name
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Accepts, check_options, int_in, optional
 from ..options import StreamOptions
-from ..supervision.lifecycle import RestartPolicy
-from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
+from ..supervision.closers import register_closer, unregister_closer
+from ..supervision.restarts import RestartPolicy
+from ..supervision.stream import RawRecord, Stream, warn_start_method
 from .clip_triggers import KeepIf, capped_cubic_video_schedule
 from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
 
@@ -145,7 +146,7 @@ class RecordVectorTrace(VectorWrapper):
             compression=compression, max_bytes=max_bytes, commit_interval=commit_interval,
         )
         self._stream = Stream(
-            "vector serializer", "vector-serializer", cfg, opts, ring_bytes=ring_bytes, where=self.directory,
+            "vector serializer", cfg, opts, ring_bytes=ring_bytes, where=self.directory,
             restart=RestartPolicy.never(),  # it keeps no checkpoints a successor could resume from
             on_broken=self._record_failure,
         )
@@ -160,17 +161,26 @@ class RecordVectorTrace(VectorWrapper):
         mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
         options = dict(options) if options else None
         obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # vector envs take a list of seeds too
-        self.record_reset(obs, info, seed=seed, options={k: v for k, v in (options or {}).items() if k != "reset_mask"}, mask=mask)
+        recorded_options = {k: v for k, v in (options or {}).items() if k != "reset_mask"}
+        self.record_reset(obs, info, seed=seed, options=recorded_options, mask=mask)
         return obs, info
 
     def record_reset(self, obs, info: dict, *, seed=None, options=None, mask=None) -> None:
-        """Record a reset done already (``envrec.sb3``; ``record_step``: a step): seed/options one for all or one per sub-env."""
+        """Record a reset the vector env did already (how adapters of other vector APIs record: ``envrec.sb3``).
+
+        Args:
+            obs: the batched observations it returned.
+            info: its vector info (Gymnasium's dict of arrays, ``_key`` masks).
+            seed: an int (sub-env I got ``seed + I``), a list of one per sub-env, or None.
+            options: the reset options: one dict for all, a list of one per sub-env, or None.
+            mask: which sub-envs were reset. Default None: all of them.
+        """
         mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
         self._stream.check_open()
         sections: list[Any] = [_as_section(mask, "|b1", (self.num_envs,), "reset_mask")]
         sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations")
         sections += [pack_info({"seed": seed, "options": options or None}), pack_info(info) if info else b""]
-        self._stream.send(lambda ring: ring.write(Kind.VRESET, 0, self._steps, sections))
+        self._stream.send(RawRecord(Kind.VRESET, 0, self._steps, sections))
 
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.env.step(actions)
@@ -178,14 +188,28 @@ class RecordVectorTrace(VectorWrapper):
         return obs, rewards, terminations, truncations, info
 
     def record_step(self, actions, obs, rewards, terminations, truncations, info: dict) -> None:
+        """Record a step the vector env took already, its autoreset as the env's mode says (see ``record_reset``).
+
+        Args:
+            actions: the batched actions it was given.
+            obs: the batched observations it returned.
+            rewards: one reward per sub-env.
+            terminations: one flag per sub-env.
+            truncations: one flag per sub-env.
+            info: its vector info (Gymnasium's dict of arrays, ``_key`` masks).
+        """
         self._steps += 1
         self._stream.check_open()
         n = self.num_envs
-        sections = [*self._sections(actions, self._act_spec, self._act_leaves, "actions"),
-                 *self._sections(obs, self._obs_spec, self._obs_leaves, "observations"),
-                 _as_section(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"), _as_section(terminations, "|b1", (n,), "terminations"),
-                 _as_section(truncations, "|b1", (n,), "truncations"), pack_info(info) if info else b""]
-        self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, self._steps, sections))
+        sections = self._sections(actions, self._act_spec, self._act_leaves, "actions")
+        sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations")
+        sections += [
+            _as_section(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"),
+            _as_section(terminations, "|b1", (n,), "terminations"),
+            _as_section(truncations, "|b1", (n,), "truncations"),
+            pack_info(info) if info else b"",
+        ]
+        self._stream.send(RawRecord(Kind.VSTEP, 0, self._steps, sections))
 
     def stats(self) -> dict[str, Any]:
         """The stream's counters (every key: docs/reference.md, "Stats")."""

@@ -36,12 +36,13 @@ from ..formats.ffmpeg import VideoSettings, find_ffmpeg
 from ..formats.trace_format import check_prefix
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, Accepts, check_options, optional
 from ..options import StreamOptions
-from ..supervision.lifecycle import RestartPolicy
+from ..supervision.closers import register_closer, unregister_closer
+from ..supervision.restarts import RestartPolicy
 from ..supervision.stats import CallTimes, process_facts, summary_line
-from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
+from ..supervision.stream import RawRecord, RingRecord, Stream, warn_start_method
 from .clip_state import ClipState, delete_clip_files, mark_discarded, renamed_method, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
-from .packer import frame_packer
+from .packer import FrameRecord, frame_packer
 from .recorder import check_folder
 
 __all__ = ["DEFAULT_FRAME_RING_BYTES", "VIDEO_RECORDER_OPTIONS", "ClipCallback", "VideoRecorder", "check_text_frame"]
@@ -146,7 +147,6 @@ class VideoRecorder:
         )
         self._stream = Stream(
             "encoder",
-            "encoder",
             cfg,
             opts,
             ring_bytes=opts.ring_or(DEFAULT_FRAME_RING_BYTES),
@@ -201,16 +201,17 @@ class VideoRecorder:
         if clip is None:
             return
         t0 = perf_counter_ns()
-        packer, stream = clip.packer, self._stream
+        packer, shape, stream = clip.packer, clip.shape, self._stream
         if (
             packer is not None
+            and shape is not None  # set with the packer
             and type(frame) is np.ndarray
             and frame.shape == clip.raw_shape
             and frame.dtype == _UINT8
             and stream.broken is None
             and not stream.closed
         ):  # a frame like the clip's first: its checks were done then
-            if stream.send(packer.write_single, clip.episode_id or 0, step, frame, clip.shape):
+            if stream.send(FrameRecord(packer, clip.episode_id or 0, step, frame, shape)):
                 clip.frames += 1
                 self.frames_sent += 1
             else:
@@ -233,7 +234,7 @@ class VideoRecorder:
             if problem:
                 return self._refuse(problem)
             text = (frame.encode("utf-8"),)
-            write: Callable[..., bool] = lambda ring: ring.write(Kind.TEXT_FRAME, clip.episode_id or 0, step, text)
+            record: RingRecord = RawRecord(Kind.TEXT_FRAME, clip.episode_id or 0, step, text)
         else:
             problem = check_image_frame(frame)
             if problem:
@@ -245,10 +246,9 @@ class VideoRecorder:
                 return self._refuse(f"frame {clip.frames} has shape {shape}, the clip started with {clip.shape}")
             if clip.packer is None:  # from now on frames like this one skip the checks (add_frame)
                 clip.packer, clip.raw_shape = frame_packer(shape), frame.shape
-            packer = clip.packer
-            write = lambda ring: packer.write_single(ring, clip.episode_id or 0, step, frame, shape)
+            record = FrameRecord(clip.packer, clip.episode_id or 0, step, frame, shape)
         try:
-            ok = self._stream.send(write)
+            ok = self._stream.send(record)
         except RecordTooLargeError as exc:
             return self._refuse(str(exc))
         if ok:
@@ -329,7 +329,10 @@ class VideoRecorder:
     evict_clip = renamed_method("discard_clip", "VideoRecorder.evict_clip")  # the old name, for one release
 
     def _drop_discarded(self, *clips: ClipState) -> None:
-        self.clips_unkept += sum(c.discarded and delete_clip_files(self.folder, c.name, self.recorder_id) for c in clips)
+        """Delete the files of those of ``clips`` that ``envrec.keep`` discarded, counting each clip deleted."""
+        for clip in clips:
+            if clip.discarded and delete_clip_files(self.folder, clip.name, self.recorder_id):
+                self.clips_unkept += 1
 
     def _refuse(self, problem: str) -> None:
         clip = self.clip
@@ -347,7 +350,7 @@ class VideoRecorder:
         self.frames_dropped += 1
 
     def _send(self, kind: int, episode: int, step: int, sections: tuple) -> bool:
-        return self._stream.send(lambda ring: ring.write(kind, episode, step, sections))
+        return self._stream.send(RawRecord(kind, episode, step, sections))
 
     def _recover(self) -> None:
         """Before a new clip: a broken encoder worker is replaced by a fresh one, while restarts remain."""

@@ -1,10 +1,10 @@
-"""Env side: a worker's lifecycle (``WorkerState``) and a stream's restart policy (``RestartPolicy``).
+"""Env side: a worker's lifecycle (``WorkerState``); a stream's restart policy is in ``restarts`` (re-exported here).
 
 A worker's state is never set by hand: ``observe`` derives it from what the
 env process has seen of the worker (``WorkerFacts``: its pipe, its status
 words, its exit status), with one precedence. Those facts only accumulate,
 so the states that may follow each other are few; ``TRANSITIONS`` lists
-them, and a ``Worker`` logs any other step it observes (a bug in how the
+them, and a ``WorkerSupervisor`` logs any other step it observes (a bug in how the
 facts are gathered). The usual paths::
 
     STARTING ──> RUNNING ──> FINISHED    sent its summary: the output is complete
@@ -25,9 +25,10 @@ UNFINISHED (DIED_EARLY if it never was ready).
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from .restarts import Restart, RestartPolicy
 
 __all__ = ["ENDED", "TRANSITIONS", "Restart", "RestartPolicy", "WorkerFacts", "WorkerState", "observe"]
 
@@ -85,49 +86,3 @@ def observe(facts: WorkerFacts) -> WorkerState:
     if not facts.ready:
         return WorkerState.DIED_EARLY
     return WorkerState.UNFINISHED if facts.stopped else WorkerState.DIED
-
-
-class Restart(enum.Enum):
-    """How a stream replaces a worker that failed (see ``RestartPolicy``)."""
-
-    HAND_OVER = "hand over"  # at once, on the same ring: a successor resumes from the failed worker's checkpoint
-    FRESH_PER_CLIP = "fresh per clip"  # when the owner asks (the video recorder: before its next clip), ring and all
-    NEVER = "never"  # the stream stays broken
-
-
-@dataclasses.dataclass(frozen=True)
-class RestartPolicy:
-    """What a stream does when its worker fails; each recorder chooses one and passes it to ``Stream``.
-
-    Build one with ``hand_over``, ``fresh_per_clip`` or ``never``; ``max_restarts``
-    (``StreamOptions``) bounds how many replacements the first two start.
-
-    Args:
-        how: which of the three policies.
-        config: what a replacement worker is started with (None for ``NEVER``).
-    """
-
-    how: Restart
-    config: Any = None
-
-    def __post_init__(self) -> None:
-        if (self.config is None) != (self.how is Restart.NEVER):
-            raise TypeError(f"RestartPolicy {self.how.value!r} takes a config exactly when it restarts workers")
-
-    @classmethod
-    def hand_over(cls, successor_config: Any) -> RestartPolicy:
-        """Replace a failed worker at once by one started with ``successor_config``, on the same ring.
-
-        ``max_restarts`` failures in a row are allowed (a row ends when a worker skips a poison record).
-        """
-        return cls(Restart.HAND_OVER, successor_config)
-
-    @classmethod
-    def fresh_per_clip(cls, config: Any) -> RestartPolicy:
-        """Replace a broken worker and its ring when the owner calls ``Stream.restart``, at most ``max_restarts`` times."""
-        return cls(Restart.FRESH_PER_CLIP, config)
-
-    @classmethod
-    def never(cls) -> RestartPolicy:
-        """Never replace a failed worker: the stream stays broken (a worker that keeps no checkpoints)."""
-        return cls(Restart.NEVER)

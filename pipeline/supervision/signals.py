@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from types import FrameType
 from typing import Any
 
-from .stream import close_all
+from .closers import close_all
 
 __all__ = ["RETRY_S", "close_on_signals"]
 

@@ -1,43 +1,54 @@
 """Env side: one stream of records (a ring and the worker that drains it) under a policy.
 
 A recorder (trace or video) owns one ``Stream``. ``send`` writes a record
-under the backpressure policy and counts what is dropped; every
-``STATUS_CHECK_INTERVAL_S`` (and at once when a write finds the worker dead)
-the stream checks its worker. A failed worker is logged once with its cause
-and the stream is marked broken: later records are dropped and counted, the
-env goes on. With ``strict=True`` the next call raises ``WorkerError``
-instead, the worker's traceback as its cause.
+(a ``RingRecord``) under the backpressure policy and counts what is dropped;
+every ``STATUS_CHECK_INTERVAL_S`` (and at once when a write finds the worker
+dead) the stream checks its worker. A failed worker is logged once with its
+cause and the stream is marked broken: later records are dropped and
+counted, the env goes on. With ``strict=True`` the next call raises
+``WorkerError`` instead, the worker's traceback as its cause.
 
-Whether a failed worker is replaced is the ``RestartPolicy`` its recorder
-chose (``envrec.supervision.lifecycle``): at once by a successor on the same
-ring (trace serializer), by a fresh worker and ring when the owner calls
-``restart()`` (video encoder, before its next clip), or never (vector serializer).
+A stream is made of pieces that each hold one concern:
+
+* the worker process, watched and stopped by a ``WorkerSupervisor``
+  (``envrec.supervision.supervisor``), which reports its failures as facts;
+* whether a failed worker is replaced, and with what: the ``Restarter`` of
+  the ``RestartPolicy`` its recorder chose (``envrec.supervision.restarts``):
+  at once by a successor on the same ring (trace serializer), by a fresh
+  worker and ring when the owner calls ``restart()`` (video encoder, before
+  its next clip), or never (vector serializer);
+* what it counts across the rings and workers it used: ``StreamCounters``
+  (``envrec.supervision.counters``);
+* closing at exit what a program forgot: ``envrec.supervision.closers``,
+  where each recorder registers itself.
+
+The stream itself carries out what they decide: it writes, checks, hands
+its ring over, marks itself broken, and closes.
 """
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import json
 import logging
 import os
 import time
 import warnings
-import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from ..contract.protocol import Suspect
-from ..contract.records import Kind, Status
+from ..contract.records import Kind
 from ..contract.ring import ConsumerGone, RingWriter
 from ..contract.shm import sweep_orphans
 from ..errors import ClosedError, WorkerError
 from ..options import BACKPRESSURE_POLICIES, StreamOptions
-from .lifecycle import Restart, RestartPolicy, WorkerState
+from .counters import StreamCounters
+from .lifecycle import WorkerState
+from .restarts import RestartPolicy
 from .stats import process_facts
-from .supervisor import Worker
+from .supervisor import WorkerSupervisor
 
-__all__ = ["BACKPRESSURE_POLICIES", "STATUS_CHECK_INTERVAL_S", "Stream", "register_closer", "warn_start_method"]
+__all__ = ["BACKPRESSURE_POLICIES", "STATUS_CHECK_INTERVAL_S", "RawRecord", "RingRecord", "Stream", "warn_start_method"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +73,39 @@ _forks = 0  # how many os.fork() calls this process came out of as the child
 def _after_fork_in_child() -> None:
     global _forks
     _forks += 1
-    _live.clear()  # a forked child never closes its parent's recorders (at exit or on a signal)
+
+
+class RingRecord(Protocol):
+    """One record handed to ``Stream.send``: it knows how to write itself into a ring.
+
+    The recorders' records are ``envrec.record.packer``'s ``StepRecord``,
+    ``ResetRecord`` and ``FrameRecord`` (written in place by a packer), and
+    ``RawRecord`` (sections ready as bytes).
+    """
+
+    def write_to(self, ring: RingWriter) -> bool:
+        """Write this record into ``ring``; False when the ring's policy dropped it (full)."""
+        ...
+
+
+@dataclasses.dataclass(slots=True)
+class RawRecord:
+    """A record whose sections are ready (bytes or 1-D byte views), copied into the ring as they are.
+
+    Args:
+        kind: the record's kind (``envrec.contract.records.Kind``).
+        episode: the episode it belongs to (0 where its kind has none).
+        step: its step (0 where its kind has none).
+        sections: its sections, in the order its kind's layout gives.
+    """
+
+    kind: int
+    episode: int
+    step: int
+    sections: list | tuple
+
+    def write_to(self, ring: RingWriter) -> bool:
+        return ring.write(self.kind, self.episode, self.step, self.sections)
 
 
 class Stream:
@@ -73,12 +116,21 @@ class Stream:
     records raises ``ClosedError`` saying so (the records would interleave
     with the parent's in its ring, or be lost), and ``close`` does nothing
     there: the recording is the parent's, which goes on and closes it.
+
+    Args:
+        role: what the worker is ("serializer", "encoder", "vector serializer"): messages call it so, and it
+            names the worker main that runs (``envrec.supervision.supervisor.worker_main``).
+        config: what the first worker is started with.
+        options: the recorder's ``StreamOptions``.
+        ring_bytes: ``options.ring_bytes`` resolved against the recorder's default.
+        restart: what is done when the worker fails.
+        where: the output folder, named in a broken stream's reason.
+        on_broken: told the reason once the stream is broken (e.g. to write it into the folder).
     """
 
     def __init__(
         self,
         role: str,
-        main: str,
         config: Any,
         options: StreamOptions,
         *,
@@ -87,47 +139,40 @@ class Stream:
         where: str | None = None,
         on_broken: Callable[[str], None] | None = None,
     ) -> None:
-        """``ring_bytes``: ``options.ring_bytes`` resolved against the recorder's default; ``restart``:
-        what is done when the worker fails."""
-        self.role = role  # what messages call the worker
-        self._main, self._config = main, config  # which worker main runs (envrec.workers.entry.MAINS), with what
+        self.role = role
         self.restart_policy = restart
+        self.restarter = restart.restarter(options.max_restarts)
         self.max_restarts = options.max_restarts
         self.hang_timeout_s = options.hang_timeout_s  # a worker whose heartbeat stops this long is killed
-        self.where = where  # the output folder, named in a broken stream's reason
-        self._on_broken = on_broken  # told the reason once the stream is broken (e.g. to write it into the folder)
+        self.where = where
+        self._on_broken = on_broken
         self.ring_bytes = ring_bytes
         self.backpressure = options.backpressure
         self.block_timeout_s = options.block_timeout_s
         self.strict = options.strict
         self.close_timeout_s = options.close_timeout_s
-        self.records_dropped = 0
-        self.records_lost = 0  # left in the ring of a worker that died (counted at its restart)
-        self._old_rings = (0, 0.0, 0)  # records sent, seconds blocked, high water of rings replaced
-        self._control_records = 0  # CLOSE records: not the user's
-        self._final_unreleased = 0
+        self.counters = StreamCounters()
         self.broken: str | None = None
         self.broken_cause: BaseException | None = None
-        self.restarts = 0
-        self._in_a_row = 0  # hand-overs since a worker last skipped a poison record
-        self._poisoned_seen = 0  # records skipped as poison when the last hand-over looked
-        self._suspect: Suspect | None = None  # what the last successor was told (see envrec.contract.protocol.Suspect)
         self.closed = False
-        self._final: dict[int, int] = {}
-        self._totals: dict[int, int] = {}  # counters of workers already replaced
         self._forks, self._owner_pid = _forks, os.getpid()
         sweep_orphans()
-        self._start()
+        self._start(config)
 
-    def _start(self) -> None:
+    def _start(self, config: Any) -> None:
+        """A fresh ring and a worker started on it with ``config``."""
         self.ring = RingWriter(self.ring_bytes)
         try:
-            self.worker = Worker(self.role, self._main, self._config, self.ring)
+            self.worker = WorkerSupervisor(self.role, config, self.ring)
         except BaseException:
             self.ring.close()
             raise
-        self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
+        self._watch_ring()
         self._close_sent = False  # per ring: a CLOSE sent to a replaced ring is not in this one
+
+    def _watch_ring(self) -> None:
+        """The ring's backpressure, watching the worker now on it; its first check due."""
+        self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
         self._next_check = time.monotonic() + STATUS_CHECK_INTERVAL_S
 
     def _usable(self) -> bool:
@@ -159,14 +204,18 @@ class Stream:
         if self.strict and self.broken is not None:
             raise WorkerError(f"the {self.role} stream is broken: {self.broken}") from self.broken_cause
 
-    def send(self, write: Callable[..., bool], *args) -> bool:
-        """Write one record through ``write(ring, *args)``; False (and counted) if it was dropped."""
+    def send(self, record: RingRecord) -> bool:
+        """Write ``record`` into the ring under the backpressure policy; False (and counted) if it was dropped.
+
+        A write that finds the worker gone checks it at once: when a successor took the ring over, the
+        record is written again, for it.
+        """
         if self._forks != _forks:
             self._refuse_in_fork()
         ok = False
         while self.broken is None:
             try:
-                ok = write(self.ring, *args)
+                ok = record.write_to(self.ring)
                 break
             except ConsumerGone:
                 restarts = self.restarts
@@ -174,11 +223,12 @@ class Stream:
                 if self.restarts == restarts:
                     break
         if not ok:
-            self.records_dropped += 1
+            self.counters.records_dropped += 1
         if time.monotonic() >= self._next_check:
             self.check()
         return ok
 
+    # -- failures --------------------------------------------------------------
     def check(self) -> None:
         """Look at the worker now: replace it if it failed and may be replaced, else mark the stream broken (once)."""
         self._next_check = time.monotonic() + STATUS_CHECK_INTERVAL_S
@@ -187,7 +237,7 @@ class Stream:
                 self.worker.hung(self.hang_timeout_s)  # kills it when hung: then it fails like a dead one
             failure = self.worker.failure()
             if failure is not None:
-                if self._may_hand_over():
+                if self.restarter.may_hand_over(self.ring):
                     self._hand_over(*failure)
                 else:
                     self._mark_broken(*failure)
@@ -217,73 +267,58 @@ class Stream:
         if self._on_broken is not None:
             self._on_broken(self.broken)
 
-    def _may_hand_over(self) -> bool:
-        """A failed worker may be replaced on its ring: ``max_restarts`` failures in a row are allowed, a
-        row ending when a worker skipped a poison record (a batch it says it committed is no sign: with
-        a disk that stays full, each successor re-commits its predecessor's pending batch, then fails)."""
-        if self.restart_policy.how is not Restart.HAND_OVER or self.ring.closed:
-            return False
-        poisoned = self.ring.status(Status.POISONED)
-        if poisoned > self._poisoned_seen:
-            self._in_a_row, self._poisoned_seen = 0, poisoned
-        return self._in_a_row < self.max_restarts
-
-    def _successor(self, cause: BaseException | None) -> Any:
-        """The successor's config, told which record its predecessor failed on, if one is to blame."""
-        failed_at = self.ring.status(Status.FAILED_AT)
-        if not failed_at:
-            return self.restart_policy.config  # killed, hung, or a disk error: no record to blame
-        first, end = failed_at - 1, self.ring.status(Status.FAILED_END)
-        before = self._suspect
-        confirmed = before is not None and not before.confirmed and before.covers(first)
-        self._suspect = Suspect(first, max(end, failed_at), self._last_line(cause)[2:] or "the worker failed", confirmed)
-        return dataclasses.replace(self.restart_policy.config, suspect=self._suspect)
-
     def _hand_over(self, why: str, cause: BaseException | None, timeout_s: float | None = None) -> None:
         """Start a successor on the same ring: it resumes from the failed worker's last checkpoint."""
         self.worker.close(timeout_s or self.close_timeout_s, lambda: None)  # reaps it (killing it if it lingers)
-        config = self._successor(cause)
+        config = self.restarter.successor_config(self.ring, self._last_line(cause)[2:])
         self.ring.clear_status()
-        self.restarts += 1
-        self._in_a_row += 1
+        count = self.restarter.handed_over()
         logger.warning(
-            "envrec: %s%s; a fresh %s takes over its ring from its last checkpoint (restart %d, %d of %d in a row)",
-            why, self._last_line(cause), self.role, self.restarts, self._in_a_row, self.max_restarts,
+            "envrec: %s%s; a fresh %s takes over its ring from its last checkpoint (%s)",
+            why,
+            self._last_line(cause),
+            self.role,
+            count,
         )
-        self.worker = Worker(self.role, self._main, config, self.ring)
-        self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
+        self.worker = WorkerSupervisor(self.role, config, self.ring)
+        self._watch_ring()
 
     def restart(self) -> bool:
-        """Replace a broken worker and its ring with fresh ones (``RestartPolicy.fresh_per_clip``); False when
-        closed, under another policy, or after ``max_restarts``. ``status`` sums the words over workers."""
-        policy = self.restart_policy
-        if self.closed or policy.how is not Restart.FRESH_PER_CLIP or self.restarts >= self.max_restarts:
+        """Replace a broken worker and its ring with fresh ones, if the stream's policy allows it now (it
+        does only under ``RestartPolicy.fresh_per_clip``, ``max_restarts`` times); False when closed or not
+        allowed. ``status`` sums the words over workers."""
+        if self.closed or not self.restarter.may_start_fresh():
             return False
-        for i in range(len(Status)):
-            self._totals[i] = self._totals.get(i, 0) + self.ring.status(i)
-        self.records_lost += self.ring.unreleased()  # sent to the dead worker, never handled
-        self._old_rings = (
-            self._old_rings[0] + self.ring.records,
-            self._old_rings[1] + self.ring.blocked_s,
-            max(self._old_rings[2], self.ring.high_water),
-        )
+        self.counters.retire(self.ring)
         self._shutdown()
-        self._config = policy.config
-        self._start()
-        self.restarts += 1
+        self._start(self.restarter.config)
+        self.restarter.started_fresh()
         self.broken = self.broken_cause = None
         logger.warning("envrec: started a fresh %s (restart %d)", self.role, self.restarts)
         return True
 
-    # -- counters and ending ---------------------------------------------------
+    # -- counters --------------------------------------------------------------
+    @property
+    def restarts(self) -> int:
+        """Workers replaced so far (handed over to, or started fresh)."""
+        return self.restarter.count
+
+    @property
+    def records_dropped(self) -> int:
+        return self.counters.records_dropped
+
+    @property
+    def records_lost(self) -> int:
+        return self.counters.records_lost
+
     @property
     def records_sent(self) -> int:
         """Records of the user's calls written into rings (not the CLOSE records)."""
-        return self._old_rings[0] + self.ring.records - self._control_records
+        return self.counters.records_sent(self.ring)
 
     @property
     def blocked_s(self) -> float:
-        return self._old_rings[1] + self.ring.blocked_s
+        return self.counters.blocked_s(self.ring)
 
     @property
     def backlog_bytes(self) -> int:
@@ -292,28 +327,15 @@ class Stream:
 
     @property
     def high_water(self) -> int:
-        return max(self._old_rings[2], self.ring.high_water)
+        return self.counters.high_water(self.ring)
 
     def status(self, index: int) -> int:
         """A status word of the worker, summed over restarts (its last value after close)."""
-        now = self._final.get(index, 0) if self.ring.closed else self.ring.status(index)
-        return self._totals.get(index, 0) + now
+        return self.counters.status(self.ring, index)
 
     @property
     def worker_pid(self) -> int:
         return self.worker.pid
-
-    def _close_record(self, final_stats: dict | None) -> None:
-        if self._close_sent:
-            return  # a successor finds the first one, still unreleased in the ring
-        self.ring.set_policy(True, None, self.worker.alive)  # CLOSE is never dropped while the worker lives
-        part = json.dumps(final_stats or {}, allow_nan=False).encode("utf-8")
-        try:
-            if self.ring.write(Kind.CLOSE, 0, 0, (part,)):
-                self._control_records += 1
-                self._close_sent = True
-        except ConsumerGone:
-            pass
 
     def stats(self) -> dict[str, Any]:
         """The counters every recorder reports about its stream (see README, "Stats")."""
@@ -343,6 +365,19 @@ class Stream:
                 out["ffmpeg_cpu_s"] = proc["children_cpu_s"]  # the only children a worker has
         return out
 
+    # -- ending ----------------------------------------------------------------
+    def _close_record(self, final_stats: dict | None) -> None:
+        if self._close_sent:
+            return  # a successor finds the first one, still unreleased in the ring
+        self.ring.set_policy(True, None, self.worker.alive)  # CLOSE is never dropped while the worker lives
+        part = json.dumps(final_stats or {}, allow_nan=False).encode("utf-8")
+        try:
+            if self.ring.write(Kind.CLOSE, 0, 0, (part,)):
+                self.counters.control_records += 1
+                self._close_sent = True
+        except ConsumerGone:
+            pass
+
     def _shutdown(self, final_stats: dict | None = None) -> None:
         """Steps 1-3 of the shutdown protocol, handing over to successors while any may be started; all of
         it within ``close_timeout_s`` (each step's kill grace aside)."""
@@ -358,13 +393,12 @@ class Stream:
                     break
                 failure = self.worker.failure()  # FAILED, DIED_EARLY or UNFINISHED, as judged when it was stopped
                 assert failure is not None  # only a finished worker has none
-                if not self._may_hand_over() or time.monotonic() >= deadline:
+                if not self.restarter.may_hand_over(self.ring) or time.monotonic() >= deadline:
                     self._mark_broken(*failure)
                     break
                 self._hand_over(*failure, timeout_s=left())  # the successor finishes the work, the CLOSE record included
         finally:
-            self._final = {i: self.ring.status(i) for i in range(len(Status))}
-            self._final_unreleased = max(self.ring.unreleased() - self._close_sent, 0)
+            self.counters.freeze(self.ring, self._close_sent)
             self.ring.close()
 
     def close(self, final_stats: dict | None = None) -> dict | None:
@@ -384,34 +418,8 @@ class Stream:
             self._shutdown(final_stats)
         finally:
             if self.broken is not None:
-                self.records_lost += self._final_unreleased
+                self.counters.records_lost += self.counters.final_unreleased
         return self.worker.summary
-
-
-_live: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def register_closer(obj: Any) -> None:
-    """Close ``obj`` at interpreter exit if the program forgot to (before multiprocessing reaps workers)."""
-    _live.add(obj)
-
-
-def unregister_closer(obj: Any) -> None:
-    _live.discard(obj)
-
-
-def close_all(why: str) -> None:
-    """Close every recorder of this process still open (at exit, or on a signal: see ``envrec.supervision.signals``)."""
-    for obj in list(_live):
-        try:
-            obj.close()
-        except Exception:  # one failing recorder must not keep the others from closing
-            logger.exception("envrec: closing a recorder %s failed", why)
-
-
-@atexit.register
-def _close_forgotten() -> None:
-    close_all("at exit")
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,6 +1,6 @@
 """Env side: start, watch and stop one worker process fed by one ring.
 
-Shutdown protocol (``Worker.close``, then ``Stream``), step by step:
+Shutdown protocol (``WorkerSupervisor.close``, then ``Stream``), step by step:
 
 1. The owner posts a CLOSE record into the ring (waiting for room only while
    the worker is alive: a dead worker never blocks it).
@@ -15,16 +15,20 @@ Shutdown protocol (``Worker.close``, then ``Stream``), step by step:
    worker's descriptors are gone too (the worker has exited by step 3).
 
 A worker's state (``WorkerState``, see ``envrec.supervision.lifecycle``) is
-derived from what the owner has seen of it, in one place (``Worker.state``);
+derived from what the owner has seen of it, in one place (``WorkerSupervisor.state``);
 a failure reaches the owner as a fact with its cause: ``failure()`` returns
 the reason (exit status named as a signal, or "failed" with the worker's
 traceback as a ``RemoteTraceback``).
+
+``WorkerSupervisor`` was called ``Worker`` before; that name stays an alias,
+with a ``DeprecationWarning``, for one release.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +41,7 @@ from ..errors import RemoteTraceback
 from .launcher import WorkerProcess, reap_later
 from .lifecycle import ENDED, TRANSITIONS, WorkerFacts, WorkerState, observe
 
-__all__ = ["Worker", "WorkerState", "signal_name"]
+__all__ = ["WorkerState", "WorkerSupervisor", "signal_name", "worker_main"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,20 +50,26 @@ TERM_GRACE_S = 2.0  # a worker that outlived close_timeout_s: its last time to f
 KILL_REAP_S = 2.0  # then after SIGKILL: how long before it is left as unkillable (stuck in the kernel) and close goes on
 
 
-class Worker:
-    """One worker process, its ring and its report pipe.
+def worker_main(role: str) -> str:
+    """The worker main a role runs (a key of ``envrec.workers.entry.MAINS``): the role's name, hyphenated
+    ("vector serializer" runs ``vector-serializer``)."""
+    return role.replace(" ", "-")
+
+
+class WorkerSupervisor:
+    """The env side's hold on one worker process: starts it, watches its state, stops it.
 
     Args:
-        role: what messages call the worker ("serializer", "encoder", ...).
-        main: which worker main runs (a key of ``envrec.workers.entry.MAINS``).
+        role: what the worker is ("serializer", "encoder", "vector serializer"): messages call it so, and
+            it names the worker main that runs (``worker_main``).
         config: what that main is started with (pickled into the child).
         ring: the ring it drains; the caller closes it after ``close``.
     """
 
-    def __init__(self, role: str, main: str, config: Any, ring: RingWriter) -> None:
+    def __init__(self, role: str, config: Any, ring: RingWriter) -> None:
         self.role = role
         self.ring = ring
-        self._proc: WorkerProcess | None = WorkerProcess(role, main, config, ring.spec, ring.fds)
+        self._proc: WorkerProcess | None = WorkerProcess(role, worker_main(role), config, ring.spec, ring.fds)
         self.pid: int = self._proc.pid
         self.exitcode: int | None = None
         self.summary: dict | None = None
@@ -216,3 +226,16 @@ class Worker:
             self._early = self._early_death(proc)
         proc.close()
         self._proc = None
+
+
+def __getattr__(name: str) -> Any:
+    """``Worker``: the old name of ``WorkerSupervisor``, kept for one release."""
+    if name == "Worker":
+        warnings.warn(
+            "envrec.supervision.supervisor.Worker is now WorkerSupervisor(role, config, ring); the old name goes "
+            "in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return WorkerSupervisor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
