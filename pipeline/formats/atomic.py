@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Collection
 from typing import IO, Any
 
@@ -77,28 +78,40 @@ def file_crc32(path: str, chunk_bytes: int = 1 << 20) -> int:
     return crc
 
 
-def remove_stale_tmp(folder: str, prefix: str = "", finished: Collection[int] = ()) -> list[str]:
+def remove_stale_tmp(folder: str, prefix: str = "", finished: Collection[int] = (),
+                     finals: Collection[str] | None = None) -> list[str]:
     """Remove temporary files of ours whose writing process is gone (or in ``finished``: known to write no
-    more, e.g. a failed worker still exiting); return their names."""
+    more, e.g. a failed worker still exiting); return their names.
+
+    Only files of our own making go: named ``.<prefix>...<pid>.tmp`` (with ``finals``, the final name must
+    end with one of them), a regular file (not a symlink, a FIFO or a folder) owned by this user; anything
+    else is left alone. Removed relative to the folder opened once (``OwnFolder``).
+    """
     import psutil
+
+    from .ownfolder import OwnFolder
 
     removed: list[str] = []
     try:
-        names = os.listdir(folder)
+        own = OwnFolder(folder)
     except OSError:
         return removed
-    for name in names:
-        if not (name.startswith("." + prefix) and name.endswith(TMP_SUFFIX)):
-            continue
-        try:
-            pid = int(name[: -len(TMP_SUFFIX)].rsplit(".", 1)[1])
-        except (IndexError, ValueError):
-            continue
-        if pid not in finished and (pid == os.getpid() or psutil.pid_exists(pid)):  # ours, or a live writer's
-            continue
-        try:
-            os.unlink(os.path.join(folder, name))
-            removed.append(name)
-        except OSError:
-            pass
+    with own:
+        for name in own.listdir():
+            if not (name.startswith(f".{prefix}." if prefix else ".") and name.endswith(TMP_SUFFIX)):
+                continue
+            final, _, pid_text = name[1 : -len(TMP_SUFFIX)].rpartition(".")
+            if not final or not pid_text.isdigit() or (finals is not None and not final.endswith(tuple(finals))):
+                continue
+            pid = int(pid_text)
+            if pid not in finished and (pid == os.getpid() or psutil.pid_exists(pid)):  # ours, or a live writer's
+                continue
+            try:
+                st = own.lstat(name)
+                if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                    continue
+                if own.unlink(name):
+                    removed.append(name)
+            except OSError:
+                pass
     return removed
