@@ -101,6 +101,7 @@ class ManifestWriter:
             action_space=cfg.action_space, settings=cfg.settings, counters=counters, env=cfg.env, **doc,
         )
         manifest.update(self.head_fields())
+        manifest["writer"]["env_pid"] = os.getppid()  # the env process that started this worker
         write_manifest(path, manifest)
 
     def figures(self) -> dict[str, int]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from typing import Any, NotRequired, TypedDict
 
 from ..errors import ConfigError, TraceError
@@ -250,7 +251,8 @@ def manifest_document(
         "error": error,
         "terminated_by": terminated_by,  # the signal that ended the job (SIGTERM), if one did
         "poisoned": [],  # records skipped because they made the serializer fail every time (the serializer's)
-        "writer": {"envrec": __version__, "pid": os.getpid()},
+        # env_pid and host: a recording killed with its workers is known dead by them (record/leftovers.py)
+        "writer": {"envrec": __version__, "pid": os.getpid(), "env_pid": os.getpid(), "host": socket.gethostname()},
         **({"env": env} if env is not None else {}),
     }
 

@@ -176,6 +176,11 @@ class VideoRecorder:
         return self._stream.closed
 
     @property
+    def folder_id(self) -> tuple[int, int]:
+        """``(st_dev, st_ino)`` of the clips' folder as this recorder opened it: every clip file goes there."""
+        return self._own.identity
+
+    @property
     def backlog_bytes(self) -> int:
         """Bytes of records sent that the encoder has not taken yet: 0 when it has caught up."""
         return self._stream.backlog_bytes
