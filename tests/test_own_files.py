@@ -19,7 +19,7 @@ import pytest
 import envrec
 import envrec.replay.render
 from envrec.errors import RecordError
-from envrec.formats.atomic import remove_stale_tmp
+from envrec.formats.atomic import remove_stale_tmp, tmp_path_for, write_atomic
 from envrec.formats.clip_meta import CLIP_FILE_SUFFIXES, is_clip_file
 from envrec.formats.ownfolder import FolderChanged, OwnFolder
 from envrec.record.leftovers import remove_dead_recordings
@@ -86,6 +86,16 @@ def test_own_folder_refuses_other_names_and_never_follows_a_link(tmp_path):
         OwnFolder(str(link), follow=False)
     with OwnFolder(str(link)) as own, pytest.raises(FolderChanged, match="no longer the folder"):
         OwnFolder(str(outside), expect=own.identity)
+
+
+def test_an_atomic_write_never_writes_through_a_link_at_its_temporary_name(tmp_path):
+    """Temporary names hold a pid (predictable): a symlink planted there is removed, its target untouched."""
+    (tmp_path / "target").write_bytes(b"the user's")
+    tmp = pathlib.Path(tmp_path_for(str(tmp_path / "t.manifest.json")))
+    tmp.symlink_to(tmp_path / "target")
+    write_atomic(str(tmp_path / "t.manifest.json"), b"{}")
+    assert (tmp_path / "target").read_bytes() == b"the user's"
+    assert sorted(os.listdir(tmp_path)) == ["t.manifest.json", "target"]
 
 
 # -- the clip budget -----------------------------------------------------------

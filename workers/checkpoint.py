@@ -114,7 +114,8 @@ class CheckpointFile:
         slot = 1 - self._live
         fd = self._fds[slot]
         if fd is None:
-            fd = self._fds[slot] = os.open(self.paths[slot], os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # O_NOFOLLOW: a symlink planted at a slot's name is refused (the worker fails loudly), never written through
+            fd = self._fds[slot] = os.open(self.paths[slot], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         pwrite_all(fd, encode(cp, self._seq + 1), 0)  # bytes after it, from a longer one before, are ignored
         self._seq += 1
         self._live = slot
