@@ -96,8 +96,8 @@ def _dead_recording(folder: str, name: str) -> str | None:
     writer = doc.get("writer")
     if doc.get("prefix") != prefix or doc.get("complete") is not False or not isinstance(writer, dict):
         return None
-    pids = (writer.get("pid"), writer.get("env_pid"))
-    if writer.get("host") != socket.gethostname() or not all(isinstance(p, int) and p > 0 for p in pids):
+    pids = [p for p in (writer.get("pid"), writer.get("env_pid")) if isinstance(p, int) and not isinstance(p, bool) and p > 0]
+    if writer.get("host") != socket.gethostname() or len(pids) != 2:
         return None  # written elsewhere (a shared folder), or by an envrec that did not say: left alone
     return None if any(process_alive(p) for p in pids) else prefix
 
