@@ -38,6 +38,7 @@ import json
 import os
 import re
 import socket
+from collections.abc import Callable
 from typing import Any, NotRequired, TypedDict
 
 from ..errors import ConfigError, TraceError
@@ -66,6 +67,7 @@ __all__ = [
     "read_manifest",
     "segment_document",
     "segment_name",
+    "trace_file_names",
     "unnamed_batch_files",
     "write_manifest",
 ]
@@ -283,6 +285,12 @@ def recording_batches(folder: str, manifest: Manifest) -> list[BatchEntry]:
         out.extend(read_manifest(os.path.join(folder, segment_name(manifest["prefix"], k)))["batches"])
     out.extend(manifest["batches"])
     return out
+
+
+def trace_file_names(prefix: str) -> Callable[[str], bool]:
+    """The ``owns`` test of a recording's files (``envrec.formats.ownfolder``): ``PREFIX.*`` (manifest, segments,
+    batches) and the hidden ``.PREFIX.*`` (checkpoints, spills, temporary files)."""
+    return lambda name: name.startswith((f"{prefix}.", f".{prefix}."))
 
 
 def checkpoint_names(prefix: str) -> tuple[str, str]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable
 
 from ..errors import ConfigError, RecordError
 from ..formats.atomic import process_alive, remove_stale_tmp
@@ -38,17 +37,13 @@ from ..formats.trace_format import (
     manifest_name,
     read_manifest,
     recording_batches,
+    trace_file_names,
     unnamed_batch_files,
 )
 
-__all__ = ["remove_checkpoints", "remove_dead_recordings", "remove_leftovers", "trace_names"]
+__all__ = ["remove_checkpoints", "remove_dead_recordings", "remove_leftovers"]
 
 logger = logging.getLogger(__name__)
-
-
-def trace_names(prefix: str) -> Callable[[str], bool]:
-    """The ``owns`` test of a trace's files: ``PREFIX.*`` and the hidden ``.PREFIX.*`` (checkpoints, temporaries)."""
-    return lambda name: name.startswith((f"{prefix}.", f".{prefix}."))
 
 
 def _remove_regular(own: OwnFolder, name: str) -> bool:
@@ -61,7 +56,7 @@ def _remove_regular(own: OwnFolder, name: str) -> bool:
 
 def remove_checkpoints(folder: str, prefix: str) -> None:
     try:
-        own = OwnFolder(folder, trace_names(prefix))
+        own = OwnFolder(folder, trace_file_names(prefix))
     except OSError:
         return
     with own:
@@ -79,7 +74,7 @@ def remove_leftovers(folder: str, prefix: str, finished: tuple[int, ...] = ()) -
     except (OSError, ValueError, KeyError):
         return removed  # no manifest to judge by (the serializer never wrote one): batch files stay
     named = {n for e in entries for n in (e["fn"], e.get("bin")) if n}
-    with OwnFolder(folder, trace_names(prefix)) as own:
+    with OwnFolder(folder, trace_file_names(prefix)) as own:
         removed += [name for name in unnamed_batch_files(folder, prefix, named) if _remove_regular(own, name)]
     return removed
 
