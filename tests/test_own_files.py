@@ -312,6 +312,25 @@ def test_a_recording_killed_with_its_workers_is_cleaned_by_the_next_recorder_in_
     user_file.unlink()
 
 
+def test_leftovers_removal_leaves_links_of_a_recordings_names_and_their_targets(tmp_path):
+    from envrec.record.leftovers import remove_leftovers
+
+    rec = envrec.TraceRecorder(tmp_path / "r", gym.spaces.Discrete(2), gym.spaces.Discrete(2), name_prefix="p")
+    rec.add_reset(0)
+    rec.add_step(1, 0, 1.0, True, False)
+    rec.close()
+    (tmp_path / "target").write_bytes(b"the user's")
+    planted = [".p.checkpoint.a.json", "p.ep000000009.bin", f".p.spill0.{_dead_pid()}.tmp"]
+    for name in planted:
+        (tmp_path / "r" / name).symlink_to(tmp_path / "target")
+    (tmp_path / "r" / "p.ep000000008.bin").write_bytes(b"unnamed")  # a batch file the manifest does not name: goes
+    assert remove_leftovers(str(tmp_path / "r"), "p") == ["p.ep000000008.bin"]
+    assert (tmp_path / "target").read_bytes() == b"the user's"
+    assert all((tmp_path / "r" / name).is_symlink() for name in planted)
+    for name in planted:
+        (tmp_path / "r" / name).unlink()
+
+
 def test_a_live_or_finished_recording_is_never_cleaned(tmp_path):
     rec = envrec.TraceRecorder(tmp_path, gym.spaces.Discrete(2), gym.spaces.Discrete(2), name_prefix="live")
     rec.add_reset(0)
