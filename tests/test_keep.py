@@ -12,6 +12,8 @@ from gymnasium.vector import AutoresetMode
 
 import envrec
 from envrec.errors import ConfigError
+from envrec.formats.clip_meta import is_clip_file
+from envrec.formats.ownfolder import OwnFolder
 from envrec.record.clip_state import delete_clip_files
 
 from .support.envs import ColourEnv
@@ -295,17 +297,20 @@ def test_a_discard_deletes_only_that_clips_own_files(tmp_path):
     (tmp_path / "victim.mp4").write_bytes(b"keep me")
     (tmp_path / "c0.mp4").write_bytes(b"clip")
     (tmp_path / "c0.meta.json").write_text(json.dumps({"version": 1, "name": "c0", "path": "c0.mp4", "recorder": "other"}))
-    assert not delete_clip_files(str(tmp_path), "c0", "mine")
+    own = OwnFolder(str(tmp_path), is_clip_file)
+    assert not delete_clip_files(own, "c0", "mine")
     assert sorted(os.listdir(tmp_path)) == ["c0.meta.json", "c0.mp4", "victim.mp4"]
     (tmp_path / "c0.meta.json").write_text(json.dumps({"version": 1, "name": "c0", "path": "victim.mp4", "recorder": "mine"}))
-    assert delete_clip_files(str(tmp_path), "c0", "mine")
+    assert delete_clip_files(own, "c0", "mine")
     assert sorted(os.listdir(tmp_path)) == ["c0.mp4", "victim.mp4"]
-    assert not delete_clip_files(str(tmp_path), "c0", "mine")  # no metadata: nothing of the clip's to delete
+    assert not delete_clip_files(own, "c0", "mine")  # no metadata: nothing of the clip's to delete
     inner = tmp_path / "videos"
     inner.mkdir()
     (tmp_path / "up.mp4").write_bytes(b"outside")
     (tmp_path / "up.meta.json").write_text(json.dumps({"version": 1, "name": "../up", "path": "../up.mp4", "recorder": "mine"}))
-    assert not delete_clip_files(str(inner), "../up", "mine")  # a name that leaves the folder deletes nothing
+    own.close()
+    with OwnFolder(str(inner), is_clip_file) as own:
+        assert not delete_clip_files(own, "../up", "mine")  # a name that leaves the folder deletes nothing
     assert sorted(os.listdir(tmp_path)) == ["c0.mp4", "up.meta.json", "up.mp4", "victim.mp4", "videos"]
 
 

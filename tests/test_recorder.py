@@ -17,6 +17,7 @@ from gymnasium import spaces as S
 import envrec
 from envrec.bench.variants import FrameEnv
 from envrec.contract.shm import list_memfds, sweep_orphans
+from envrec.record.leftovers import remove_dead_recordings
 
 from .support.envs import SPACES, SpaceEnv
 from .support.processes import start_child
@@ -273,8 +274,9 @@ def test_env_process_and_worker_killed_together_leave_no_memfd(tmp_path):
     assert lengths[:2] == [50, 50] and sum(lengths) < 120  # the rest died in the ring
     left = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     assert left and all(n.startswith(".") and n.endswith(f".{worker_pid}.tmp") for n in left)  # hidden, the dead worker's
-    for n in left:  # what the next recording with this prefix removes when it starts
-        os.unlink(tmp_path / n)
+    # the next trace recorder that starts in this folder removes them (its writer and env process are gone)
+    (prefix,) = remove_dead_recordings(str(tmp_path), keep="")
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(f".{prefix}.")]
 
 
 def test_env_process_killed_while_idle(tmp_path):

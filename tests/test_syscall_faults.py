@@ -56,11 +56,13 @@ ONCE = [
     Fault(S, "rename", "batch", 1, "ENOSPC"),
     Fault(S, "rename", "batch", 2, "EIO"),  # the .bin is in place already, the .json is not
     Fault(S, "rename", "manifest", 2, "ENOSPC"),
-    Fault(E, "openat", "meta", 1, "EIO"),
+    # the encoder's openat and renameat are relative to its folder opened once: matched by that descriptor, the
+    # folder's own open (at its start) the 1st openat; per clip the remuxed video's, then the metadata's
+    Fault(E, "openat", "folder", 3, "EIO"),  # the first metadata
     Fault(E, "write", "meta", 2, "ENOSPC"),
     Fault(E, "fsync", "meta", 1, "EIO"),
-    Fault(E, "rename", "meta", 1, "ENOSPC"),
-    Fault(E, "rename", "video", 1, "EIO"),  # the remuxed file over the fragmented one
+    Fault(E, "renameat", "folder", 2, "ENOSPC"),  # the first metadata
+    Fault(E, "renameat", "folder", 1, "EIO"),  # the remuxed file over the fragmented one
 ]
 PERSISTENT = [
     Fault(S, "pwrite64", "checkpoint", 1, "ENOSPC", True),
@@ -69,10 +71,10 @@ PERSISTENT = [
     Fault(S, "write", "batch", 1, "EIO", True),
     Fault(S, "fsync", "folder", 1, "EIO", True),
     Fault(S, "rename", "manifest", 2, "ENOSPC", True),
-    Fault(E, "openat", "meta", 1, "ENOSPC", True),
+    Fault(E, "openat", "folder", 3, "ENOSPC", True),
     Fault(E, "write", "meta", 1, "EIO", True),
     Fault(E, "fsync", "video", 1, "ENOSPC", True),
-    Fault(E, "rename", "meta", 1, "EIO", True),
+    Fault(E, "renameat", "folder", 2, "EIO", True),
 ]
 BATTERY = ONCE + PERSISTENT
 

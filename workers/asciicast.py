@@ -8,10 +8,9 @@ ends, followed by the events, and the file is moved into place.
 from __future__ import annotations
 
 import json
-import os
 import time
 
-from envrec.formats.atomic import commit_file, tmp_path_for
+from envrec.formats.ownfolder import OwnFolder
 
 __all__ = ["CastWriter"]
 
@@ -19,13 +18,15 @@ ANSI_CLEAR = "\x1b[2J\x1b[1;1H"  # each frame replaces the screen
 
 
 class CastWriter:
-    """One asciicast being written to ``path``."""
+    """One asciicast being written to ``name`` in ``folder`` (every file relative to the folder opened once)."""
 
-    def __init__(self, path: str, title: str, fps: float) -> None:
-        self.path, self.title, self.fps = path, title, fps
+    def __init__(self, folder: OwnFolder, name: str, title: str, fps: float) -> None:
+        self.folder, self.name, self.title, self.fps = folder, name, title, fps
         self.size = (0, 0)  # columns, rows
         self.frames = 0
-        self._events = open(tmp_path_for(path + ".events"), "w+", encoding="utf-8")
+        self._events_name = folder.tmp_name(name + ".events")
+        folder.unlink(self._events_name)  # one of this pid's name left by an earlier process
+        self._events = folder.open_new(self._events_name, "w+")
 
     def add(self, text: str) -> None:
         """One frame's text, shown 1/fps after the previous one."""
@@ -48,12 +49,13 @@ class CastWriter:
                 "title": self.title,
                 "env": {"TERM": "xterm-256color"},
             }
-            tmp = tmp_path_for(self.path)
-            with open(tmp, "w", encoding="utf-8") as out:
+            tmp = self.folder.tmp_name(self.name)
+            self.folder.unlink(tmp)
+            with self.folder.open_new(tmp, "w") as out:
                 out.write(json.dumps(header) + "\n")
                 events.seek(0)
                 while chunk := events.read(1 << 20):
                     out.write(chunk)
-                commit_file(out, tmp, self.path)
+                self.folder.commit(out, tmp, self.name)
         events.close()
-        os.unlink(events.name)
+        self.folder.unlink(self._events_name)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from envrec.formats.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir, tmp_path_for
+from envrec.formats.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir, open_new, tmp_path_for
 from envrec.formats.compression import JSON_ZST_SUFFIX, json_compressor
 from envrec.formats.fullwrite import writev_all
 from envrec.formats.trace_format import BatchEntry, batch_names
@@ -63,8 +63,8 @@ class BatchWriter:
         self.json_name += JSON_ZST_SUFFIX if compress_json else ""
         self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
         self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
-        self.bin = open(self.bin_tmp, "w+b", buffering=FILE_BUFFER_BYTES)  # read too: a part's last row (read_bin)
-        self.json = open(self.json_tmp, "wb", buffering=FILE_BUFFER_BYTES)
+        self.bin = open_new(self.bin_tmp, "w+b", buffering=FILE_BUFFER_BYTES)  # read too: a part's last row (read_bin)
+        self.json = open_new(self.json_tmp, "wb", buffering=FILE_BUFFER_BYTES)
         self.bin_size = 0
         self.json_size = 0
         self.episodes = 0

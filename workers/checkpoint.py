@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from envrec.formats.fullwrite import pwrite_all
-from envrec.formats.trace_format import BatchEntry, checkpoint_names
+from envrec.formats.ownfolder import OwnFolder
+from envrec.formats.trace_format import BatchEntry, checkpoint_names, trace_file_names
 
 __all__ = ["CHECKPOINT_VERSION", "Checkpoint", "CheckpointFile", "Found", "read_checkpoint"]
 
@@ -102,6 +103,7 @@ class CheckpointFile:
 
     def __init__(self, folder: str, prefix: str) -> None:
         self.paths = [os.path.join(folder, name) for name in checkpoint_names(prefix)]
+        self._prefix = prefix
         self._fds: list[int | None] = [None, None]
         self._seq = 0
         self._live = 1  # the slot holding the newest whole checkpoint: the next one goes to the other
@@ -114,7 +116,8 @@ class CheckpointFile:
         slot = 1 - self._live
         fd = self._fds[slot]
         if fd is None:
-            fd = self._fds[slot] = os.open(self.paths[slot], os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            # O_NOFOLLOW: a symlink planted at a slot's name is refused (the worker fails loudly), never written through
+            fd = self._fds[slot] = os.open(self.paths[slot], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         pwrite_all(fd, encode(cp, self._seq + 1), 0)  # bytes after it, from a longer one before, are ignored
         self._seq += 1
         self._live = slot
@@ -128,9 +131,10 @@ class CheckpointFile:
     def discard(self) -> None:
         """No successor can come: the checkpoint has no reader left."""
         self.close()
-        for path in self.paths:
-            if os.path.exists(path):
-                os.unlink(path)
+        folder = os.path.dirname(self.paths[0])
+        with OwnFolder(folder, trace_file_names(self._prefix)) as own:
+            for path in self.paths:
+                own.unlink(os.path.basename(path))
 
 
 def read_checkpoint(folder: str, prefix: str) -> Found | None:

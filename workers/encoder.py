@@ -13,13 +13,21 @@ The next clip starts a fresh ffmpeg. A clip with no frame leaves no video
 file, only metadata marked ``empty`` (as old gym's recorder did).
 
 Text frames (``render_mode="ansi"``) are written as asciicast v2 (``.cast``).
+
+Every file is written, moved and removed relative to the clips' folder opened
+once (``OwnFolder``; ffmpeg writes through ``/proc/self/fd``), and only a
+clip's own names: a folder swapped for a symlink after the recorder opened it
+is never written into, and a symlink, FIFO or folder planted at a clip's
+video name breaks that clip (nothing is written through it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -32,9 +40,10 @@ from envrec.contract.protocol import EncoderConfig, Handler, Kind, ReleasePolicy
 from envrec.contract.records import FRAME_SHAPE, RecordLayout, frame_layout
 from envrec.contract.ring import REC_STEP_AT
 from envrec.contract.ring_reader import RUN, RecordRun
-from envrec.formats.atomic import tmp_path_for
-from envrec.formats.clip_meta import ClipMeta, meta_path
+from envrec.errors import RecordError
+from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, is_clip_file
 from envrec.formats.ffmpeg import encode_command, encoded_size, remux_command
+from envrec.formats.ownfolder import OwnFolder
 
 from .asciicast import CastWriter
 from .clip_budget import ClipBudget
@@ -103,18 +112,24 @@ class Encoder(Handler):
         # A fault injected per record or frame must see each one: no runs then.
         self.takes_runs = not cfg.faults.sees_each_record("record", "frame")
         self._version: str | None = None
-        self.budget = ClipBudget(cfg.folder, cfg.recorder, cfg.max_bytes, cfg.keep_last_clips)
+        self.own = OwnFolder(cfg.folder, is_clip_file, expect=cfg.folder_id)
+        self.budget = ClipBudget(self.own, cfg.recorder, cfg.max_bytes, cfg.keep_last_clips)
         self.feed = FrameFeed()
 
-    # -- paths ---------------------------------------------------------------
-    def _path(self, name: str, ext: str) -> str:
-        return os.path.join(self.cfg.folder, name + ext)
+    # -- names ---------------------------------------------------------------
+    def _video_name(self, clip: _Clip) -> str:
+        return clip.name + (".cast" if clip.kind == "ansi" else ".mp4")
 
-    def _video_path(self, clip: _Clip) -> str:
-        path = self._path(clip.name, ".cast" if clip.kind == "ansi" else ".mp4")
-        if os.path.islink(path):  # a link planted where the clip goes is replaced by the clip, never written through
-            os.unlink(path)
-        return path
+    def _clear_video_name(self, clip: _Clip) -> str | None:
+        """The video's name made ready for writing: a symlink planted there is removed (the clip replaces it,
+        never writes through it); why it cannot be written when something else that is not a file is there."""
+        name = self._video_name(clip)
+        st = self.own.lstat(name)
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            self.own.unlink(name)
+        elif st is not None and not stat.S_ISREG(st.st_mode):
+            return f"{name} in {self.cfg.folder} is not a regular file (a FIFO, a folder, a device): the clip is not written"
+        return None
 
     def version(self) -> str:
         if self._version is None:
@@ -158,7 +173,11 @@ class Encoder(Handler):
         self.clip = _Clip(desc["name"], desc.get("kind", "video"), float(desc["fps"]), desc.get("episode_id"))
         self.clip.extra = {k: v for k, v in desc.items() if k not in ("name", "kind", "fps", "episode_id")}
         if self.clip.kind == "ansi":
-            self.clip.cast = CastWriter(self._video_path(self.clip), self.clip.name, self.clip.fps)
+            problem = self._clear_video_name(self.clip)
+            if problem is not None:
+                self._break(problem)
+                return
+            self.clip.cast = CastWriter(self.own, self._video_name(self.clip), self.clip.name, self.clip.fps)
 
     def _count_frames(self, clip: _Clip, first_step: int, last_step: int, n: int = 1) -> None:
         if clip.started_at is None:
@@ -240,10 +259,17 @@ class Encoder(Handler):
         clip.layout = frame_layout(shape)
         clip.template = clip.layout.run_template()
         clip.shape_row = np.frombuffer(FRAME_SHAPE.pack(*shape), np.uint8)
-        clip.cmdline = encode_command(self.cfg.ffmpeg, w, h, c, clip.fps, self._video_path(clip), self.cfg.settings)
+        name = self._video_name(clip)
+        # the metadata shows the path a user would type; ffmpeg writes through the folder opened once
+        clip.cmdline = encode_command(self.cfg.ffmpeg, w, h, c, clip.fps, os.path.join(self.cfg.folder, name), self.cfg.settings)
+        problem = self._clear_video_name(clip)
+        if problem is not None:
+            self._break(problem)
+            return
         try:
             settings = self.cfg.settings
-            clip.proc = FfmpegProcess(clip.cmdline, settings.nice, settings.stall_timeout_s, settings.zero_copy)
+            cmd = [*clip.cmdline[:-1], self.own.proc_path(name)]
+            clip.proc = FfmpegProcess(cmd, settings.nice, settings.stall_timeout_s, settings.zero_copy, pass_fds=(self.own.fd,))
         except OSError as exc:
             self._break(f"could not start {self.cfg.ffmpeg}: {exc}")
             return
@@ -284,7 +310,7 @@ class Encoder(Handler):
         clip.extra.update(env_side.get("extra") or {})  # keys known only at the clip's end (end_clip(extra=...))
         if clip.started_at is not None and clip.frames:
             clip.extra["encode_wall_s"] = time.monotonic() - clip.started_at
-        path = self._video_path(clip)
+        path = self._video_name(clip)
         self.faults.point("clip:end")
         if clip.cast is not None:
             clip.cast.finish()
@@ -309,8 +335,8 @@ class Encoder(Handler):
             self._discard(clip, path)
             return
         empty = clip.frames == 0
-        if empty and os.path.exists(path):
-            os.unlink(path)
+        if empty and self.own.is_regular(path):
+            self.own.unlink(path)
         if clip.broken is not None:
             self.clips_broken += 1
             self._status(Status.CLIPS_BROKEN, self.clips_broken)
@@ -318,7 +344,7 @@ class Encoder(Handler):
         meta = self._write_meta(clip, path, empty, dropped_env, env_side.get("frames_sent"))
         self.clips += 1
         if self.budget.active:
-            self.budget.add(os.path.basename(meta_path(self.cfg.folder, clip.name)), meta["path"])
+            self.budget.add(clip.name + META_SUFFIX, meta["path"])
             self.faults.point("clip:evict")
             if self.budget.enforce()[0]:
                 self._status(Status.EVICTED, self.budget.evicted)
@@ -326,38 +352,41 @@ class Encoder(Handler):
         self._status(Status.CLIPS, self.clips)
 
     def _discard(self, clip: _Clip, path: str) -> None:
-        """keep_if said no: delete what was encoded; the clip counts as finished (the env side waits for it)."""
-        for leftover in (path, meta_path(self.cfg.folder, clip.name)):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+        """keep_if said no: delete what was encoded (a file of its name; nothing else planted there); the clip
+        counts as finished (the env side waits for it)."""
+        for leftover in (path, clip.name + META_SUFFIX):
+            if self.own.is_regular(leftover):
+                self.own.unlink(leftover)
         self.clips_discarded += 1
         self.clips += 1
         self._status(Status.CLIPS_DISCARDED, self.clips_discarded)
         self._status(Status.CLIPS, self.clips)
 
     def _remux(self, clip: _Clip, path: str) -> None:
-        tmp = tmp_path_for(path)
+        own = self.own
+        tmp = own.tmp_name(path)
         try:
-            out = subprocess.run(
-                remux_command(self.cfg.ffmpeg, path, tmp), check=False, capture_output=True, timeout=REMUX_TIMEOUT_S, process_group=0
-            )
+            own.unlink(tmp)  # one of this pid's name left by an earlier process
+            cmd = remux_command(self.cfg.ffmpeg, own.proc_path(path), own.proc_path(tmp))
+            out = subprocess.run(cmd, check=False, capture_output=True, timeout=REMUX_TIMEOUT_S, process_group=0,
+                                 pass_fds=(own.fd,))
             if out.returncode == 0:
-                with open(tmp, "rb") as f:
+                with own.open_read(tmp) as f:
                     os.fsync(f.fileno())
-                os.replace(tmp, path)
+                own.replace(tmp, path)
                 return
             clip.extra["remux_error"] = out.stderr.decode("utf-8", "replace").strip()[-500:]
-        except (OSError, subprocess.SubprocessError) as exc:
+        except (OSError, subprocess.SubprocessError, RecordError) as exc:
             clip.extra["remux_error"] = str(exc)
-        if os.path.exists(tmp):
-            os.unlink(tmp)  # the fragmented file stays: it plays in most players
+        with contextlib.suppress(OSError):
+            own.unlink(tmp)  # the fragmented file stays: it plays in most players
 
     def _write_meta(self, clip: _Clip, path: str, empty: bool, dropped_env: int, frames_sent: int | None) -> ClipMeta:
         meta: ClipMeta = {
             "written_by": "encoder",
             "content_type": "application/x-asciicast" if clip.kind == "ansi" else "video/mp4",
             "name": clip.name,
-            "path": None if empty or not os.path.exists(path) else os.path.basename(path),
+            "path": None if empty or not self.own.is_regular(path) else path,
             "env_id": self.cfg.env_id,
             "episode_id": clip.episode_id,
             "step_range": [clip.first_step, clip.last_step],
@@ -384,7 +413,7 @@ class Encoder(Handler):
         else:
             meta["encoder_version"] = {"backend": "asciicast", "version": 2}
         meta.update(cast(ClipMeta, clip.extra))
-        commit_clip_meta(meta_path(self.cfg.folder, clip.name), meta, path)
+        commit_clip_meta(self.own, clip.name, meta, path)
         return meta
 
     # -- ending --------------------------------------------------------------

@@ -48,9 +48,11 @@ PIPE_BYTES = 1 << 20  # Linux's default cap for an unprivileged pipe size (/proc
 
 
 class FfmpegProcess:
-    def __init__(self, cmd: list[str], nice: int, stall_timeout_s: float, zero_copy: bool = False) -> None:
+    def __init__(self, cmd: list[str], nice: int, stall_timeout_s: float, zero_copy: bool = False,
+                 pass_fds: tuple[int, ...] = ()) -> None:
         """Start ffmpeg; ``stall_timeout_s`` (``VideoSettings.stall_timeout_s``): no input taken that long is a hang;
-        ``zero_copy``: hand it the frames' pages (``VideoSettings.zero_copy``) where the system can."""
+        ``zero_copy``: hand it the frames' pages (``VideoSettings.zero_copy``) where the system can; ``pass_fds``:
+        descriptors it inherits (the clips' folder, which its output path names through ``/proc/self/fd``)."""
         self.cmd = cmd
         self.zero_copy = zero_copy and pipe_splice.available()
         self.sent = 0  # bytes handed to ffmpeg's stdin
@@ -62,6 +64,7 @@ class FfmpegProcess:
             stderr=subprocess.PIPE,
             process_group=0,
             close_fds=True,
+            pass_fds=pass_fds,
         )
         self.pid = self.proc.pid
         assert self.proc.stdin is not None and self.proc.stderr is not None  # both are pipes (above)

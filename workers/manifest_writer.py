@@ -13,7 +13,7 @@ files are deleted (a successor deletes what an interrupted eviction left).
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import os
 import re
@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from envrec.contract.protocol import SerializerConfig, Status, StatusSink
+from envrec.formats.ownfolder import OwnFolder
 from envrec.formats.trace_format import (
     SEGMENT_BATCHES,
     BatchEntry,
@@ -30,6 +31,7 @@ from envrec.formats.trace_format import (
     recording_batches,
     segment_document,
     segment_name,
+    trace_file_names,
     unnamed_batch_files,
     write_manifest,
 )
@@ -101,6 +103,7 @@ class ManifestWriter:
             action_space=cfg.action_space, settings=cfg.settings, counters=counters, env=cfg.env, **doc,
         )
         manifest.update(self.head_fields())
+        manifest["writer"]["env_pid"] = os.getppid()  # the env process that started this worker
         write_manifest(path, manifest)
 
     def figures(self) -> dict[str, int]:
@@ -170,11 +173,11 @@ class ManifestWriter:
         write_head()
         self.fault("evict:manifest")
         for k in dropped_segments:
-            _unlink(self._segment_path(k))
+            _unlink(self.own, segment_name(self.prefix, k))
         for entry in doomed:
             for name in (entry["fn"], entry.get("bin")):
                 if name:
-                    _unlink(os.path.join(self.folder, name))
+                    _unlink(self.own, name)
             self.fault("evict:files")
         logger.info(
             "envrec: disk budget of %d bytes: evicted %d batch(es), %d bytes, of %s (%d bytes kept)",
@@ -198,17 +201,23 @@ class ManifestWriter:
         removed = [n for n in os.listdir(self.folder) if (m := seg_file.match(n)) and int(m.group(1)) < self.first_segment]
         removed += unnamed_batch_files(self.folder, self.prefix, named)
         for name in removed:
-            _unlink(os.path.join(self.folder, name))
+            _unlink(self.own, name)
         return removed
 
     def all_entries(self) -> list[BatchEntry]:
         head: Manifest = {"prefix": self.prefix, **self.head_fields()}
         return recording_batches(self.folder, head)
 
+    @functools.cached_property
+    def own(self) -> OwnFolder:
+        """The recording's folder opened once: every file this writer removes, of the recording's naming only."""
+        return OwnFolder(self.folder, trace_file_names(self.prefix))
+
     def _segment_path(self, k: int) -> str:
         return os.path.join(self.folder, segment_name(self.prefix, k))
 
 
-def _unlink(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+def _unlink(own: OwnFolder, name: str) -> None:
+    """Remove ``name`` (a name the manifest or the folder gave: one of the recording's own, or RecordError),
+    relative to the folder opened once."""
+    own.unlink(name)

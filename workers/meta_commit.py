@@ -12,30 +12,31 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 
-from envrec.formats.clip_meta import ClipMeta, write_clip_meta
+from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, write_clip_meta
+from envrec.formats.ownfolder import OwnFolder
 
 __all__ = ["commit_clip_meta"]
 
 logger = logging.getLogger(__name__)
 
 
-def commit_clip_meta(path: str, meta: ClipMeta, video: str) -> None:
-    """Write ``meta`` to ``path`` (``video``: the clip's video file, which ``meta["path"]`` names or not)."""
+def commit_clip_meta(folder: OwnFolder, name: str, meta: ClipMeta, video: str) -> None:
+    """Write clip ``name``'s metadata ``meta`` in ``folder`` (``video``: the clip's video file name, which
+    ``meta["path"]`` names or not)."""
     try:
-        write_clip_meta(path, meta)
+        write_clip_meta(folder, name, meta)
         return
     except OSError as exc:
-        logger.warning("envrec: writing %s failed (%s); trying once more", os.path.basename(path), exc)
+        logger.warning("envrec: writing %s failed (%s); trying once more", name + META_SUFFIX, exc)
         meta["meta_retried"] = f"{type(exc).__name__}: {exc}"
     try:
-        write_clip_meta(path, meta)
+        write_clip_meta(folder, name, meta)
     except OSError as exc:
         if exc.errno != errno.ENOSPC or meta["path"] is None:
             raise
-        os.unlink(video)  # the disk is full: the clip's video gives way to the metadata saying why
+        folder.unlink(video)  # the disk is full: the clip's video gives way to the metadata saying why
         meta["path"], meta["broken"] = None, True
         meta["reason"] = meta["reason"] or f"disk full: {exc}"
         meta["partial_removed"] = "the disk was full: the partial video was removed to make room for this metadata"
-        write_clip_meta(path, meta)
+        write_clip_meta(folder, name, meta)

@@ -7,7 +7,6 @@ each batch rewrites the manifest atomically: a reader sees complete batches."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -18,6 +17,7 @@ import numpy as np
 from envrec.contract.protocol import CheckpointingHandler, Kind, SerializerConfig, Status, StatusSink
 from envrec.contract.records import TraceLayout
 from envrec.contract.ring_reader import RUN, RecordRun
+from envrec.errors import RecordError
 from envrec.formats.atomic import remove_stale_tmp
 from envrec.formats.trace_format import BatchEntry, manifest_name, read_manifest
 
@@ -136,8 +136,10 @@ class Serializer(CheckpointingHandler):
             # From here on this worker's own files are the ones to resume from: say so before
             # dropping the predecessor's spills (a successor of ours may need them until then).
             self.checkpoint(self.resume_cursor, pending=pending)  # still pending until our manifest is written
-            for old_path, _ in cp.spills:
-                os.unlink(old_path)
+            for old_path, _ in cp.spills:  # the checkpoint's paths: of this recording's naming, in its folder, only
+                if os.path.dirname(old_path) != self.cfg.folder:
+                    raise RecordError(f"the checkpoint names a spill outside the recording's folder: {old_path!r}")
+                self.manifest.own.unlink(os.path.basename(old_path))
         else:
             self.episodes_written = self.manifest.named.episodes + self.manifest.evicted.episodes
         remove_stale_tmp(self.cfg.folder, self.cfg.prefix)  # what the dead worker left and nothing needs
@@ -369,8 +371,7 @@ class Serializer(CheckpointingHandler):
             self.batch.abort()
             self.batch = None
         if clean and self._recorded_nothing():
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.manifest_path)
+            self.manifest.own.unlink(os.path.basename(self.manifest_path))
         else:
             self.write_manifest(complete=True, clean=clean, terminated_by=terminated_by)
         self.fields.close()

@@ -51,7 +51,7 @@ class Spill:
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)  # never through a link
         self._tail = bytearray()
         self._in_file = 0  # bytes of the content that are in the file (the tail follows them)
 

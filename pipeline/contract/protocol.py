@@ -228,3 +228,6 @@ class EncoderConfig:
     recorder: str = ""  # the recorder's id, in every clip's metadata (its successors find its clips by it)
     max_bytes: int | None = None  # disk budget of the recorder's clips (see clip_budget)
     keep_last_clips: int | None = None
+    # (st_dev, st_ino) of the folder the env process opened: an encoder that finds another folder at ``folder``
+    # (swapped for a symlink since) writes nothing (see envrec.formats.ownfolder)
+    folder_id: tuple[int, int] | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Collection
 from typing import IO, Any
 
@@ -18,7 +19,7 @@ try:  # ISA-L's CRC-32: the same values as zlib's, ~4x as fast (measured: 7 vs 1
 except ImportError:  # pragma: no cover - a platform without an isal wheel
     from zlib import crc32
 
-__all__ = ["TMP_SUFFIX", "commit_file", "discard_file", "file_crc32", "fsync_dir", "remove_stale_tmp", "tmp_path_for", "write_atomic"]
+__all__ = ["TMP_SUFFIX", "commit_file", "discard_file", "file_crc32", "fsync_dir", "open_new", "process_alive", "remove_stale_tmp", "tmp_path_for", "write_atomic"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -54,10 +55,25 @@ def discard_file(f, path: str) -> None:
         os.unlink(path)
 
 
+def open_new(path: str, mode: str = "wb", buffering: int = -1) -> IO[Any]:
+    """Create and open this process's temporary file ``path`` (``"wb"`` or ``"w+b"``): whatever is planted at its
+    name (a symlink, a file of a dead process of the same pid) is removed first, and the file is created with
+    ``O_EXCL|O_NOFOLLOW``, so nothing is ever written through a link."""
+    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+        os.unlink(path)
+    access = os.O_RDWR if "+" in mode else os.O_WRONLY
+    fd = os.open(path, access | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        return open(fd, mode, buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def write_atomic(path: str, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically (see the module docstring)."""
     tmp = tmp_path_for(path)
-    f = open(tmp, "wb")
+    f = open_new(tmp)
     try:
         f.write(data)
         commit_file(f, tmp, path)
@@ -77,28 +93,50 @@ def file_crc32(path: str, chunk_bytes: int = 1 << 20) -> int:
     return crc
 
 
-def remove_stale_tmp(folder: str, prefix: str = "", finished: Collection[int] = ()) -> list[str]:
-    """Remove temporary files of ours whose writing process is gone (or in ``finished``: known to write no
-    more, e.g. a failed worker still exiting); return their names."""
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs on this host (a zombie, dead but not yet reaped, does not)."""
     import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, ValueError):
+        return False
+    except psutil.Error:
+        return True  # there, but not ours to look at: alive
+
+
+def remove_stale_tmp(folder: str, prefix: str = "", finished: Collection[int] = (),
+                     finals: Collection[str] | None = None) -> list[str]:
+    """Remove temporary files of ours whose writing process is gone (or in ``finished``: known to write no
+    more, e.g. a failed worker still exiting); return their names.
+
+    Only files of our own making go: named ``.<prefix>...<pid>.tmp`` (with ``finals``, the final name must
+    end with one of them), a regular file (not a symlink, a FIFO or a folder) owned by this user; anything
+    else is left alone. Removed relative to the folder opened once (``OwnFolder``).
+    """
+    from .ownfolder import OwnFolder
 
     removed: list[str] = []
     try:
-        names = os.listdir(folder)
+        own = OwnFolder(folder)
     except OSError:
         return removed
-    for name in names:
-        if not (name.startswith("." + prefix) and name.endswith(TMP_SUFFIX)):
-            continue
-        try:
-            pid = int(name[: -len(TMP_SUFFIX)].rsplit(".", 1)[1])
-        except (IndexError, ValueError):
-            continue
-        if pid not in finished and (pid == os.getpid() or psutil.pid_exists(pid)):  # ours, or a live writer's
-            continue
-        try:
-            os.unlink(os.path.join(folder, name))
-            removed.append(name)
-        except OSError:
-            pass
+    with own:
+        for name in own.listdir():
+            if not (name.startswith(f".{prefix}." if prefix else ".") and name.endswith(TMP_SUFFIX)):
+                continue
+            final, _, pid_text = name[1 : -len(TMP_SUFFIX)].rpartition(".")
+            if not final or not pid_text.isdigit() or (finals is not None and not final.endswith(tuple(finals))):
+                continue
+            pid = int(pid_text)
+            if pid not in finished and (pid == os.getpid() or process_alive(pid)):  # ours, or a live writer's
+                continue
+            try:
+                st = own.lstat(name)
+                if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                    continue
+                if own.unlink(name):
+                    removed.append(name)
+            except OSError:
+                pass
     return removed

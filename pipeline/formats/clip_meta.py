@@ -15,14 +15,18 @@ import os
 from typing import TypedDict
 
 from ..errors import TraceError
-from .atomic import write_atomic
 from .inside import name_parts, open_inside
+from .ownfolder import OwnFolder
 from .trace_checks import check_types, parse_json
 
-__all__ = ["CLIP_META_VERSION", "META_SUFFIX", "ClipMeta", "meta_path", "read_clip_meta", "write_clip_meta"]
+__all__ = ["CLIP_FILE_SUFFIXES", "CLIP_META_VERSION", "META_SUFFIX", "ClipMeta", "is_clip_file", "meta_path", "read_clip_meta",
+           "write_clip_meta"]
 
 CLIP_META_VERSION = 1
 META_SUFFIX = ".meta.json"
+# The files a video recorder writes for clip NAME: NAME.mp4 or NAME.cast, NAME.meta.json, and an asciicast's events
+# while it is recorded (each also as a temporary ``.NAME.SUFFIX.PID.tmp``): the only names it removes or replaces.
+CLIP_FILE_SUFFIXES = (".mp4", ".cast", META_SUFFIX, ".cast.events")
 
 
 class ClipMeta(TypedDict, total=False):
@@ -63,10 +67,32 @@ def meta_path(folder: str, name: str) -> str:
     return os.path.join(folder, name + META_SUFFIX)
 
 
-def write_clip_meta(path: str, meta: ClipMeta) -> None:
-    """Replace ``path`` atomically with ``meta`` (its version added)."""
+def is_clip_file(name: str) -> bool:
+    """Whether ``name`` is one of a clip's files (``CLIP_FILE_SUFFIXES``) with a clip name ``check_prefix`` allows:
+    the ``owns`` test of a video recorder's ``OwnFolder``."""
+    from ..errors import ConfigError
+    from .trace_format import check_prefix
+
+    for suffix in CLIP_FILE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            try:
+                check_prefix(name[: -len(suffix)])
+                return True
+            except ConfigError:
+                return False
+    return False
+
+
+def write_clip_meta(folder: OwnFolder, name: str, meta: ClipMeta) -> None:
+    """Replace ``NAME.meta.json`` in ``folder`` atomically with ``meta`` (its version added).
+
+    Args:
+        folder: the recorder's folder, opened once.
+        name: the clip's name.
+        meta: the metadata.
+    """
     doc = {"version": CLIP_META_VERSION, **meta}
-    write_atomic(path, json.dumps(doc, indent=1, allow_nan=False).encode("utf-8"))
+    folder.write_atomic(name + META_SUFFIX, json.dumps(doc, indent=1, allow_nan=False).encode("utf-8"))
 
 
 _NUMBER = (int, float)

@@ -37,6 +37,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
+from collections.abc import Callable
 from typing import Any, NotRequired, TypedDict
 
 from ..errors import ConfigError, TraceError
@@ -65,6 +67,7 @@ __all__ = [
     "read_manifest",
     "segment_document",
     "segment_name",
+    "trace_file_names",
     "unnamed_batch_files",
     "write_manifest",
 ]
@@ -250,7 +253,8 @@ def manifest_document(
         "error": error,
         "terminated_by": terminated_by,  # the signal that ended the job (SIGTERM), if one did
         "poisoned": [],  # records skipped because they made the serializer fail every time (the serializer's)
-        "writer": {"envrec": __version__, "pid": os.getpid()},
+        # env_pid and host: a recording killed with its workers is known dead by them (record/leftovers.py)
+        "writer": {"envrec": __version__, "pid": os.getpid(), "env_pid": os.getpid(), "host": socket.gethostname()},
         **({"env": env} if env is not None else {}),
     }
 
@@ -281,6 +285,12 @@ def recording_batches(folder: str, manifest: Manifest) -> list[BatchEntry]:
         out.extend(read_manifest(os.path.join(folder, segment_name(manifest["prefix"], k)))["batches"])
     out.extend(manifest["batches"])
     return out
+
+
+def trace_file_names(prefix: str) -> Callable[[str], bool]:
+    """The ``owns`` test of a recording's files (``envrec.formats.ownfolder``): ``PREFIX.*`` (manifest, segments,
+    batches) and the hidden ``.PREFIX.*`` (checkpoints, spills, temporary files)."""
+    return lambda name: name.startswith((f"{prefix}.", f".{prefix}."))
 
 
 def checkpoint_names(prefix: str) -> tuple[str, str]:

@@ -3,16 +3,16 @@ encoder failed before writing it, and the deletion of a clip discarded after it 
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
+import stat
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigError
-from ..formats.clip_meta import ClipMeta, meta_path, read_clip_meta, write_clip_meta
+from ..errors import ConfigError, RecordError
+from ..formats.clip_meta import META_SUFFIX, ClipMeta, meta_path, read_clip_meta, write_clip_meta
+from ..formats.ownfolder import OwnFolder
 from ..formats.trace_format import check_prefix
 from .packer import RecordPacker
 
@@ -41,15 +41,19 @@ class ClipState:
     raw_shape: tuple = ()  # that frame's shape as given (2-D or 3-D)
 
 
-def write_broken_meta(folder: str, clip: ClipState, reason: str | None) -> None:
-    """The metadata of a clip whose worker failed before writing it; a file with no frame in it goes. Never raises."""
-    path = meta_path(folder, clip.name)
-    ext = ".cast" if clip.kind == "ansi" else ".mp4"
-    video = os.path.join(folder, clip.name + ext)
+def write_broken_meta(folder: OwnFolder, clip: ClipState, reason: str | None) -> None:
+    """The metadata of a clip whose worker failed before writing it, in the recorder's folder opened once; a file
+    with no frame in it goes (a regular file of the clip's name only). Never raises."""
+    video = clip.name + (".cast" if clip.kind == "ansi" else ".mp4")
+    try:
+        st = folder.lstat(video)
+    except (OSError, RecordError):
+        st = None
+    regular = st is not None and stat.S_ISREG(st.st_mode)
     meta: ClipMeta = {
         "content_type": "application/x-asciicast" if clip.kind == "ansi" else "video/mp4",
         "name": clip.name,
-        "path": os.path.basename(video) if os.path.exists(video) and os.path.getsize(video) else None,
+        "path": video if regular and st is not None and st.st_size else None,
         "episode_id": clip.episode_id,
         "frames_sent": clip.frames,
         "frames_written": None,  # unknown: the encoder died before saying
@@ -62,10 +66,10 @@ def write_broken_meta(folder: str, clip: ClipState, reason: str | None) -> None:
         "written_by": "env process",  # the encoder died before finishing this clip
     }
     try:
-        if meta["path"] is None and os.path.exists(video):
-            os.unlink(video)
-        write_clip_meta(path, meta)
-    except OSError as exc:  # never into the env's step; the stream is already reported broken
+        if meta["path"] is None and regular:
+            folder.unlink(video)
+        write_clip_meta(folder, clip.name, meta)
+    except (OSError, RecordError) as exc:  # never into the env's step; the stream is already reported broken
         logger.error("envrec: could not write the metadata of broken clip %s: %s", clip.name, exc)
 
 
@@ -77,17 +81,18 @@ def mark_discarded(clips: Iterable[ClipState], name: str) -> bool:
     return pending is not None
 
 
-def delete_clip_files(folder: str, name: str, recorder: str) -> bool:
+def delete_clip_files(folder: OwnFolder, name: str, recorder: str) -> bool:
     """Delete finished clip ``name``'s ``NAME.meta.json`` and the video it names; True if they were there.
 
     Only those two files in ``folder``, and only when the metadata is this
     clip's: it names ``name`` and ``recorder`` (the env process's own
     metadata of a broken clip names no recorder), and its video is
-    ``NAME.mp4`` or ``NAME.cast``. The metadata goes first, as disk budgets
-    do: no reader sees metadata naming a missing video. Never raises.
+    ``NAME.mp4`` or ``NAME.cast``, a regular file. The metadata goes first,
+    as disk budgets do: no reader sees metadata naming a missing video.
+    Removed relative to the folder opened once. Never raises.
 
     Args:
-        folder: the recorder's folder.
+        folder: the recorder's folder, opened once.
         name: the clip's name (a plain file name, ``check_prefix``'s; any other deletes nothing).
         recorder: the recorder's id (``VideoRecorder.recorder_id``).
     """
@@ -96,8 +101,10 @@ def delete_clip_files(folder: str, name: str, recorder: str) -> bool:
     except ConfigError:
         logger.warning("envrec: %r is not a clip name (it could leave the folder): nothing deleted", name)
         return False
-    path = meta_path(folder, name)
+    path = meta_path(folder.path, name)
     try:
+        if not folder.is_regular(name + META_SUFFIX):
+            return False
         meta = read_clip_meta(path)
     except (OSError, ValueError):
         return False  # gone already (a disk budget took it), or not a clip's metadata: nothing of this clip's
@@ -106,11 +113,10 @@ def delete_clip_files(folder: str, name: str, recorder: str) -> bool:
         return False
     video = meta.get("path")
     try:
-        os.unlink(path)
-        if video in (name + ".mp4", name + ".cast"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(folder, video))
-    except OSError as exc:
+        folder.unlink(name + META_SUFFIX)
+        if video in (name + ".mp4", name + ".cast") and folder.is_regular(video):
+            folder.unlink(video)
+    except (OSError, RecordError) as exc:
         logger.error("envrec: could not delete discarded clip %s: %s", name, exc)
         return False
     return True

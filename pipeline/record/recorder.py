@@ -38,7 +38,7 @@ from ..supervision.restarts import RestartPolicy
 from ..supervision.stats import CallTimes, summary_line
 from ..supervision.stream import Stream, warn_start_method
 from .commit_watch import BatchCallback, CommitWatcher
-from .leftovers import remove_checkpoints, remove_leftovers
+from .leftovers import remove_checkpoints, remove_dead_recordings, remove_leftovers
 from .packer import ResetRecord, StepRecord, TracePacker
 
 __all__ = ["DEFAULT_RING_BYTES", "TRACE_OPTIONS", "TraceRecorder", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
@@ -186,6 +186,7 @@ class TraceRecorder:
             "commit_interval": commit_interval,
         }
         remove_stale_tmp(self.directory, self.prefix)
+        remove_dead_recordings(self.directory, keep=self.prefix)  # of recordings killed with their workers
 
         self._cfg = cfg = SerializerConfig(
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),

@@ -31,8 +31,9 @@ from ..contract.faults import NO_FAULT, FaultSpec, from_env
 from ..contract.protocol import EncoderConfig, Kind, Status
 from ..errors import ConfigError, RecordError, RecordTooLargeError
 from ..formats.atomic import remove_stale_tmp
-from ..formats.clip_meta import ClipMeta, meta_path, read_clip_meta
+from ..formats.clip_meta import CLIP_FILE_SUFFIXES, ClipMeta, is_clip_file, meta_path, read_clip_meta
 from ..formats.ffmpeg import VideoSettings, find_ffmpeg
+from ..formats.ownfolder import OwnFolder
 from ..formats.trace_format import check_prefix
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, Accepts, check_options, optional
 from ..options import StreamOptions
@@ -129,7 +130,7 @@ class VideoRecorder:
         opts = StreamOptions.merge(options, stream_options)
         hang_timeout_s = opts.hang_timeout_s
         self.folder = check_folder(folder)
-        remove_stale_tmp(self.folder)  # what a killed encoder of an earlier run left
+        remove_stale_tmp(self.folder, finals=CLIP_FILE_SUFFIXES)  # what a killed encoder of an earlier run left
         self.fps = fps
         self.settings = settings or VideoSettings()
         self.ffmpeg, self.backend = find_ffmpeg(ffmpeg)
@@ -141,17 +142,23 @@ class VideoRecorder:
                 f"({self.settings.stall_timeout_s:g}): the encoder may wait that long for ffmpeg"
             )
         self.recorder_id = f"{os.getpid()}-{time.time_ns()}-{id(self):x}"
+        # Every clip file written, moved or removed relative to the folder opened now (see envrec.formats.ownfolder)
+        self._own = OwnFolder(self.folder, is_clip_file)
         cfg = EncoderConfig(
             self.folder, self.ffmpeg, self.backend, self.settings, env_id, faults or from_env() or NO_FAULT,
-            recorder=self.recorder_id, max_bytes=max_bytes, keep_last_clips=keep_last_clips,
+            recorder=self.recorder_id, max_bytes=max_bytes, keep_last_clips=keep_last_clips, folder_id=self._own.identity,
         )
-        self._stream = Stream(
-            "encoder",
-            cfg,
-            opts,
-            ring_bytes=opts.ring_or(DEFAULT_FRAME_RING_BYTES),
-            restart=RestartPolicy.fresh_per_clip(dataclasses.replace(cfg, faults=NO_FAULT)),  # a fault fires once
-        )
+        try:
+            self._stream = Stream(
+                "encoder",
+                cfg,
+                opts,
+                ring_bytes=opts.ring_or(DEFAULT_FRAME_RING_BYTES),
+                restart=RestartPolicy.fresh_per_clip(dataclasses.replace(cfg, faults=NO_FAULT)),  # a fault fires once
+            )
+        except BaseException:
+            self._own.close()
+            raise
         self.times = CallTimes() if opts.timing else None
         self._first_frame_at: float | None = None
         self.clip: ClipState | None = None
@@ -167,6 +174,11 @@ class VideoRecorder:
     @property
     def closed(self) -> bool:
         return self._stream.closed
+
+    @property
+    def folder_id(self) -> tuple[int, int]:
+        """``(st_dev, st_ino)`` of the clips' folder as this recorder opened it: every clip file goes there."""
+        return self._own.identity
 
     @property
     def backlog_bytes(self) -> int:
@@ -325,13 +337,13 @@ class VideoRecorder:
             name: the clip's name, as given to ``start_clip``.
         """
         if not mark_discarded(self._unreported, name):  # reported finished already: its files go now
-            self.clips_unkept += delete_clip_files(self.folder, name, self.recorder_id)
+            self.clips_unkept += delete_clip_files(self._own, name, self.recorder_id)
     evict_clip = renamed_method("discard_clip", "VideoRecorder.evict_clip")  # the old name, for one release
 
     def _drop_discarded(self, *clips: ClipState) -> None:
         """Delete the files of those of ``clips`` that ``envrec.keep`` discarded, counting each clip deleted."""
         for clip in clips:
-            if clip.discarded and delete_clip_files(self.folder, clip.name, self.recorder_id):
+            if clip.discarded and delete_clip_files(self._own, clip.name, self.recorder_id):
                 self.clips_unkept += 1
 
     def _refuse(self, problem: str) -> None:
@@ -372,7 +384,7 @@ class VideoRecorder:
         and those queued behind it): a clip whose ``.meta.json`` the worker never wrote gets one saying why."""
         for clip in self._unreported:
             if not os.path.exists(meta_path(self.folder, clip.name)):
-                write_broken_meta(self.folder, clip, reason)
+                write_broken_meta(self._own, clip, reason)
 
     # -- counters and ending -----------------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -413,6 +425,7 @@ class VideoRecorder:
         if self._stream.broken is not None:
             self._write_unfinished_meta(self._stream.broken)  # the worker is gone: what it left is unfinished
         self.poll()
+        self._own.close()
         logger.info("envrec: %d clip(s) in %s: %s", self.clips_started, self.folder, summary_line(self.stats()))
         return summary
 

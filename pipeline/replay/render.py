@@ -33,8 +33,9 @@ from typing import Any
 import gymnasium as gym
 
 from ..errors import ConfigError
-from ..formats.clip_meta import meta_path, read_clip_meta
+from ..formats.clip_meta import is_clip_file, meta_path, read_clip_meta
 from ..formats.ffmpeg import VideoSettings
+from ..formats.ownfolder import FolderChanged, OwnFolder
 from ..formats.trace_format import check_prefix
 from ..read.reader import Episode, TraceReader
 from ..record.headless import headless_display
@@ -280,7 +281,7 @@ def render_task(directory: str, prefix: str | None, items: list[tuple[int, int]]
     opts: RenderOptions = options["render"]
     import_user_modules(opts.trust.import_modules)  # a job is a fresh interpreter: the user's modules imported here too
     filmed = []
-    with TraceReader(directory, prefix=prefix) as reader:
+    with _open_out(opts.out) as own, TraceReader(directory, prefix=prefix) as reader:
         rec = reader.recordings[0]
         episodes = [_episode(reader, index, eid) for index, eid in items]
         starts = reset_steps(reader, episodes)
@@ -292,6 +293,11 @@ def render_task(directory: str, prefix: str | None, items: list[tuple[int, int]]
         except BaseException:
             env.close()
             raise
+        if recorder.folder_id != own.identity:  # swapped between the two opens: write nothing into the new one
+            recorder.close()
+            env.close()
+            raise ConfigError(f"the clips' folder {opts.out} was replaced (by a symbolic link or another folder) while "
+                              "the render started: nothing was written into it")
         with recorder:
             for k, ep in enumerate(episodes):
                 env = env if k == 0 else _make_env(rec.manifest, opts)  # one for each: none films what one before left
@@ -299,7 +305,7 @@ def render_task(directory: str, prefix: str | None, items: list[tuple[int, int]]
                     filmed.append(_film(_Job(env, recorder, name, hook, opts), ep, starts[ep.episode_id]))
                 finally:
                     env.close()
-    return [_finished(opts.out, clip) for clip in filmed]
+        return [_finished(own, clip) for clip in filmed]
 
 
 def _make_env(manifest: Mapping[str, Any], options: RenderOptions) -> gym.Env:
@@ -428,14 +434,28 @@ def reset_steps(reader: TraceReader, episodes: Sequence[Episode]) -> dict[int, i
     return out
 
 
-def _finished(out: str, clip: RenderedClip) -> RenderedClip:
-    """``clip`` with its video's path and any reason it broke, from the metadata the encoder wrote."""
+def _open_out(out: str) -> OwnFolder:
+    """The clips' folder opened once, not through a symbolic link (``OwnFolder``): the encoder must find this very
+    folder there, and the clips are read back through it; ConfigError when it is a link or gone."""
+    try:
+        return OwnFolder(out, is_clip_file, follow=False)
+    except (OSError, FolderChanged) as exc:
+        raise ConfigError(f"the clips' folder {out} cannot be opened as a folder (a symbolic link is not followed): "
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _finished(own: OwnFolder, clip: RenderedClip) -> RenderedClip:
+    """``clip`` with its video's path and any reason it broke, from the metadata the encoder wrote (read through
+    the folder opened once); no path when that video is not a regular file there (reported not written)."""
     if clip.meta_path is None:
         return clip
     try:
-        meta = read_clip_meta(clip.meta_path)
+        meta = read_clip_meta(own.proc_path(os.path.basename(clip.meta_path)))
     except (OSError, ValueError) as exc:
         return replace(clip, path=None, reason=f"no clip metadata: {exc}")
     name = meta.get("path")
-    video = os.path.join(out, name) if name else None
-    return replace(clip, path=video, reason=clip.reason or meta.get("reason"))
+    reason = clip.reason or meta.get("reason")
+    if name and not (is_clip_file(name) and own.is_regular(name)):
+        name, reason = None, reason or f"{name} in {own.path} is not a regular file: no clip was written"
+    video = os.path.join(own.path, name) if name else None
+    return replace(clip, path=video, reason=reason)

@@ -3,7 +3,7 @@
 By default envrec leaves the env process's signals alone: what SIGTERM or
 SIGINT do there is the user's (or their framework's) business. The workers
 need no help either way: they latch SIGTERM and commit everything the env
-process handed over once it is gone (see ``envrec.workers.entry``). What
+process handed over once it is gone (see ``envrec.workers.loop``). What
 ``close_on_signals()`` adds is a *clean* close: the open episode is ended
 by ``close`` (not ``crash``), the final manifest and clip metadata carry
 the env process's own stats, and ``on_clip_closed``/``on_batch_committed``

@@ -51,7 +51,7 @@ KILL_REAP_S = 2.0  # then after SIGKILL: how long before it is left as unkillabl
 
 
 def worker_main(role: str) -> str:
-    """The worker main a role runs (a key of ``envrec.workers.entry.MAINS``): the role's name, hyphenated
+    """The worker main a role runs (a key of ``envrec.workers.loop.MAINS``): the role's name, hyphenated
     ("vector serializer" runs ``vector-serializer``)."""
     return role.replace(" ", "-")
 

@@ -61,7 +61,7 @@ class Fault:
     """One row of the battery: inject ``error`` into the ``when``th ``syscall`` touching ``target``."""
 
     worker: str  # "serializer" or "encoder"
-    syscall: str  # as strace names it: openat, write, pwrite64, fsync, rename
+    syscall: str  # as strace names it: openat, write, pwrite64, fsync, rename, renameat
     target: str  # a key of the worker's path table (see trace_paths, video_paths)
     when: int
     error: str  # EIO or ENOSPC
@@ -90,8 +90,11 @@ def trace_paths(folder: str, prefix: str, batches: int = 16, spills: int = 8) ->
 
 def video_paths(folder: str, clips: list[str]) -> dict[str, list[str]]:
     """The encoder's files by role: each clip's metadata, and its video (written by ffmpeg, a traced child,
-    then remuxed into a temporary file that the encoder fsyncs and renames over it)."""
+    then remuxed into a temporary file that the encoder fsyncs and renames over it), and its folder: the encoder
+    opens, creates and renames files relative to the folder opened once (``OwnFolder``: ``openat`` and
+    ``renameat`` on its descriptor), which strace matches by that descriptor only."""
     return {
+        "folder": [folder],
         "meta": [p for c in clips for p in (f"{folder}/.{c}.meta.json.{PID}.tmp", f"{folder}/{c}.meta.json")],
         "video": [p for c in clips for p in (f"{folder}/{c}.mp4", f"{folder}/.{c}.mp4.{PID}.tmp")],
     }
