@@ -370,9 +370,9 @@ class Stream:
         if self._close_sent:
             return  # a successor finds the first one, still unreleased in the ring
         self.ring.set_policy(True, None, self.worker.alive)  # CLOSE is never dropped while the worker lives
-        part = json.dumps(final_stats or {}, allow_nan=False).encode("utf-8")
+        section = json.dumps(final_stats or {}, allow_nan=False).encode("utf-8")
         try:
-            if self.ring.write(Kind.CLOSE, 0, 0, (part,)):
+            if self.ring.write(Kind.CLOSE, 0, 0, (section,)):
                 self.counters.control_records += 1
                 self._close_sent = True
         except ConsumerGone:

@@ -10,8 +10,8 @@ Shutdown protocol (``WorkerSupervisor.close``, then ``Stream``), step by step:
    saying so. Its ffmpeg, in a process group of its own, is killed
    ``CHILD_GRACE_S`` later if it has not finished by then.
 4. The owner closes its side of the ring (``RingWriter.close``): it unmaps the
-   memfd segment and closes its descriptors. Nothing is unlinked: the
-   segment has no name in ``/dev/shm``, and the kernel frees it once the
+   memfd and closes its descriptors. Nothing is unlinked: the
+   memfd has no name in ``/dev/shm``, and the kernel frees it once the
    worker's descriptors are gone too (the worker has exited by step 3).
 
 A worker's state (``WorkerState``, see ``envrec.supervision.lifecycle``) is
