@@ -26,7 +26,7 @@ from envrec.cli import build_parser
 from envrec.doctor import Result, Status, run_checks
 from envrec.doctor.env_check import env_results, probe_env
 from envrec.doctor.gl import first_rendering
-from envrec.doctor.result import bounded, run_process
+from envrec.doctor.result import allow_running, bounded, kill_running, run_process
 from envrec.errors import ConfigError
 
 from .support.doctor_envs import env_id
@@ -261,6 +261,64 @@ def test_ctrl_c_ends_the_doctor_at_once_and_kills_its_probes():
         proc.wait()
     assert proc.returncode == 130 and "interrupted" in err and time.monotonic() - started < 15, (out, err)
     # the env probe (asleep in its constructor) is gone: the conftest fixture fails a test that leaves it
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("serial")
+def test_ctrl_c_at_any_point_of_the_checks_ends_the_doctor():
+    """Ctrl-C while the probes start, run, and the checks' threads make new ones: each time the doctor ends at once."""
+    for delay in (0.0, 0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0):
+        proc = subprocess.Popen([sys.executable, "-m", "envrec", "doctor", "--only", "env,ffmpeg", "--env", env_id("Hangs")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+        try:
+            assert proc.stdout.readline().startswith("INFO  versions")
+            time.sleep(delay)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert proc.returncode == 130 and "interrupted" in err and time.monotonic() - started < 15, (delay, out, err)
+
+
+SIGINT_IN_A_THREAD = """
+import signal, sys, threading, time
+from envrec.doctor import run_checks
+def interrupt():
+    time.sleep(float(sys.argv[2]))
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # taken by this thread, as the kernel may choose
+threading.Thread(target=interrupt).start()
+started = time.monotonic()
+try:
+    run_checks(sys.argv[1], only=("env",))
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - started:.1f} s")
+"""
+
+
+@pytest.mark.parametrize("delay", [0.3, 2.0])
+def test_ctrl_c_taken_by_a_checks_thread_still_ends_the_checks(delay):
+    """SIGINT goes to any thread: one that is not the main thread only flags it, and the main thread, waiting on the
+    hanging env's check, sees the flag within a fraction of a second (not when the env's 90-s limit ends)."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", SIGINT_IN_A_THREAD, env_id("Hangs"), str(delay)], capture_output=True,
+                          text=True, timeout=60, env=child_env())
+    assert done.returncode == 0 and done.stdout.startswith("interrupted after"), (done.stdout, done.stderr)
+    assert time.monotonic() - started < 20, done.stdout
+
+
+def test_a_process_started_after_ctrl_c_is_killed_at_once():
+    """A check that starts a process just after Ctrl-C killed those running gets it killed too, not run to its limit."""
+    kill_running()
+    try:
+        started = time.monotonic()
+        done = run_process(["sleep", "60"], 30)
+        assert done.returncode is None or done.returncode < 0
+        assert time.monotonic() - started < 10
+    finally:
+        allow_running()
+    assert run_process(["true"], 30).returncode == 0  # a new run of the checks runs its processes
 
 
 def test_every_check_and_process_has_a_time_limit():
