@@ -236,6 +236,7 @@ def test_an_env_that_renders_text_passes_as_ansi():
     assert results["env frame"].message.startswith("a text frame of 15 characters")
 
 
+@pytest.mark.xdist_group("serial")
 def test_an_env_that_hangs_is_given_up_on_and_killed():
     started = time.monotonic()
     findings = probe_env(env_id("Hangs"), timeout_s=3.0)
@@ -246,6 +247,7 @@ def test_an_env_that_hangs_is_given_up_on_and_killed():
     # the conftest fixture fails this test if the probe's interpreter were still alive
 
 
+@pytest.mark.xdist_group("serial")
 def test_ctrl_c_ends_the_doctor_at_once_and_kills_its_probes():
     proc = subprocess.Popen([sys.executable, "-m", "envrec", "doctor", "--only", "env,ffmpeg", "--env", env_id("Hangs")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
@@ -298,6 +300,7 @@ except KeyboardInterrupt:
 
 
 @pytest.mark.parametrize("delay", [0.3, 2.0])
+@pytest.mark.xdist_group("serial")
 def test_ctrl_c_taken_by_a_checks_thread_still_ends_the_checks(delay):
     """SIGINT goes to any thread: one that is not the main thread only flags it, and the main thread, waiting on the
     hanging env's check, sees the flag within a fraction of a second (not when the env's 90-s limit ends)."""
@@ -308,6 +311,7 @@ def test_ctrl_c_taken_by_a_checks_thread_still_ends_the_checks(delay):
     assert time.monotonic() - started < 20, done.stdout
 
 
+@pytest.mark.xdist_group("serial")
 def test_a_process_started_after_ctrl_c_is_killed_at_once():
     """A check that starts a process just after Ctrl-C killed those running gets it killed too, not run to its limit."""
     kill_running()
@@ -321,6 +325,7 @@ def test_a_process_started_after_ctrl_c_is_killed_at_once():
     assert run_process(["true"], 30).returncode == 0  # a new run of the checks runs its processes
 
 
+@pytest.mark.xdist_group("serial")
 def test_every_check_and_process_has_a_time_limit():
     started = time.monotonic()
     [result] = bounded("slow", lambda: [time.sleep(5), Result("slow", Status.PASS, "")][1:], 0.2)

@@ -320,7 +320,8 @@ def vector_clips(folder) -> dict[tuple[int, int], set[str]]:
     return found
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", [pytest.param(AutoresetMode.NEXT_STEP, marks=pytest.mark.slow), AutoresetMode.SAME_STEP],
+                         ids=lambda m: m.value)
 def test_vector_best_keeps_the_k_best_clips_of_all_sub_envs_together(tmp_path, mode):
     keeper = envrec.keep.best(2)
     venv = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync", vector_kwargs={"autoreset_mode": mode}, render_mode="rgb_array")
@@ -340,7 +341,8 @@ def test_vector_best_keeps_the_k_best_clips_of_all_sub_envs_together(tmp_path, m
     assert keeper.evicted >= 1 and discarded == len(returns) - 2
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", [pytest.param(AutoresetMode.NEXT_STEP, marks=pytest.mark.slow), AutoresetMode.SAME_STEP],
+                         ids=lambda m: m.value)
 def test_vector_failures_are_each_sub_envs_terminated_episodes(tmp_path, mode):
     venv = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": mode}, render_mode="rgb_array")
     env = envrec.RecordVectorTrace(venv, tmp_path, name_prefix="vec")
@@ -361,7 +363,8 @@ def test_vector_failures_are_each_sub_envs_terminated_episodes(tmp_path, mode):
          ep.ended_by == "truncated") for j, ep in episodes)
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", [pytest.param(AutoresetMode.NEXT_STEP, marks=pytest.mark.slow), AutoresetMode.SAME_STEP],
+                         ids=lambda m: m.value)
 def test_vector_is_success_comes_from_each_sub_envs_last_info(tmp_path, mode):
     """Same-step autoreset puts an episode's last info in info["final_info"]; next-step in the step's info."""
     flags = [[True, False, False, True, True, False], [False, True, True, False, False, False]]

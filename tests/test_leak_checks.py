@@ -21,7 +21,7 @@ import time
 import psutil
 import pytest
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

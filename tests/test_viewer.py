@@ -93,6 +93,7 @@ def test_episode_json_errors(served, query, status):
     assert got == status and "error" in json.loads(body)
 
 
+@pytest.mark.xdist_group("serial")
 def test_a_long_episode_is_downsampled_min_max_and_fast(tmp_path):
     rec = envrec.TraceRecorder(tmp_path, S.Box(-np.inf, np.inf, (3,), np.float32), S.Discrete(2), batch_bytes=50_000_000)
     rng = np.random.default_rng(0)
@@ -282,6 +283,7 @@ def test_the_host_check_holds_for_any_bind_address(tmp_path):
         server.close()
 
 
+@pytest.mark.xdist_group("serial")
 def test_idle_connections_time_out_and_connections_are_bounded(tmp_path, monkeypatch):
     import socket
 

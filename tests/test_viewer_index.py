@@ -203,6 +203,7 @@ def _recording(server):
     return doc["recordings"][0] if doc["recordings"] else None
 
 
+@pytest.mark.xdist_group("serial")
 def test_a_running_episode_grows_on_the_index_a_paused_one_stays_recording_and_a_killed_one_reads_interrupted(tmp_path):
     child, worker = _live_child(tmp_path)
     server = ViewerServer(tmp_path, stale_after_s=STALE_S).start()
