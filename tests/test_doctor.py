@@ -80,6 +80,7 @@ def test_everything_passes_here_for_cartpole_and_nothing_is_left(tmp_path):
     assert _doctor_leftovers() == before  # the test clip's folder is gone
 
 
+@pytest.mark.slow
 def test_json_is_a_list_of_results_and_a_mujoco_gl_platform_renders(tmp_path):
     out = doctor("--json", "--folder", str(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr
@@ -142,9 +143,10 @@ def test_a_folder_that_cannot_be_written_fails_with_its_fix(tmp_path):
 @pytest.mark.parametrize(("name", "check", "said", "fix"), [
     ("HumanOnly", "env render modes", "no rgb_array or ansi render mode (its modes: human)",
      "give the env metadata['render_modes'] with 'rgb_array'"),
-    ("NoFps", "env render_fps", "no render_fps in its metadata", "pass fps= to RecordVideo (envrec record --fps N"),
-    ("FloatFrames", "env frame", "a frame must have dtype uint8 (RGB values 0-255), not float32",
-     "render() must return a uint8 HxWx3 numpy array"),
+    pytest.param("NoFps", "env render_fps", "no render_fps in its metadata", "pass fps= to RecordVideo (envrec record --fps N",
+                 marks=pytest.mark.slow),
+    pytest.param("FloatFrames", "env frame", "a frame must have dtype uint8 (RGB values 0-255), not float32",
+                 "render() must return a uint8 HxWx3 numpy array", marks=pytest.mark.slow),
 ])
 def test_an_env_envrec_cannot_film_fails_with_its_fix(name, check, said, fix):
     out = doctor("--only", "env", "--env", env_id(name))
@@ -198,6 +200,7 @@ def test_bad_env_ids():
     assert fix == "install the package that provides 'no_such_module_here', or fix the module named in the id"
 
 
+@pytest.mark.slow
 def test_a_mujoco_env_without_a_headless_gl_fails_and_passes_once_it_is_set():
     need_mujoco()
     backend, _ = first_rendering(CANDIDATES)

@@ -58,7 +58,7 @@ def record(env, keep_if, episodes, folder, **kwargs):
     return env.stats()
 
 
-@pytest.mark.parametrize("preset", ["best", "worst"])
+@pytest.mark.parametrize("preset", ["best", pytest.param("worst", marks=pytest.mark.slow)])
 def test_best_and_worst_leave_exactly_the_k_clips_the_trace_ranks_so(tmp_path, preset):
     """CartPole with random actions: after close the clips on disk are the 2 best (worst) episodes by the
     returns the trace recorded, every other one evicted or discarded and counted."""
