@@ -1,6 +1,7 @@
 """The test tiers, and shared fixtures: every test must leave no child process, segment, semaphore or temp file.
 
-Tiers (docs/testing.md): plain ``pytest`` runs the development tier, every test not marked ``slow``;
+Tiers (docs/testing.md): plain ``pytest`` runs the development tier, every test not marked ``slow`` (and
+of a parametrized test marked ``variants``, its first case);
 ``CI=true`` (what .ci/run sets) or ``--all`` runs the full tier, ``slow`` included; an explicit ``-m``
 chooses for itself, and naming test files or ids runs all of them. A run of the whole suite (no file named)
 is spread over two processes by pytest-xdist (``-n 2 --dist loadgroup``) unless ``-n`` is given: tests in
@@ -64,14 +65,22 @@ def pytest_configure(config):
     config.option.tx = ["popen"] * PROCESSES
 
 
+def _full_tier_only(item) -> bool:
+    """Marked ``slow``, or a case of a ``variants`` test other than its first (``-m`` does not see these)."""
+    if item.get_closest_marker("slow"):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return bool(item.get_closest_marker("variants") and callspec is not None and any(callspec.indices.values()))
+
+
 def pytest_collection_modifyitems(config, items):
-    """The development tier leaves out the tests marked ``slow`` (see the module's docstring)."""
+    """The development tier leaves out the tests marked ``slow`` and the later cases of ``variants`` tests."""
     if full_tier(config) or config.getoption("markexpr") or not _whole_suite(config):
         return
-    slow = [item for item in items if item.get_closest_marker("slow")]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if not item.get_closest_marker("slow")]
+    left_out = [item for item in items if _full_tier_only(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not _full_tier_only(item)]
 
 
 def pytest_report_header(config):

@@ -203,6 +203,7 @@ class BadFrames(ColourEnv):
         return self.bad(frame) if self.t >= self.at else frame
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize(
     "bad, reason",
     [
