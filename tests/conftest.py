@@ -66,7 +66,7 @@ def pytest_configure(config):
 
 
 def _full_tier_only(item) -> bool:
-    """Marked ``slow``, or a case of a ``variants`` test other than its first (``-m`` does not see these)."""
+    """Marked ``slow``, or a case of a ``variants`` test other than its first: left out of the development tier."""
     if item.get_closest_marker("slow"):
         return True
     callspec = getattr(item, "callspec", None)

@@ -188,6 +188,7 @@ def test_bad_usage_exits_2():
         run_checks(only=["nothing"])
 
 
+@pytest.mark.slow
 def test_bad_env_ids():
     out = doctor("--only", "env", "--env", "CartPol-v1")
     assert out.returncode == 1, out.stdout + out.stderr
@@ -302,6 +303,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("delay", [0.3, 2.0])
 @pytest.mark.xdist_group("serial")
 def test_ctrl_c_taken_by_a_checks_thread_still_ends_the_checks(delay):

@@ -159,6 +159,7 @@ def test_export_streams_one_batch_at_a_time(tmp_path):
     assert seen == [e["steps"] for e in entries[:-1]]
 
 
+@pytest.mark.slow
 def test_parquet_dataset_reads_back_in_pyarrow_pandas_polars_duckdb(tmp_path):
     import duckdb
     import pandas as pd

@@ -343,6 +343,7 @@ def test_vector_best_keeps_the_k_best_clips_of_all_sub_envs_together(tmp_path, m
 
 @pytest.mark.parametrize("mode", [pytest.param(AutoresetMode.NEXT_STEP, marks=pytest.mark.slow), AutoresetMode.SAME_STEP],
                          ids=lambda m: m.value)
+@pytest.mark.slow
 def test_vector_failures_are_each_sub_envs_terminated_episodes(tmp_path, mode):
     venv = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": mode}, render_mode="rgb_array")
     env = envrec.RecordVectorTrace(venv, tmp_path, name_prefix="vec")
@@ -365,6 +366,7 @@ def test_vector_failures_are_each_sub_envs_terminated_episodes(tmp_path, mode):
 
 @pytest.mark.parametrize("mode", [pytest.param(AutoresetMode.NEXT_STEP, marks=pytest.mark.slow), AutoresetMode.SAME_STEP],
                          ids=lambda m: m.value)
+@pytest.mark.slow
 def test_vector_is_success_comes_from_each_sub_envs_last_info(tmp_path, mode):
     """Same-step autoreset puts an episode's last info in info["final_info"]; next-step in the step's info."""
     flags = [[True, False, False, True, True, False], [False, True, True, False, False, False]]

@@ -305,6 +305,7 @@ def test_keyboard_interrupt_in_the_users_loop_finalizes_everything(tmp_path):
     assert [e.length for e in envrec.TraceReader(tmp_path)] == [50, 25]
 
 
+@pytest.mark.slow
 def test_memory_is_flat_in_episode_length(tmp_path):
     """A long episode of Atari-sized frames must not grow any process (buffering it would: 100 KB a step)."""
     env = envrec.RecordTrace(FrameEnv(210, 160, length=None), tmp_path)

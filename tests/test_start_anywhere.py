@@ -116,6 +116,7 @@ def test_async_vector_env_thunks_record_each_sub_env(tmp_path, context):
     assert not (tmp_path / "video1").exists()
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_multiprocessing_pool_worker_records(tmp_path, context):
     with mp.get_context(context).Pool(1) as pool:
@@ -323,6 +324,7 @@ def test_sigkill_of_an_async_vector_env_sub_process_leaves_nothing_running(tmp_p
     assert_trace_equals(tmp_path / "env1", reference_episodes(2, actions[:, 1]))
 
 
+@pytest.mark.slow
 def test_start_method_is_deprecated_and_ignored(tmp_path):
     with pytest.warns(DeprecationWarning, match="start_method is deprecated and ignored"):
         env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path / "t", start_method="fork")

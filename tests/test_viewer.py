@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,10 +24,18 @@ from .support.episodes import record_cartpole, run_episodes
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def served(tmp_path):
-    root = tmp_path / "rec"
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A CartPole recording with clips, made once for the module; each test serves a copy of its own."""
+    root = tmp_path_factory.mktemp("viewer") / "rec"
     record_cartpole(root, video=True)
+    return root
+
+
+@pytest.fixture
+def served(recorded, tmp_path):
+    root = tmp_path / "rec"
+    shutil.copytree(recorded, root)
     server = ViewerServer(root).start()
     yield server, root
     server.close()
