@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -58,14 +57,11 @@ def checks(out: str) -> dict[str, tuple[str, str, str]]:
     return found
 
 
-def _doctor_leftovers() -> set[str]:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("envrec-doctor-")}
-
-
 def test_everything_passes_here_for_cartpole_and_nothing_is_left(tmp_path):
-    before = _doctor_leftovers()
+    own_tmp = tmp_path / "tmp"  # the doctor's temporary folders go here: another test's (or job's) are not its
+    own_tmp.mkdir()
     folder = tmp_path / "new" / "recordings"
-    out = doctor("--folder", str(folder), cwd=tmp_path)
+    out = doctor("--folder", str(folder), cwd=tmp_path, env={**child_env(), "TMPDIR": str(own_tmp)})
     assert out.returncode == 0, out.stdout + out.stderr
     found = checks(out.stdout)
     for name in ("env", "env render modes", "env render_fps", "env frame", "SDL video driver", "ffmpeg", "ffmpeg encodes",
@@ -77,7 +73,7 @@ def test_everything_passes_here_for_cartpole_and_nothing_is_left(tmp_path):
     assert found["MuJoCo GL"][0] in ("PASS", "WARN", "SKIP") and found["open files limit"][0] in ("PASS", "WARN")
     assert "fix the failures" not in out.stdout and "ready to record here" in out.stdout.splitlines()[-1]
     assert not folder.exists() and not (tmp_path / "new").exists()  # made for the check, removed after
-    assert _doctor_leftovers() == before  # the test clip's folder is gone
+    assert not [n for n in os.listdir(own_tmp) if n.startswith("envrec-doctor-")]  # the test clip's folder is gone
 
 
 @pytest.mark.slow
