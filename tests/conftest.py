@@ -1,10 +1,20 @@
-"""Shared fixtures: every test must leave no child process, segment, semaphore or temp file.
+"""The test tiers, and shared fixtures: every test must leave no child process, segment, semaphore or temp file.
 
-Every check is scoped to what this test run started: this process, its
+Tiers (docs/testing.md): plain ``pytest`` runs the development tier, every test not marked ``slow`` (and
+of a parametrized test marked ``variants``, its first case);
+``CI=true`` (what .ci/run sets) or ``--all`` runs the full tier, ``slow`` included; an explicit ``-m``
+chooses for itself, and naming test files or ids runs all of them. A run of the whole suite (no file named)
+is spread over two processes by pytest-xdist (``-n 2 --dist loadgroup``) unless ``-n`` is given: tests in
+``xdist_group("serial")`` (bounded by wall-clock time) run one after another in one process, those in
+``xdist_group("ray")`` share one process and its Ray cluster.
+
+Every leak check is scoped to what this test run started: this process, its
 descendants, and the processes that carry this run's ``ENVREC_TEST_RUN``
 token in their environment (set below, inherited by every process the run
 starts, so a worker orphaned by a killed child still counts as ours). An
 envrec job running beside the suite on the same machine is none of these.
+Each pytest-xdist worker imports this file and sets a token of its own: it is
+a run of its own, and the tests of the other worker are not its tests.
 """
 
 from __future__ import annotations
@@ -21,7 +31,61 @@ from envrec.contract.shm import list_segments
 
 LEAK_GRACE_S = 5.0  # how long a test's children get to exit after it ends
 RUN_ENV = "ENVREC_TEST_RUN"
+NESTED = RUN_ENV in os.environ  # a pytest-xdist worker, or a run inside a test: never spread over processes again
 os.environ[RUN_ENV] = f"{os.getpid()}-{time.time_ns()}"  # this run's token (a run inside a test gets its own)
+PROCESSES = 2  # a whole-suite run's pytest-xdist workers: CI's 2 cores
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all", action="store_true", default=False,
+                     help="run the full tier, the tests marked slow too (what CI=true runs)")
+
+
+def full_tier(config) -> bool:
+    """Whether this run is the full tier: ``CI=true`` or ``--all``."""
+    return os.environ.get("CI") == "true" or config.getoption("--all")
+
+
+def _whole_suite(config) -> bool:
+    """No file or test named: pytest runs its testpaths (the tier)."""
+    return config.args_source is pytest.Config.ArgsSource.TESTPATHS
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """A whole-suite run goes to ``PROCESSES`` pytest-xdist workers (before xdist reads its options)."""
+    if NESTED or hasattr(config, "workerinput") or not _whole_suite(config) or config.getoption("collectonly"):
+        return
+    if not config.pluginmanager.hasplugin("xdist") or config.getoption("numprocesses", None) is not None:
+        return  # -p no:xdist, or -n given: as asked
+    if config.getoption("usepdb") or config.getoption("tx", None) or config.getoption("dist", "no") != "no":
+        return
+    config.option.numprocesses = PROCESSES
+    config.option.dist = "loadgroup"
+    config.option.tx = ["popen"] * PROCESSES
+
+
+def _full_tier_only(item) -> bool:
+    """Marked ``slow``, or a case of a ``variants`` test other than its first: left out of the development tier."""
+    if item.get_closest_marker("slow"):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return bool(item.get_closest_marker("variants") and callspec is not None and any(callspec.indices.values()))
+
+
+def pytest_collection_modifyitems(config, items):
+    """The development tier leaves out the tests marked ``slow`` and the later cases of ``variants`` tests."""
+    if full_tier(config) or config.getoption("markexpr") or not _whole_suite(config):
+        return
+    left_out = [item for item in items if _full_tier_only(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not _full_tier_only(item)]
+
+
+def pytest_report_header(config):
+    tier = "full (CI=true or --all)" if full_tier(config) else "development (not slow; --all or CI=true for all)"
+    return f"envrec test tier: {tier}" if _whole_suite(config) or full_tier(config) else None
 
 
 def ours() -> set[int]:
@@ -96,11 +160,25 @@ def _tmp_files(root) -> list[str]:
     return found
 
 
+def _seems_leaked(children: set[int], segments: set[str], sems: set[str], tmp_path) -> bool:
+    """Whether anything seems left: the cheap look, without the heap walk of ``gc.collect``."""
+    return bool(_tmp_files(tmp_path) or _semaphores() - sems or _children() - children
+                or our_segments() - segments or _encoders_writing_into(tmp_path))
+
+
 @pytest.fixture(autouse=True)
 def no_leaks(request, tmp_path):
-    """Fail a test that leaves a child process, an ffmpeg, an envrec segment, a semaphore or a temp file."""
+    """Fail a test that leaves a child process, an ffmpeg, an envrec segment, a semaphore or a temp file.
+
+    A test that left nothing passes at the first look. Only when something seems left is the garbage
+    collected (an unreferenced recorder's finalizer may still close it: 40-160 ms a call once torch, Ray and
+    pyarrow are loaded, so not for every test), and the children, segments and encoders get ``LEAK_GRACE_S``
+    to go before each is reported.
+    """
     children, segments, sems = _children(), our_segments(), _semaphores()
     yield
+    if not _seems_leaked(children, segments, sems, tmp_path):
+        return
     gc.collect()
     deadline = time.monotonic() + LEAK_GRACE_S
     while time.monotonic() < deadline and (

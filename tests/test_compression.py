@@ -27,6 +27,7 @@ pytestmark = pytest.mark.timeout(120)
 SMALL_CHUNKS = {"zstd": Compression("zstd", chunk_bytes=64), "lz4": Compression("lz4", chunk_bytes=64)}
 
 
+@pytest.mark.variants  # compression is one path whatever the space (tests/test_trace_roundtrip.py has each space)
 @pytest.mark.parametrize("name", sorted(SPACES))
 def test_every_space_type_reads_back_bit_exact_compressed(tmp_path, name):
     """Chunks of a few rows each, so episodes span several chunks and end in a partial one."""
@@ -43,7 +44,7 @@ def test_every_space_type_reads_back_bit_exact_compressed(tmp_path, name):
     assert manifest["settings"]["compression"] == {"codec": "zstd", "level": 3, "chunk_bytes": 64, "delta": True, "arrays": "all"}
 
 
-@pytest.mark.parametrize("codec", ["zstd", "lz4", "zstd:19", "lz4:9"])
+@pytest.mark.parametrize("codec", ["zstd", "lz4", *(pytest.param(c, marks=pytest.mark.slow) for c in ("zstd:19", "lz4:9"))])
 def test_codecs_and_levels_read_back_bit_exact(tmp_path, codec):
     space = SPACES["box_u8_image"]
     reference, _ = record(SpaceEnv(space, action_space=S.Discrete(4)), tmp_path, episodes=4, compression=codec)

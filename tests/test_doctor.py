@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -26,7 +25,7 @@ from envrec.cli import build_parser
 from envrec.doctor import CheckStatus, Result, run_checks
 from envrec.doctor.env_check import env_results, probe_env
 from envrec.doctor.gl import first_rendering
-from envrec.doctor.result import bounded, run_process
+from envrec.doctor.result import allow_running, bounded, kill_running, run_process
 from envrec.errors import ConfigError
 
 from .support.doctor_envs import env_id
@@ -58,14 +57,11 @@ def checks(out: str) -> dict[str, tuple[str, str, str]]:
     return found
 
 
-def _doctor_leftovers() -> set[str]:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("envrec-doctor-")}
-
-
 def test_everything_passes_here_for_cartpole_and_nothing_is_left(tmp_path):
-    before = _doctor_leftovers()
+    own_tmp = tmp_path / "tmp"  # the doctor's temporary folders go here: another test's (or job's) are not its
+    own_tmp.mkdir()
     folder = tmp_path / "new" / "recordings"
-    out = doctor("--folder", str(folder), cwd=tmp_path)
+    out = doctor("--folder", str(folder), cwd=tmp_path, env={**child_env(), "TMPDIR": str(own_tmp)})
     assert out.returncode == 0, out.stdout + out.stderr
     found = checks(out.stdout)
     for name in ("env", "env render modes", "env render_fps", "env frame", "SDL video driver", "ffmpeg", "ffmpeg encodes",
@@ -77,9 +73,10 @@ def test_everything_passes_here_for_cartpole_and_nothing_is_left(tmp_path):
     assert found["MuJoCo GL"][0] in ("PASS", "WARN", "SKIP") and found["open files limit"][0] in ("PASS", "WARN")
     assert "fix the failures" not in out.stdout and "ready to record here" in out.stdout.splitlines()[-1]
     assert not folder.exists() and not (tmp_path / "new").exists()  # made for the check, removed after
-    assert _doctor_leftovers() == before  # the test clip's folder is gone
+    assert not [n for n in os.listdir(own_tmp) if n.startswith("envrec-doctor-")]  # the test clip's folder is gone
 
 
+@pytest.mark.slow
 def test_json_is_a_list_of_results_and_a_mujoco_gl_platform_renders(tmp_path):
     out = doctor("--json", "--folder", str(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr
@@ -142,9 +139,10 @@ def test_a_folder_that_cannot_be_written_fails_with_its_fix(tmp_path):
 @pytest.mark.parametrize(("name", "check", "said", "fix"), [
     ("HumanOnly", "env render modes", "no rgb_array or ansi render mode (its modes: human)",
      "give the env metadata['render_modes'] with 'rgb_array'"),
-    ("NoFps", "env render_fps", "no render_fps in its metadata", "pass fps= to RecordVideo (envrec record --fps N"),
-    ("FloatFrames", "env frame", "a frame must have dtype uint8 (RGB values 0-255), not float32",
-     "render() must return a uint8 HxWx3 numpy array"),
+    pytest.param("NoFps", "env render_fps", "no render_fps in its metadata", "pass fps= to RecordVideo (envrec record --fps N",
+                 marks=pytest.mark.slow),
+    pytest.param("FloatFrames", "env frame", "a frame must have dtype uint8 (RGB values 0-255), not float32",
+                 "render() must return a uint8 HxWx3 numpy array", marks=pytest.mark.slow),
 ])
 def test_an_env_envrec_cannot_film_fails_with_its_fix(name, check, said, fix):
     out = doctor("--only", "env", "--env", env_id(name))
@@ -186,6 +184,7 @@ def test_bad_usage_exits_2():
         run_checks(only=["nothing"])
 
 
+@pytest.mark.slow
 def test_bad_env_ids():
     out = doctor("--only", "env", "--env", "CartPol-v1")
     assert out.returncode == 1, out.stdout + out.stderr
@@ -198,6 +197,7 @@ def test_bad_env_ids():
     assert fix == "install the package that provides 'no_such_module_here', or fix the module named in the id"
 
 
+@pytest.mark.slow
 def test_a_mujoco_env_without_a_headless_gl_fails_and_passes_once_it_is_set():
     need_mujoco()
     backend, _ = first_rendering(CANDIDATES)
@@ -236,6 +236,7 @@ def test_an_env_that_renders_text_passes_as_ansi():
     assert results["env frame"].message.startswith("a text frame of 15 characters")
 
 
+@pytest.mark.xdist_group("serial")
 def test_an_env_that_hangs_is_given_up_on_and_killed():
     started = time.monotonic()
     findings = probe_env(env_id("Hangs"), timeout_s=3.0)
@@ -246,6 +247,7 @@ def test_an_env_that_hangs_is_given_up_on_and_killed():
     # the conftest fixture fails this test if the probe's interpreter were still alive
 
 
+@pytest.mark.xdist_group("serial")
 def test_ctrl_c_ends_the_doctor_at_once_and_kills_its_probes():
     proc = subprocess.Popen([sys.executable, "-m", "envrec", "doctor", "--only", "env,ffmpeg", "--env", env_id("Hangs")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
@@ -263,6 +265,68 @@ def test_ctrl_c_ends_the_doctor_at_once_and_kills_its_probes():
     # the env probe (asleep in its constructor) is gone: the conftest fixture fails a test that leaves it
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("serial")
+def test_ctrl_c_at_any_point_of_the_checks_ends_the_doctor():
+    """Ctrl-C while the probes start, run, and the checks' threads make new ones: each time the doctor ends at once."""
+    for delay in (0.0, 0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0):
+        proc = subprocess.Popen([sys.executable, "-m", "envrec", "doctor", "--only", "env,ffmpeg", "--env", env_id("Hangs")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+        try:
+            assert proc.stdout.readline().startswith("INFO  versions")
+            time.sleep(delay)
+            started = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+            proc.wait()
+        assert proc.returncode == 130 and "interrupted" in err and time.monotonic() - started < 15, (delay, out, err)
+
+
+SIGINT_IN_A_THREAD = """
+import signal, sys, threading, time
+from envrec.doctor import run_checks
+def interrupt():
+    time.sleep(float(sys.argv[2]))
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # taken by this thread, as the kernel may choose
+threading.Thread(target=interrupt).start()
+started = time.monotonic()
+try:
+    run_checks(sys.argv[1], only=("env",))
+except KeyboardInterrupt:
+    print(f"interrupted after {time.monotonic() - started:.1f} s")
+"""
+
+
+@pytest.mark.variants
+@pytest.mark.parametrize("delay", [0.3, 2.0])
+@pytest.mark.xdist_group("serial")
+def test_ctrl_c_taken_by_a_checks_thread_still_ends_the_checks(delay):
+    """SIGINT goes to any thread: one that is not the main thread only flags it, and the main thread, waiting on the
+    hanging env's check, sees the flag within a fraction of a second (not when the env's 90-s limit ends)."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", SIGINT_IN_A_THREAD, env_id("Hangs"), str(delay)], capture_output=True,
+                          text=True, timeout=60, env=child_env())
+    assert done.returncode == 0 and done.stdout.startswith("interrupted after"), (done.stdout, done.stderr)
+    assert time.monotonic() - started < 20, done.stdout
+
+
+@pytest.mark.xdist_group("serial")
+def test_a_process_started_after_ctrl_c_is_killed_at_once():
+    """A check that starts a process just after Ctrl-C killed those running gets it killed too, not run to its limit."""
+    kill_running()
+    try:
+        started = time.monotonic()
+        done = run_process(["sleep", "60"], 30)
+        assert done.returncode is None or done.returncode < 0
+        assert time.monotonic() - started < 10
+    finally:
+        allow_running()
+    assert run_process(["true"], 30).returncode == 0  # a new run of the checks runs its processes
+
+
+@pytest.mark.xdist_group("serial")
 def test_every_check_and_process_has_a_time_limit():
     started = time.monotonic()
     [result] = bounded("slow", lambda: [time.sleep(5), Result("slow", CheckStatus.PASS, "")][1:], 0.2)

@@ -93,6 +93,7 @@ def _check_against_reader(table: pa.Table, folder, recording: str) -> int:
     return steps
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("space", ["box_f32_nan", "box_u8_image", "multibinary", "text", "dict", "tuple"])
 def test_arrow_rows_give_back_every_step_bit_for_bit(tmp_path, space):
     _record(tmp_path, SpaceEnv(SPACES[space], action_space=S.Box(-1, 1, (2,), np.float32)), batch_bytes=2_000)
@@ -158,6 +159,7 @@ def test_export_streams_one_batch_at_a_time(tmp_path):
     assert seen == [e["steps"] for e in entries[:-1]]
 
 
+@pytest.mark.slow
 def test_parquet_dataset_reads_back_in_pyarrow_pandas_polars_duckdb(tmp_path):
     import duckdb
     import pandas as pd
@@ -263,6 +265,7 @@ def test_minari_dataset_gives_back_every_episode(tmp_path, monkeypatch):
         to_minari(tmp_path / "rec", "envrec/cartpole/random-v0")
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("space", ["dict", "tuple", "box_u8_image"])
 def test_minari_unregistered_env_uses_the_recorded_spaces(tmp_path, monkeypatch, caplog, space):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
@@ -304,6 +307,7 @@ def test_minari_export_that_fails_leaves_no_dataset(tmp_path, monkeypatch):
     assert "envrec/broken-v0" not in minari.list_local_datasets()
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("fails_at, namespace_before", [(1, False), (2, False), (2, True)])
 def test_minari_export_that_fails_midway_removes_what_it_wrote(tmp_path, monkeypatch, fails_at, namespace_before):
     """Minari's storage failing at its first write (minari 0.5.4 without Pillow: "No module named 'PIL'") or later

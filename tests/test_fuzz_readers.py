@@ -242,6 +242,7 @@ def minari_home(tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
 
 
+@pytest.mark.variants  # the development tier fuzzes the plain recording; the full tier every kind
 @pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -10,7 +10,7 @@ import pytest
 
 from envrec.record.clip_triggers import capped_cubic_video_schedule
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 
 def test_the_default_schedule_is_gymnasiums():

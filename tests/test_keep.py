@@ -60,7 +60,7 @@ def record(env, keep_if, episodes, folder, **kwargs):
     return env.stats()
 
 
-@pytest.mark.parametrize("preset", ["best", "worst"])
+@pytest.mark.parametrize("preset", ["best", pytest.param("worst", marks=pytest.mark.slow)])
 def test_best_and_worst_leave_exactly_the_k_clips_the_trace_ranks_so(tmp_path, preset):
     """CartPole with random actions: after close the clips on disk are the 2 best (worst) episodes by the
     returns the trace recorded, every other one evicted or discarded and counted."""
@@ -325,7 +325,8 @@ def vector_clips(folder) -> dict[tuple[int, int], set[str]]:
     return found
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", [pytest.param(AutoresetMode.NEXT_STEP, marks=pytest.mark.slow), AutoresetMode.SAME_STEP],
+                         ids=lambda m: m.value)
 def test_vector_best_keeps_the_k_best_clips_of_all_sub_envs_together(tmp_path, mode):
     keeper = envrec.keep.best(2)
     venv = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync", vector_kwargs={"autoreset_mode": mode}, render_mode="rgb_array")
@@ -345,7 +346,9 @@ def test_vector_best_keeps_the_k_best_clips_of_all_sub_envs_together(tmp_path, m
     assert keeper.discarded >= 1 and discarded == len(returns) - 2
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", [pytest.param(AutoresetMode.NEXT_STEP, marks=pytest.mark.slow), AutoresetMode.SAME_STEP],
+                         ids=lambda m: m.value)
+@pytest.mark.slow
 def test_vector_failures_are_each_sub_envs_terminated_episodes(tmp_path, mode):
     venv = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": mode}, render_mode="rgb_array")
     env = envrec.RecordVectorTrace(venv, tmp_path, name_prefix="vec")
@@ -366,7 +369,9 @@ def test_vector_failures_are_each_sub_envs_terminated_episodes(tmp_path, mode):
          ep.ended_by == "truncated") for j, ep in episodes)
 
 
-@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", [pytest.param(AutoresetMode.NEXT_STEP, marks=pytest.mark.slow), AutoresetMode.SAME_STEP],
+                         ids=lambda m: m.value)
+@pytest.mark.slow
 def test_vector_is_success_comes_from_each_sub_envs_last_info(tmp_path, mode):
     """Same-step autoreset puts an episode's last info in info["final_info"]; next-step in the step's info."""
     flags = [[True, False, False, True, True, False], [False, True, True, False, False, False]]

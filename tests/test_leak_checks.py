@@ -21,7 +21,7 @@ import time
 import psutil
 import pytest
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -125,14 +125,17 @@ def _stop(folder, name: str) -> None:
         time.sleep(0.05)
 
 
-def test_leak_checks_see_this_runs_leaks_and_no_other_jobs(tmp_path):
+@pytest.mark.parametrize("workers", [[], ["-p", "xdist", "-n", "2"]], ids=["one-process", "xdist"])
+def test_leak_checks_see_this_runs_leaks_and_no_other_jobs(tmp_path, workers):
+    """Alone, and in two pytest-xdist workers: each worker is a run of its own (its own token), its tests' leaks
+    are seen and the other worker's processes and the outside job are not its tests'."""
     inner = tmp_path / "inner"
     inner.mkdir()
     shutil.copy(os.path.join(HERE, "conftest.py"), inner / "conftest.py")
     for name, text in (("double_fork.py", DOUBLE_FORK), ("job.py", JOB), ("holder.py", HOLDER), ("test_inner.py", INNER)):
         (inner / name).write_text(textwrap.dedent(text))
     try:
-        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", str(inner / "test_inner.py")],
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", *workers, str(inner / "test_inner.py")],
                              cwd=inner, capture_output=True, text=True, timeout=100, env=dict(os.environ, COLUMNS="400"))
         # The outside job must still be running now: the fixture checked while it created rings.
         job = int((inner / "job.pid").read_text())

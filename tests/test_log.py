@@ -101,6 +101,7 @@ def ramp(n: int, height: int = 48, width: int = 64) -> list[np.ndarray]:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("moviepy", ["installed", "unimportable"])
+@pytest.mark.slow
 def test_cartpole_clips_reach_tensorboard_and_wandb(tmp_path, moviepy):
     for module in ("torch", "tensorboard", "wandb", *(["moviepy"] if moviepy == "installed" else [])):
         need(module)
@@ -307,6 +308,7 @@ def slow_ffmpeg(tmp_path, delay_s: float = 1.0) -> str:
     return str(script)
 
 
+@pytest.mark.slow
 def test_in_the_background_the_loop_does_not_wait_for_the_gif(tmp_path):
     frames = ramp(8)
     writer = torch_writer(tmp_path / "runs")
@@ -349,6 +351,7 @@ def test_the_step_is_taken_when_the_clip_is_reported_not_when_its_gif_is_made(tm
     assert broken.failed == 1 and "was not logged to TensorBoard: ZeroDivisionError" in failure.getMessage()
 
 
+@pytest.mark.slow
 def test_clips_still_queued_at_exit_are_logged_before_the_process_ends(tmp_path):
     need("torch")
     rec = envrec.VideoRecorder(str(tmp_path / "v"), fps=30)

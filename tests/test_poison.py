@@ -98,6 +98,7 @@ def test_what_cannot_travel_becomes_unrepresentable_and_the_rest_stays():
     assert isinstance(level, Unrepresentable) and "deeper than" in level.repr and kept == MAX_INFO_DEPTH
 
 
+@pytest.mark.xdist_group("serial")
 def test_a_record_that_fails_every_serializer_costs_that_record_only(tmp_path, monkeypatch):
     """The info's bytes are made so the worker cannot store them (a cycle its JSON encoder refuses),
     past the env side's checks: the record travels the real ring to real serializers."""

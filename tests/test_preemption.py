@@ -89,6 +89,7 @@ def test_sigterm_to_the_process_group_keeps_every_step(tmp_path, when):
     assert list(envrec.TraceReader(tmp_path))[-1].ended_by == "crash"  # the episode left open
 
 
+@pytest.mark.slow
 def test_timeout_ends_the_job_and_keeps_every_step(tmp_path):
     """GNU ``timeout`` signals the process group it runs the command in."""
     proc = subprocess.Popen(["timeout", "-s", "TERM", "8", *child_command("child_preempted.py", str(tmp_path), str(STEPS))],
@@ -135,7 +136,7 @@ def test_close_on_signals_closes_cleanly_then_dies_by_the_signal(tmp_path):
     assert sum(ep.length for ep in episodes) == STEPS and episodes[-1].ended_by == "close"
 
 
-@pytest.mark.parametrize("how", ["SDL's own handlers off", "close_on_signals"])
+@pytest.mark.parametrize("how", [pytest.param("SDL's own handlers off", marks=pytest.mark.slow), "close_on_signals"])
 def test_sigterm_to_the_group_mid_clip_keeps_a_playable_clip(tmp_path, how):
     """CartPole renders with pygame, whose SDL takes SIGTERM over when nothing else handles it (the
     process then ignores it: see README, "When something fails"): either turn that off, or let
@@ -182,6 +183,7 @@ print(env.stats()["worker_pid"])
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("how", ["shutdown", "restart"])
+@pytest.mark.slow
 def test_a_jupyter_kernel_shut_down_or_restarted_with_an_open_recorder_keeps_every_step(tmp_path, how):
     """A real ipykernel, driven by jupyter_client as JupyterLab's server drives it; the recorder is never closed."""
     from jupyter_client.manager import start_new_kernel

@@ -97,6 +97,8 @@ def _sorted(table: pa.Table) -> pa.Table:
     return table.sort_by([("recording", "ascending"), ("episode_id", "ascending"), ("step", "ascending")])
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_two_actors_record_and_read_traces_counts_every_step(cluster, tmp_path):
     actors = [Stepper.remote(str(tmp_path), i) for i in (1, 2)]
     folders = ray.get([a.folder.remote() for a in actors])
@@ -116,6 +118,8 @@ def test_two_actors_record_and_read_traces_counts_every_step(cluster, tmp_path):
         ray.kill(a)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_killed_actor_keeps_what_it_committed_and_leaks_nothing(cluster, tmp_path):
     victim, survivor = Stepper.remote(str(tmp_path), 1, video=True), Stepper.remote(str(tmp_path), 2)
     pid = ray.get(victim.pid.remote())
@@ -162,6 +166,8 @@ def test_killed_actor_keeps_what_it_committed_and_leaks_nothing(cluster, tmp_pat
     ray.kill(survivor)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_read_traces_names_a_damaged_batch_and_an_unreadable_manifest(cluster, tmp_path):
     import json
 

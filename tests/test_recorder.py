@@ -145,6 +145,7 @@ def test_committed_batches_are_readable_while_recording_runs(tmp_path):
     assert len(reader) == 4 and reader[3].length == 1 and not reader[3].complete
 
 
+@pytest.mark.xdist_group("serial")
 def test_worker_killed_with_no_restarts_left_env_goes_on_and_committed_data_survives(tmp_path, caplog):
     env = envrec.RecordTrace(SpaceEnv(SPACES["box_u8_image"], episode_len=10), tmp_path, batch_bytes=1, max_restarts=0)
     for ep in range(3):
@@ -174,6 +175,7 @@ def test_worker_killed_with_no_restarts_left_env_goes_on_and_committed_data_surv
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
 
 
+@pytest.mark.xdist_group("serial")
 def test_a_killed_serializer_is_replaced_and_nothing_is_lost(tmp_path, caplog):
     env = envrec.RecordTrace(SpaceEnv(SPACES["box_u8_image"], episode_len=10), tmp_path, batch_bytes=1)
     for ep in range(3):
@@ -208,6 +210,7 @@ def test_a_killed_serializer_is_replaced_and_nothing_is_lost(tmp_path, caplog):
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp") or "checkpoint" in n]
 
 
+@pytest.mark.xdist_group("serial")
 def test_strict_mode_raises_with_the_cause(tmp_path):
     env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path, strict=True, max_restarts=0)
     env.reset(seed=0)
@@ -238,6 +241,7 @@ def _assert_gone(worker_pid, child_pid, timeout_s=5.0):
     assert not [s for s in list_memfds() if s.startswith(f"envrec_{child_pid}_")]
 
 
+@pytest.mark.xdist_group("serial")
 def test_env_process_killed_workers_drain_the_ring_and_finalize(tmp_path):
     child = _run_child(tmp_path, 500, "kill-self")
     worker_pid = int(child.stdout.readline())
@@ -303,6 +307,7 @@ def test_keyboard_interrupt_in_the_users_loop_finalizes_everything(tmp_path):
     assert [e.length for e in envrec.TraceReader(tmp_path)] == [50, 25]
 
 
+@pytest.mark.slow
 def test_memory_is_flat_in_episode_length(tmp_path):
     """A long episode of Atari-sized frames must not grow any process (buffering it would: 100 KB a step)."""
     env = envrec.RecordTrace(FrameEnv(210, 160, length=None), tmp_path)

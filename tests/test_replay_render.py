@@ -123,6 +123,7 @@ def test_a_diverging_replay_still_writes_its_whole_clip(pictures, tmp_path):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow
 def test_env_kwargs_set_the_frame_size_in_parallel_jobs(pictures, tmp_path, capsys):
     argv = ["render", str(pictures / "plain"), "--episodes", "all", "--out", str(tmp_path), "--jobs", "2"]
     assert main([*argv, "--env-kwargs", "width=40", "height=30", "--json"]) == 0, capsys.readouterr()

@@ -87,6 +87,7 @@ def test_halfcheetah_reproduces_from_its_seed_and_np_random_states(cheetah):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow
 def test_halfcheetah_renders_headless_later(cheetah, tmp_path):
     folder, episodes = cheetah
     need_headless_gl()
@@ -105,6 +106,7 @@ def test_halfcheetah_renders_headless_later(cheetah, tmp_path):
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.slow
 def test_an_evicted_start_verifies_from_the_first_kept_mujoco_snapshot(tmp_path):
     need_mujoco()
     (ep,) = _record(tmp_path, gym.make("HalfCheetah-v5", max_episode_steps=600), [1], snapshot="mujoco",

@@ -235,6 +235,8 @@ def test_verify_refuses_to_overwrite_a_verdict_file_it_cannot_read(drift, capsys
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
+@pytest.mark.xdist_group("ray")
 def test_ray_tasks_give_the_verdicts_of_one_process(cartpole):
     import ray
 

@@ -115,6 +115,7 @@ def test_block_with_timeout_gives_up_after_the_timeout(ring):
     assert w.blocked_s >= 0.18
 
 
+@pytest.mark.xdist_group("serial")
 def test_blocked_writer_wakes_when_the_consumer_releases(ring):
     w, r = ring
     fill(w)
@@ -133,6 +134,7 @@ def test_blocked_writer_wakes_when_the_consumer_releases(ring):
     assert time.monotonic() - t0 < 2.0
 
 
+@pytest.mark.xdist_group("serial")
 def test_blocked_writer_raises_when_consumer_is_gone(ring):
     w, _ = ring
     fill(w)

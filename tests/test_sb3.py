@@ -112,7 +112,7 @@ def assert_same_episodes(outer: list, inner: list) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind", ["dummy", "subproc", "dummy-dict"])
+@pytest.mark.parametrize("kind", ["dummy", pytest.param("subproc", marks=pytest.mark.slow), "dummy-dict"])
 def test_trace_equals_record_trace_inside_each_make_env(tmp_path, kind):
     """The same run recorded twice: by VecRecordTrace around the VecEnv and by a RecordTrace inside each sub-env."""
     fns = [MakeEnv(i, str(tmp_path / "inner"), dict_obs=kind.endswith("dict")) for i in range(N_ENVS)]
@@ -150,6 +150,7 @@ def test_vec_normalize_recorded_as_the_agent_sees_it(tmp_path):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_ppo_learn_records_num_timesteps_steps(tmp_path):
     venv = VecRecordTrace(SubprocVecEnv([MakeEnv(i) for i in range(N_ENVS)], start_method="spawn"), tmp_path, name_prefix="ppo")
     model = PPO("MlpPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0).learn(256)
@@ -191,6 +192,7 @@ def video_run(wrap, folder, steps: int):
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_video_names_and_frames_are_sb3s(tmp_path):
     def trigger(step):
         return step % 40 == 0
@@ -210,6 +212,7 @@ def test_video_names_and_frames_are_sb3s(tmp_path):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_video_of_a_subproc_vec_env(tmp_path):
     """The sub-envs render in their own processes (SB3's get_images over its pipes); the clip is tiled as SB3 tiles."""
     venv = VecRecordVideo(SubprocVecEnv([MakeEnv(i, render_mode="rgb_array") for i in range(3)], start_method="spawn"),

@@ -11,7 +11,7 @@ import pytest
 
 from .support.scripts import load_script
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def test_45_seconds_of_compressed_traces_and_video_under_disk_budgets(tmp_path):

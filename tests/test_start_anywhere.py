@@ -55,7 +55,7 @@ def _run(argv, cwd, out, stdin=None) -> subprocess.CompletedProcess:
     return done
 
 
-@pytest.mark.parametrize("how", ["script", "module", "command", "stdin"])
+@pytest.mark.parametrize("how", ["script", *(pytest.param(h, marks=pytest.mark.slow) for h in ("module", "command", "stdin"))])
 def test_script_without_main_guard_records_traces_and_video(tmp_path, how):
     code = tmp_path / "code"
     (code / "pkg").mkdir(parents=True)
@@ -88,7 +88,7 @@ def test_code_executed_in_an_interactive_main_without_file(tmp_path):
     _check_script_recording(out, done.stdout)
 
 
-@pytest.mark.parametrize("context", [None, "spawn"])
+@pytest.mark.parametrize("context", [None, pytest.param("spawn", marks=pytest.mark.slow)])
 def test_async_vector_env_thunks_record_each_sub_env(tmp_path, context):
     """CleanRL's/SB3's pattern: wrappers applied inside AsyncVectorEnv's (daemonic) sub-processes."""
     n, steps = 2, 150
@@ -116,6 +116,7 @@ def test_async_vector_env_thunks_record_each_sub_env(tmp_path, context):
     assert not (tmp_path / "video1").exists()
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_multiprocessing_pool_worker_records(tmp_path, context):
     with mp.get_context(context).Pool(1) as pool:
@@ -280,6 +281,8 @@ def _gone(proc: psutil.Process) -> bool:
         return True
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("serial")
 def test_sigkill_of_an_async_vector_env_sub_process_leaves_nothing_running(tmp_path):
     n, steps = 2, 120
     env = gym.vector.AsyncVectorEnv([RecordingThunk(str(tmp_path), i) for i in range(n)])
@@ -321,6 +324,7 @@ def test_sigkill_of_an_async_vector_env_sub_process_leaves_nothing_running(tmp_p
     assert_trace_equals(tmp_path / "env1", reference_episodes(2, actions[:, 1]))
 
 
+@pytest.mark.slow
 def test_start_method_is_deprecated_and_ignored(tmp_path):
     with pytest.warns(DeprecationWarning, match="start_method is deprecated and ignored"):
         env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path / "t", start_method="fork")

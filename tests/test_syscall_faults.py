@@ -29,6 +29,8 @@ from .support.syscall_faults import Fault, injected, need_strace, trace_paths, t
 from .support.video import decode, meta
 from .support.waiting import wait_for
 
+pytestmark = pytest.mark.slow  # strace, and a battery whose paths the development tier's fault tests take
+
 OBS = spaces.Box(0, 255, (16, 16, 3), np.uint8)
 ACT = spaces.Discrete(2)
 PREFIX = "t"

@@ -97,7 +97,7 @@ def test_a_ring_of_four_frames_never_hands_ffmpeg_a_page_the_env_wrote_over(tmp_
     assert not wrong.size, f"frames {wrong.tolist()[:10]} decoded as {got[wrong[:3]].round().tolist()}"
 
 
-@pytest.mark.parametrize("size", [(47, 63), (1, 1), (101, 2), (6, 9)])
+@pytest.mark.parametrize("size", [(47, 63), (1, 1), *(pytest.param(s, marks=pytest.mark.slow) for s in ((101, 2), (6, 9)))])
 def test_odd_sizes_are_padded_never_refused(tmp_path, size):
     env = envrec.RecordVideo(ColourEnv(size=size, episode_len=3), tmp_path, episode_trigger=lambda e: True)
     run_episodes(env, 1)
@@ -125,7 +125,7 @@ def _names_with(wrapper_cls, folder, **kwargs):
     "kwargs",
     [
         {},  # capped cubic schedule: episodes 0, 1, 8
-        {"episode_trigger": lambda e: e % 3 == 0, "name_prefix": "every3"},
+        pytest.param({"episode_trigger": lambda e: e % 3 == 0, "name_prefix": "every3"}, marks=pytest.mark.slow),
         {"step_trigger": lambda s: s % 20 == 0, "video_length": 7},
         {"video_length": 12},  # clips spanning episodes
     ],
@@ -203,6 +203,7 @@ class BadFrames(ColourEnv):
         return self.bad(frame) if self.t >= self.at else frame
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize(
     "bad, reason",
     [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,10 +24,18 @@ from .support.episodes import record_cartpole, run_episodes
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture
-def served(tmp_path):
-    root = tmp_path / "rec"
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """A CartPole recording with clips, made once for the module; each test serves a copy of its own."""
+    root = tmp_path_factory.mktemp("viewer") / "rec"
     record_cartpole(root, video=True)
+    return root
+
+
+@pytest.fixture
+def served(recorded, tmp_path):
+    root = tmp_path / "rec"
+    shutil.copytree(recorded, root)
     server = ViewerServer(root).start()
     yield server, root
     server.close()
@@ -93,6 +102,7 @@ def test_episode_json_errors(served, query, status):
     assert got == status and "error" in json.loads(body)
 
 
+@pytest.mark.xdist_group("serial")
 def test_a_long_episode_is_downsampled_min_max_and_fast(tmp_path):
     rec = envrec.TraceRecorder(tmp_path, S.Box(-np.inf, np.inf, (3,), np.float32), S.Discrete(2), batch_bytes=50_000_000)
     rng = np.random.default_rng(0)
@@ -282,6 +292,7 @@ def test_the_host_check_holds_for_any_bind_address(tmp_path):
         server.close()
 
 
+@pytest.mark.xdist_group("serial")
 def test_idle_connections_time_out_and_connections_are_bounded(tmp_path, monkeypatch):
     import socket
 

@@ -25,7 +25,7 @@ from envrec.viewer import ViewerServer
 
 from .support.episodes import record_cartpole, run_episodes
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # As root in a container, with no network: no sandbox, and none of Chromium's own connections.

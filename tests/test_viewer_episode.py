@@ -81,6 +81,7 @@ class _Named(gym.Env):
         return np.full(2, self.t / 10, np.float32), 1.0, self.t >= 3, False, {}
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("env, names, warned", [
     (_Named(), ["left", "stay", "right"], False),
     (_Named(names=("a" * 100, "b", "c")), ["a" * 64, "b", "c"], False),  # cut to a label's length
@@ -158,6 +159,7 @@ def test_the_observation_png_decodes_to_the_recorded_pixels(pong):
     assert not np.array_equal(ep.observations[1], ep.observations[PONG_STEPS])  # the frames differ: the test can tell
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("shape", [(12, 10), (12, 10, 1), (12, 10, 4)])
 def test_grey_and_rgba_observations_are_pngs_too(tmp_path, shape):
     rng = np.random.default_rng(1)

@@ -23,7 +23,7 @@ from envrec.viewer import ViewerServer
 from .support.pong import PONG_FPS, PONG_STEPS, record_pong
 from .test_viewer_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_skip
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
 NAMES = ["NOOP", "FIRE", "RIGHT", "LEFT", "RIGHTFIRE", "LEFTFIRE"]
 BLUE = "(d) => d[2] > 140 && d[0] < 90"  # the first series' colour (#1a5fb4), not the grid's grey

@@ -56,6 +56,8 @@ def timed(server, path):
     return time.perf_counter() - t0, doc
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("serial")
 def test_the_index_of_10000_episodes_answers_in_under_a_second(big_folder):
     server = ViewerServer(big_folder).start()
     try:
@@ -96,6 +98,16 @@ def test_pages_are_the_sorted_episodes_cut_where_asked(big_folder):
         ("run09", i) for i in range(995, 1000)]
 
 
+@pytest.fixture(scope="module")
+def two_episodes_served(tmp_path_factory):
+    """A viewer on a recording of two episodes named cp, shared by the tests that only ask it (read-only)."""
+    folder = tmp_path_factory.mktemp("served")
+    record_cartpole(folder, 2, name_prefix="cp")
+    server = ViewerServer(folder).start()
+    yield server
+    server.close()
+
+
 @pytest.mark.parametrize("query, status, message", [
     ("/api/episodes?recording=cp&offset=-1", 400, "offset must be a whole number >= 0, not '-1'"),
     ("/api/episodes?recording=cp&offset=ten", 400, "offset must be a whole number >= 0, not 'ten'"),
@@ -108,13 +120,8 @@ def test_pages_are_the_sorted_episodes_cut_where_asked(big_folder):
     ("/api/clips?sort=length", 400, "sort must be one of name, episode_id, frames, fps, broken, folder"),
     ("/api/clips?limit=5x", 400, "limit must be a whole number >= 0, not '5x'"),
 ])
-def test_bad_page_parameters_are_answered_with_what_they_must_be(tmp_path, query, status, message):
-    record_cartpole(tmp_path, 2, name_prefix="cp")
-    server = ViewerServer(tmp_path).start()
-    try:
-        got, doc = get(server, query)
-    finally:
-        server.close()
+def test_bad_page_parameters_are_answered_with_what_they_must_be(two_episodes_served, query, status, message):
+    got, doc = get(two_episodes_served, query)
     assert got == status and message in doc["error"], doc
 
 
@@ -203,6 +210,7 @@ def _recording(server):
     return doc["recordings"][0] if doc["recordings"] else None
 
 
+@pytest.mark.xdist_group("serial")
 def test_a_running_episode_grows_on_the_index_a_paused_one_stays_recording_and_a_killed_one_reads_interrupted(tmp_path):
     child, worker = _live_child(tmp_path)
     server = ViewerServer(tmp_path, stale_after_s=STALE_S).start()
@@ -263,6 +271,7 @@ def test_a_killed_env_process_alone_is_finalized_by_its_worker_and_reads_ended(t
     assert row["ended_by"] == "crash" and row["live"] is False
 
 
+@pytest.mark.slow
 def test_a_browser_follows_the_running_episode_on_the_index_and_its_page(tmp_path):
     from .test_viewer_browser import CHROMIUM, CHROMIUM_ARGS, _browser_or_skip
 

@@ -21,7 +21,7 @@ from .ffmpeg_check import FFMPEG_TIMEOUT_S, ffmpeg_results
 from .folder import folder_results
 from .kernel import eventfd_result, memfd_result, nofile_result
 from .recording import recording_result
-from .result import CheckStatus, Result, bounded, kill_running
+from .result import CheckStatus, Result, allow_running, bounded, kill_running, wait_for
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_FOLDER", "GL_TIMEOUT_S", "GROUPS", "run_checks", "versions"]
 
@@ -95,12 +95,15 @@ def run_checks(env_id: str = DEFAULT_ENV, folder: str = DEFAULT_FOLDER,
     quick = {"folder": lambda: bounded("folder", lambda: folder_results(folder), QUICK_TIMEOUT_S),
              "kernel": lambda: bounded("memfd", lambda: [memfd_result(), eventfd_result(), nofile_result()], QUICK_TIMEOUT_S)}
     chosen = [g for g in GROUPS if only is None or g in only]
-    with ThreadPoolExecutor(max_workers=len(slow), thread_name_prefix="envrec-doctor") as pool:
+    allow_running()
+    pool = ThreadPoolExecutor(max_workers=len(slow), thread_name_prefix="envrec-doctor")
+    try:
         started = {g: pool.submit(slow[g]) for g in chosen if g in slow}
-        try:
-            for group in chosen:
-                emit(started[group].result() if group in started else quick[group]())
-        except BaseException:  # Ctrl-C: the probes' processes are killed, so their threads end and clean up now
-            kill_running()
-            raise
+        for group in chosen:
+            emit(wait_for(started[group]) if group in started else quick[group]())
+    except BaseException:  # Ctrl-C, wherever it comes: every probe's process is killed, those still to start too,
+        kill_running()     # so the checks' threads end now (and remove what they made) rather than at their limits
+        raise
+    finally:
+        pool.shutdown(wait=True)
     return results

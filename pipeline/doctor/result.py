@@ -10,14 +10,22 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["CheckStatus", "Finished", "Result", "Status", "bounded", "kill_running", "run_process", "tail"]
+__all__ = ["CheckStatus", "Finished", "Result", "Status", "allow_running", "bounded", "kill_running", "run_process", "tail",
+           "wait_for"]
 
 KILLED_WAIT_S = 5.0  # how long the output of a process killed at its time limit is still read
+WAIT_SLICE_S = 0.1  # the longest the main thread waits without running Python code (its Ctrl-C handler) in between
 _running: set[int] = set()  # the process groups run_process has started and not yet ended
 _running_lock = threading.Lock()
+_stopped = threading.Event()  # set by kill_running (Ctrl-C): a process run_process starts after it is killed at once
+
+
+T = TypeVar("T")
 
 
 class CheckStatus(enum.Enum):
@@ -81,7 +89,8 @@ def bounded(name: str, check: Callable[[], list[Result]], timeout_s: float) -> l
 
     thread = threading.Thread(target=run, name=f"envrec-doctor-{name}", daemon=True)
     thread.start()
-    thread.join(timeout_s)
+    while thread.is_alive() and time.monotonic() - started < timeout_s:  # in slices: see wait_for
+        thread.join(min(WAIT_SLICE_S, max(0.0, timeout_s - (time.monotonic() - started))))
     took = time.monotonic() - started
     if not box:
         return [Result(name, CheckStatus.FAIL, f"did not finish within {timeout_s:g} s",
@@ -93,6 +102,21 @@ def bounded(name: str, check: Callable[[], list[Result]], timeout_s: float) -> l
     for result in outcome:
         result.seconds = result.seconds or took
     return outcome
+
+
+def wait_for(future: Future[T]) -> T:
+    """``future.result()``, waited for in slices of ``WAIT_SLICE_S`` so that Ctrl-C is seen within one.
+
+    The kernel hands SIGINT to any thread of the process. When one of the checks' threads takes it, Python
+    only sets a flag for the main thread, and a main thread blocked in one long wait on a lock (an unbounded
+    ``result()``, a ``join``) never looks at the flag until the wait ends: the doctor would go on, silent,
+    until its slowest check ended (90 s for a hanging env).
+    """
+    while True:
+        try:
+            return future.result(timeout=WAIT_SLICE_S)
+        except FutureTimeout:
+            continue
 
 
 @dataclass(frozen=True)
@@ -123,7 +147,10 @@ def run_process(cmd: Sequence[str], timeout_s: float, env: Mapping[str, str] | N
                             process_group=0)
     with _running_lock:
         _running.add(proc.pid)
+        stopped = _stopped.is_set()
     try:
+        if stopped:  # started by a check that had not yet seen Ctrl-C: it goes as those running then went
+            _kill_group(proc.pid)
         return _finish(proc, stdin, timeout_s)
     finally:
         with _running_lock:
@@ -131,11 +158,23 @@ def run_process(cmd: Sequence[str], timeout_s: float, env: Mapping[str, str] | N
 
 
 def kill_running() -> None:
-    """Kill every process group ``run_process`` is running (Ctrl-C: the checks waiting on them end at once)."""
-    with _running_lock:
+    """Ctrl-C: kill every process group ``run_process`` is running, and every one it starts from now on until
+    ``allow_running``, so the checks waiting on them end at once.
+
+    A check's thread may be about to start a process when Ctrl-C comes (the MuJoCo GL probes start after the
+    env's, ffmpeg's steps one after another): killing only the groups running at that instant would leave that
+    one to run to its time limit (90 s for the env), and the doctor waiting for its check.
+    """
+    with _running_lock:  # a process registered after this sees the flag; one registered before is in the list
+        _stopped.set()
         groups = list(_running)
     for pgid in groups:
         _kill_group(pgid)
+
+
+def allow_running() -> None:
+    """Let ``run_process`` run processes again after ``kill_running`` (a new run of the checks)."""
+    _stopped.clear()
 
 
 def _finish(proc: subprocess.Popen[bytes], stdin: bytes | None, timeout_s: float) -> Finished:
