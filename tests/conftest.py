@@ -29,6 +29,7 @@ import pytest
 
 from envrec.contract.shm import list_segments
 
+SEMAPHORE_SETTLE_S = 0.2  # how long a semaphore's name made by another process may take to be unlinked again
 LEAK_GRACE_S = 5.0  # how long a test's children get to exit after it ends
 RUN_ENV = "ENVREC_TEST_RUN"
 NESTED = RUN_ENV in os.environ  # a pytest-xdist worker, or a run inside a test: never spread over processes again
@@ -153,6 +154,20 @@ def _mapped_by_others(names: set[str]) -> set[str]:
     return found
 
 
+def _left_semaphores(before: set[str]) -> set[str]:
+    """Semaphores new since ``before`` that stay: not another job's in use, and still there a moment later.
+
+    multiprocessing creates a semaphore's name and unlinks it at once; a process beside this one (an xdist
+    worker, another job) that does so while we look shows a name for an instant, gone when we look again.
+    """
+    new = _semaphores() - before
+    if not new:
+        return set()
+    time.sleep(SEMAPHORE_SETTLE_S)
+    new &= _semaphores()
+    return new - _mapped_by_others(new)
+
+
 def _tmp_files(root) -> list[str]:
     found = []
     for folder, _, names in os.walk(root):
@@ -198,8 +213,7 @@ def no_leaks(request, tmp_path):
     for pid in leaked_encoders:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
-    leaked_sems = _semaphores() - sems
-    leaked_sems -= _mapped_by_others(leaked_sems)
+    leaked_sems = _left_semaphores(sems)
     leaked_tmp = _tmp_files(tmp_path)
     assert not leaked_children, f"child processes left running: {leaked_children}"
     assert not leaked_encoders, f"ffmpeg processes left running: {leaked_encoders}"

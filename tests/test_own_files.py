@@ -347,7 +347,7 @@ def test_a_live_or_finished_recording_is_never_cleaned(tmp_path):
 # Every module that writes or removes files in a recording folder, converted to OwnFolder.
 OWN_FILE_WRITERS = [
     "workers/encoder.py", "workers/clip_budget.py", "workers/asciicast.py", "workers/meta_commit.py",
-    "pipeline/record/clip_state.py", "pipeline/record/leftovers.py", "pipeline/record/video.py",
+    "pipeline/record/clip_state.py", "pipeline/record/leftovers.py", "pipeline/record/video_recorder.py",
     "pipeline/replay/render.py", "pipeline/formats/clip_meta.py",
 ]
 PATH_HELPERS = {"write_atomic", "commit_file", "discard_file", "tmp_path_for", "fsync_dir"}  # atomic's, by path
