@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from time import perf_counter_ns
 from typing import Any, Self
 
@@ -36,6 +37,7 @@ from ..options import StreamOptions
 from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stats import CallTimes, summary_line
 from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
+from .call_lock import take_for_close
 from .commit_watch import BatchCallback, CommitWatcher
 from .leftovers import remove_checkpoints, remove_leftovers
 from .packer import TracePacker
@@ -204,6 +206,8 @@ class TraceRecorder:
         self.times = CallTimes() if opts.timing else None
         self._episode = -1
         self._step = 0
+        self._lock = threading.RLock()  # one record at a time, whole (envrec.record.call_lock)
+        self._closing = False
         self._commits = CommitWatcher(self.directory, self.manifest_path, on_batch_committed) if on_batch_committed else None
         register_closer(self)
 
@@ -254,16 +258,17 @@ class TraceRecorder:
         ``reset_snapshot`` (``envrec.record.replay_capture``), or None.
         """
         t0 = perf_counter_ns()
-        self._stream.check_open()
-        if self._commits is not None:
-            self.poll()
-        self._episode += 1
-        self._step = 0
-        if seed is None and options is None and not replay:
-            meta = b""  # the common case: nothing to say
-        else:
-            meta = pack_info({"seed": seed, "options": options, **(replay or {})})
-        self._stream.send(self._packer.write_reset, self._episode, observation, meta, pack_info(info) if info else b"")
+        with self._lock:
+            self._check_open()
+            if self._commits is not None:
+                self.poll()
+            self._episode += 1
+            self._step = 0
+            if seed is None and options is None and not replay:
+                meta = b""  # the common case: nothing to say
+            else:
+                meta = pack_info({"seed": seed, "options": options, **(replay or {})})
+            self._stream.send(self._packer.write_reset, self._episode, observation, meta, pack_info(info) if info else b"")
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
@@ -273,32 +278,45 @@ class TraceRecorder:
         """Record one step of the current episode; ``snapshot``: the env's state after it
         (``envrec.record.replay_capture``), or None."""
         t0 = perf_counter_ns()
-        self._stream.check_open()
-        if self._commits is not None:
-            self.poll()
-        if self._episode < 0:
-            raise ClosedError("add_step() before any add_reset(): a trace episode starts with its reset observation")
-        self._step += 1
-        if snapshot is not None:
-            info = {**(info or {}), SNAPSHOT_INFO_KEY: snapshot}  # taken out again by the serializer
-        self._stream.send(
-            self._packer.write_step,
-            self._episode,
-            self._step,
-            action,
-            observation,
-            reward,
-            terminated,
-            truncated,
-            pack_info(info) if info else b"",
-        )
+        with self._lock:
+            if self._closing:
+                self._refuse_while_closing()
+            self._stream.check_open()
+            if self._commits is not None:
+                self.poll()
+            if self._episode < 0:
+                raise ClosedError("add_step() before any add_reset(): a trace episode starts with its reset observation")
+            self._step += 1
+            if snapshot is not None:
+                info = {**(info or {}), SNAPSHOT_INFO_KEY: snapshot}  # taken out again by the serializer
+            self._stream.send(
+                self._packer.write_step,
+                self._episode,
+                self._step,
+                action,
+                observation,
+                reward,
+                terminated,
+                truncated,
+                pack_info(info) if info else b"",
+            )
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
     def poll(self) -> None:
         """Call ``on_batch_committed`` for the batches committed since the last look (every add_* does)."""
         if self._commits is not None:
-            self._commits.poll(self._stream.status(Status.BATCHES))
+            with self._lock:
+                self._commits.poll(self._stream.status(Status.BATCHES))
+
+    def _check_open(self) -> None:
+        if self._closing:
+            self._refuse_while_closing()
+        self._stream.check_open()
+
+    def _refuse_while_closing(self) -> None:
+        self._stream.check_open()  # closed already: its usual words
+        raise ClosedError("this recorder is being closed (close() was called in another thread): nothing more is recorded")
 
     # -- counters and ending -----------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -340,9 +358,22 @@ class TraceRecorder:
             return {}
 
     def close(self) -> dict | None:
-        """Flush everything, stop the worker, free the ring. Harmless when repeated, and in a forked child."""
+        """Flush everything, stop the worker, free the ring. Harmless when repeated, and in a forked child.
+
+        From another thread: a call in progress is finished first, later ones raise ``ClosedError``
+        (``envrec.record.call_lock``).
+        """
         if self._stream.closed or self._stream.left_behind_by_fork:
             return self._stream.worker.summary
+        take_for_close(self, self._stream.ring)
+        try:
+            return self._close()
+        finally:
+            self._lock.release()
+
+    def _close(self) -> dict | None:
+        if self._stream.closed:
+            return self._stream.worker.summary  # closed by another thread while this one waited
         unregister_closer(self)
         try:
             summary = self._stream.close(final_stats=self._env_stats())
