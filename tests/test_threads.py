@@ -13,6 +13,7 @@ import threading
 import time
 from collections import defaultdict
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces as S
@@ -20,6 +21,8 @@ from gymnasium import spaces as S
 import envrec
 from envrec.contract.faults import FaultSpec
 from envrec.record.call_lock import CLOSE_GRACE_S
+
+from .support.video import decode
 
 OBS = S.Box(-1e9, 1e9, (3,), np.float64)  # (thread, counter, thread * 1000 + counter)
 ACT = S.Box(-1e9, 1e9, (2,), np.float64)  # (thread, counter)
@@ -179,3 +182,98 @@ def wait_full(rec, timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.01)
     return False
+
+
+# -- video: the recorder and the wrapper ----------------------------------------------------------------------------
+
+COLORS = (0, 80, 160, 240)  # one solid grey per thread: a torn frame would hold two
+
+
+def test_frames_of_several_threads_are_each_whole_in_one_clip(tmp_path, interleaved):
+    frames = 60
+    rec = envrec.VideoRecorder(tmp_path, fps=25, close_timeout_s=CLOSE_TIMEOUT_S)
+    rec.start_clip("mixed")
+    pictures = [np.full((32, 32, 3), c, np.uint8) for c in COLORS]
+    join_all(run_threads(lambda t: [rec.add_frame(pictures[t], i) for i in range(frames)], len(COLORS)))
+    rec.close()
+    stats = rec.stats()
+    assert stats["frames_sent"] == stats["frames_written"] == frames * len(COLORS) and stats["frames_dropped"] == 0
+    decoded = decode(tmp_path / "mixed.mp4", 32, 32).astype(int)
+    assert len(decoded) == frames * len(COLORS)
+    spread = decoded.max(axis=(1, 2, 3)) - decoded.min(axis=(1, 2, 3))
+    assert spread.max() < 40, "a frame holds pixels of two threads' frames"
+    nearest = np.abs(decoded.mean(axis=(1, 2, 3))[:, None] - np.array(COLORS)[None, :]).argmin(axis=1)
+    assert np.bincount(nearest, minlength=len(COLORS)).tolist() == [frames] * len(COLORS)
+
+
+class CounterEnv(gym.Env):
+    """Stateless: the observation, reward and picture are made from the action alone, so threads may share it."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 25}  # noqa: RUF012  (Gymnasium's class-level dict)
+
+    def __init__(self) -> None:
+        self.observation_space, self.action_space, self.render_mode = OBS, ACT, "rgb_array"
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3), {}
+
+    def step(self, action):
+        t, i = int(action[0]), int(action[1])
+        return np.array([t, i, t * 1000 + i], float), float(t * 1000 + i), False, False, {}
+
+    def render(self):
+        return np.zeros((16, 16, 3), np.uint8)
+
+
+def test_record_trace_stepped_from_threads_then_closed_from_another(tmp_path, interleaved):
+    env = envrec.RecordTrace(CounterEnv(), tmp_path, close_timeout_s=CLOSE_TIMEOUT_S)
+    env.reset()
+    done: dict[int, int] = {}
+
+    def work(t: int) -> None:
+        i = 0
+        try:
+            while True:
+                env.step(np.array([t, i], float))
+                i += 1
+        except envrec.ClosedError:
+            done[t] = i
+
+    threads = run_threads(work, 4)
+    time.sleep(0.3)
+    started = time.monotonic()
+    env.close()
+    assert time.monotonic() - started < CLOSE_TIMEOUT_S
+    join_all(threads)
+    assert sorted(done) == [0, 1, 2, 3] and min(done.values()) > 0  # every thread was told, none stopped silently
+    assert dict(read_pairs(tmp_path)) == {t: list(range(done[t])) for t in range(4)}
+    assert env.stats()["steps_committed"] == sum(done.values())
+
+
+def test_record_video_stepped_from_threads_then_closed_from_another(tmp_path, interleaved):
+    """Every frame the wrapper counted reaches the clip; close from another thread mid-stream ends the clip whole."""
+    env = envrec.RecordVideo(CounterEnv(), str(tmp_path), step_trigger=lambda s: s == 0, close_timeout_s=CLOSE_TIMEOUT_S)
+    env.reset()
+    steps: dict[int, int] = {}
+    stop = threading.Event()
+
+    def work(t: int) -> None:
+        i = 0
+        while not stop.is_set():
+            env.step(np.array([t, i], float))
+            i += 1
+        steps[t] = i
+
+    threads = run_threads(work, 4)
+    time.sleep(0.2)
+    started = time.monotonic()
+    env.close()
+    assert time.monotonic() - started < CLOSE_TIMEOUT_S
+    stop.set()
+    join_all(threads)
+    stats = env.stats()
+    assert stats["frames_sent"] == stats["frames_written"] > 0 and stats["frames_dropped"] == 0
+    assert stats["clips_finished"] == stats["clips_started"] == 1 and stats["broken"] is None
+    assert 0 < env.step_id + 1 < sum(steps.values())  # steps after close began are not counted (as after close)
+    assert stats["frames_written"] == env.step_id + 1  # a frame for each step counted, from step 0 on

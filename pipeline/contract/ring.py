@@ -198,7 +198,7 @@ class RingWriter:
         """While ``refuse`` holds, a write that has to wait for room raises ``ClosedError`` instead (at once if
         it waits now): how ``close()`` in one thread ends another thread's wait (``envrec.record.call_lock``)."""
         self._refuse_waits = refuse
-        if refuse:
+        if refuse and not self.closed:
             self._space.post()
 
     @property

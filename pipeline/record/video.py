@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,7 +30,7 @@ import numpy as np
 
 from ..contract.faults import NO_FAULT, FaultSpec, from_env
 from ..contract.protocol import EncoderConfig, Kind, Status
-from ..errors import ConfigError, RecordError, RecordTooLargeError
+from ..errors import ClosedError, ConfigError, RecordError, RecordTooLargeError
 from ..formats.atomic import remove_stale_tmp
 from ..formats.clip_meta import ClipMeta, meta_path, read_clip_meta
 from ..formats.ffmpeg import VideoSettings, find_ffmpeg
@@ -39,6 +40,7 @@ from ..options import StreamOptions
 from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
+from .call_lock import take_for_close
 from .clip_state import ClipState, delete_clip_files, mark_evicted, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
 from .packer import frame_packer
@@ -162,6 +164,8 @@ class VideoRecorder:
         self._unreported: deque[ClipState] = deque()  # clips sent, not yet known finished
         self._clips_seen = 0
         self.clips_unkept = 0  # clips kept when they ended, deleted since by evict_clip
+        self._lock = threading.RLock()  # one call at a time, each frame whole (envrec.record.call_lock)
+        self._closing = False
         register_closer(self)
 
     @property
@@ -180,7 +184,11 @@ class VideoRecorder:
     # -- clips -----------------------------------------------------------------
     def start_clip(self, name: str, *, episode_id: int | None = None, text: bool = False, **extra: Any) -> None:
         """Begin clip ``name`` (ends the current one). ``text=True`` for ansi frames."""
-        self._stream.check_open()
+        with self._lock:
+            self._start_clip(name, episode_id, text, extra)
+
+    def _start_clip(self, name: str, episode_id: int | None, text: bool, extra: dict[str, Any]) -> None:
+        self._check_open()
         check_prefix(name)
         if self.clip is not None:
             self.end_clip()
@@ -197,34 +205,36 @@ class VideoRecorder:
 
     def add_frame(self, frame: Any, step: int = 0) -> None:
         """Add one rendered frame to the current clip (ignored when no clip is recording)."""
-        clip = self.clip
-        if clip is None:
-            return
         t0 = perf_counter_ns()
-        packer, stream = clip.packer, self._stream
-        if (
-            packer is not None
-            and type(frame) is np.ndarray
-            and frame.shape == clip.raw_shape
-            and frame.dtype == _UINT8
-            and stream.broken is None
-            and not stream.closed
-        ):  # a frame like the clip's first: its checks were done then
-            if stream.send(packer.write_single, clip.episode_id or 0, step, frame, clip.shape):
-                clip.frames += 1
-                self.frames_sent += 1
+        with self._lock:
+            clip = self.clip
+            if clip is None:
+                return
+            packer, stream = clip.packer, self._stream
+            if (
+                packer is not None
+                and type(frame) is np.ndarray
+                and frame.shape == clip.raw_shape
+                and frame.dtype == _UINT8
+                and stream.broken is None
+                and not stream.closed
+                and not self._closing
+            ):  # a frame like the clip's first: its checks were done then
+                if stream.send(packer.write_single, clip.episode_id or 0, step, frame, clip.shape):
+                    clip.frames += 1
+                    self.frames_sent += 1
+                else:
+                    clip.dropped += 1
+                    self.frames_dropped += 1
             else:
-                clip.dropped += 1
-                self.frames_dropped += 1
-        else:
-            self._add_frame(frame, step)
+                self._add_frame(frame, step)
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
     def _add_frame(self, frame: Any, step: int) -> None:
         clip = self.clip
         assert clip is not None  # add_frame checked
-        self._stream.check_open()
+        self._check_open()
         if clip.broken is not None:
             self._drop()
             return
@@ -268,6 +278,10 @@ class VideoRecorder:
         ``extra``: more keys for its ``.meta.json``, known only at its end
         (JSON values; ``envrec render`` writes its replay verdict so).
         """
+        with self._lock:
+            self._end_clip(keep, extra)
+
+    def _end_clip(self, keep: bool, extra: dict[str, Any] | None) -> None:
         clip, self.clip = self.clip, None
         if clip is None:
             return
@@ -298,6 +312,10 @@ class VideoRecorder:
         """
         if not self._unreported:
             return  # nothing pending: no shared-memory read at all
+        with self._lock:
+            self._poll()
+
+    def _poll(self) -> None:
         # Once the worker is gone every clip sent is final (its metadata written by one side or the other).
         finished = self._clips_seen + len(self._unreported) if self._stream.closed else self._stream.status(Status.CLIPS)
         while self._clips_seen < finished and self._unreported:
@@ -324,8 +342,9 @@ class VideoRecorder:
         Args:
             name: the clip's name, as given to ``start_clip``.
         """
-        if not mark_evicted(self._unreported, name):  # reported finished already: its files go now
-            self.clips_unkept += delete_clip_files(self.folder, name, self.recorder_id)
+        with self._lock:
+            if not mark_evicted(self._unreported, name):  # reported finished already: its files go now
+                self.clips_unkept += delete_clip_files(self.folder, name, self.recorder_id)
 
     def _drop_evicted(self, *clips: ClipState) -> None:
         self.clips_unkept += sum(c.evicted and delete_clip_files(self.folder, c.name, self.recorder_id) for c in clips)
@@ -344,6 +363,11 @@ class VideoRecorder:
         assert self.clip is not None
         self.clip.dropped += 1
         self.frames_dropped += 1
+
+    def _check_open(self) -> None:
+        if self._closing and not self._stream.closed:
+            raise ClosedError("this recorder is being closed (close() was called in another thread): nothing more is recorded")
+        self._stream.check_open()
 
     def _send(self, kind: int, episode: int, step: int, parts: tuple) -> bool:
         return self._stream.send(lambda ring: ring.write(kind, episode, step, parts))
@@ -398,9 +422,22 @@ class VideoRecorder:
         return out
 
     def close(self) -> dict | None:
-        """End the current clip, stop the worker, free the ring. Harmless when repeated, and in a forked child."""
+        """End the current clip, stop the worker, free the ring. Harmless when repeated, and in a forked child.
+
+        From another thread: a call in progress is finished first, later ones raise ``ClosedError``
+        (``envrec.record.call_lock``).
+        """
         if self._stream.closed or self._stream.left_behind_by_fork:
             return self._stream.worker.summary
+        take_for_close(self, self._stream.ring)
+        try:
+            return self._close()
+        finally:
+            self._lock.release()
+
+    def _close(self) -> dict | None:
+        if self._stream.closed:
+            return self._stream.worker.summary  # closed by another thread while this one waited
         unregister_closer(self)
         clip, self.clip = self.clip, None
         if clip is not None:
