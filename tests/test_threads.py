@@ -8,6 +8,7 @@ interval is cut to a microsecond so that threads interleave inside calls.
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -277,3 +278,41 @@ def test_record_video_stepped_from_threads_then_closed_from_another(tmp_path, in
     assert stats["clips_finished"] == stats["clips_started"] == 1 and stats["broken"] is None
     assert 0 < env.step_id + 1 < sum(steps.values())  # steps after close began are not counted (as after close)
     assert stats["frames_written"] == env.step_id + 1  # a frame for each step counted, from step 0 on
+
+
+# -- an info larger than the ring ------------------------------------------------------------------------------------
+
+
+def test_an_info_larger_than_the_ring_keeps_its_step_and_is_marked_and_counted(tmp_path, caplog):
+    big = np.ones(20_000, np.float64)  # 160 kB of info in a 64 kB ring
+    with envrec.TraceRecorder(tmp_path, OBS, ACT, ring_bytes=1 << 16) as rec:
+        rec.add_reset(np.zeros(3), {"frame": big, "note": "reset"})
+        step_of(rec, 0, 0)
+        rec.add_step(np.array([0, 1], float), np.array([0, 1, 1], float), 1.0, False, False, {"frame": big, "lives": 3})
+        rec.add_step(np.array([0, 2], float), np.array([0, 2, 2], float), 2.0, False, False,
+                     {f"k{i}": np.ones(1000) for i in range(20)})  # no single culprit: the largest go first
+        rec.add_step(np.array([0, 3], float), np.array([0, 3, 3], float), 3.0, True, False, {"small": 1})
+        stats = rec.stats()
+    assert stats["infos_too_large"] == 3 and stats["records_dropped"] == 0
+    assert sum("larger than the ring" in r.getMessage() for r in caplog.records) == 1  # a warning once
+    ep = envrec.TraceReader(tmp_path)[0]
+    assert ep.actions[:, 1].tolist() == [0, 1, 2, 3] and ep.rewards.tolist() == [0.0, 1.0, 2.0, 3.0]
+    reset_info, _, step_info, many, last = ep.infos
+    for info, kept in ((reset_info, {"note": "reset"}), (step_info, {"lives": 3})):
+        marker = info.pop("frame")
+        assert isinstance(marker, envrec.Unrepresentable) and marker.type == "numpy.ndarray"
+        assert "too large for the ring: 160" in marker.repr and "ring_bytes=65536" in marker.repr and info == kept
+    marked = [k for k, v in many.items() if isinstance(v, envrec.Unrepresentable)]
+    assert len(many) == 20 and 0 < len(marked) < 20 and all(np.array_equal(v, np.ones(1000)) for k, v in many.items() if k not in marked)
+    assert last == {"small": 1}
+    (manifest,) = tmp_path.glob("*.manifest.json")
+    assert json.loads(manifest.read_text())["stats"]["env_process"]["infos_too_large"] == 3
+
+
+def test_an_observation_larger_than_the_ring_still_raises(tmp_path):
+    """The step's own values cannot be marked: a Text observation too large is refused, the recording goes on."""
+    with envrec.TraceRecorder(tmp_path, S.Text(100_000), S.Discrete(2), ring_bytes=8192) as rec:
+        rec.add_reset("hello")
+        with pytest.raises(envrec.RecordTooLargeError, match="ring_bytes"):
+            rec.add_step(0, "x" * 20_000, 0.0, False, False, {"a": 1})
+        assert rec.stats()["infos_too_large"] == 0

@@ -275,7 +275,9 @@ class RingWriter:
         if n > cap:
             raise RecordTooLargeError(
                 f"a record of {n} bytes cannot fit in a ring of {cap} bytes; "
-                f"create the recorder with ring_bytes >= {2 * n}"
+                f"create the recorder with ring_bytes >= {2 * n}",
+                record_bytes=n,
+                ring_bytes=cap,
             )
         w = self._write_pos
         off = w % cap

@@ -17,7 +17,7 @@ from typing import Any, Self
 
 from ..contract.faults import NO_FAULT, FaultSpec, from_env
 from ..contract.protocol import SerializerConfig, Status
-from ..errors import ClosedError, ConfigError
+from ..errors import ClosedError, ConfigError, RecordTooLargeError
 from ..formats.atomic import remove_stale_tmp
 from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
@@ -40,6 +40,7 @@ from ..supervision.stream import Stream, register_closer, unregister_closer, war
 from .call_lock import take_for_close
 from .commit_watch import BatchCallback, CommitWatcher
 from .leftovers import remove_checkpoints, remove_leftovers
+from .oversized import info_that_fits
 from .packer import TracePacker
 
 __all__ = ["DEFAULT_RING_BYTES", "TRACE_OPTIONS", "TraceRecorder", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
@@ -208,6 +209,7 @@ class TraceRecorder:
         self._step = 0
         self._lock = threading.RLock()  # one record at a time, whole (envrec.record.call_lock)
         self._closing = False
+        self.infos_too_large = 0  # steps recorded with their info marked (envrec.record.oversized)
         self._commits = CommitWatcher(self.directory, self.manifest_path, on_batch_committed) if on_batch_committed else None
         register_closer(self)
 
@@ -268,7 +270,12 @@ class TraceRecorder:
                 meta = b""  # the common case: nothing to say
             else:
                 meta = pack_info({"seed": seed, "options": options, **(replay or {})})
-            self._stream.send(self._packer.write_reset, self._episode, observation, meta, pack_info(info) if info else b"")
+            packed = pack_info(info) if info else b""
+            try:
+                self._stream.send(self._packer.write_reset, self._episode, observation, meta, packed)
+            except RecordTooLargeError as exc:
+                smaller = self._info_that_fits(info, packed, exc)
+                self._stream.send(self._packer.write_reset, self._episode, observation, meta, smaller)
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
@@ -289,19 +296,30 @@ class TraceRecorder:
             self._step += 1
             if snapshot is not None:
                 info = {**(info or {}), SNAPSHOT_INFO_KEY: snapshot}  # taken out again by the serializer
-            self._stream.send(
-                self._packer.write_step,
-                self._episode,
-                self._step,
-                action,
-                observation,
-                reward,
-                terminated,
-                truncated,
-                pack_info(info) if info else b"",
-            )
+            packed = pack_info(info) if info else b""
+            write, episode, step = self._packer.write_step, self._episode, self._step
+            try:
+                self._stream.send(write, episode, step, action, observation, reward, terminated, truncated, packed)
+            except RecordTooLargeError as exc:
+                smaller = self._info_that_fits(info, packed, exc)
+                self._stream.send(write, episode, step, action, observation, reward, terminated, truncated, smaller)
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
+
+    def _info_that_fits(self, info: Any, packed: bytes, exc: RecordTooLargeError) -> bytes:
+        """The info to record instead of one that makes its record too large for the ring (counted, the first
+        one logged); ``exc`` again when the info is not to blame (a Text observation too large)."""
+        budget = ((len(packed) + 7) & -8) - (exc.record_bytes - exc.ring_bytes)
+        if not packed or budget < 0 or not exc.ring_bytes:
+            raise exc
+        self.infos_too_large += 1
+        if self.infos_too_large == 1:
+            logger.warning(
+                "envrec: an info of %d bytes makes its record larger than the ring (ring_bytes=%d): the step is "
+                "recorded with the info's largest values replaced by markers (counted in infos_too_large); raise "
+                "ring_bytes to keep such infos whole", len(packed), exc.ring_bytes,
+            )
+        return info_that_fits(info, packed, budget, exc.ring_bytes)
 
     def poll(self) -> None:
         """Call ``on_batch_committed`` for the batches committed since the last look (every add_* does)."""
@@ -324,6 +342,7 @@ class TraceRecorder:
         s = self._stream
         out = {
             "episodes_started": self._episode + 1,
+            "infos_too_large": self.infos_too_large,
             **s.stats(),
             **(self.times.summary() if self.times is not None else {}),
             "episodes_written": s.status(Status.EPISODES),
@@ -410,7 +429,7 @@ class TraceRecorder:
 
     def _env_stats(self) -> dict[str, Any]:
         """What only the env process knows, for the final manifest."""
-        env_keys = ("episodes_started", "records_sent", "records_dropped", "records_lost", "blocked_s", "ring_high_water_bytes")
+        env_keys = ("episodes_started", "infos_too_large", "records_sent", "records_dropped", "records_lost", "blocked_s", "ring_high_water_bytes")
         stats = self.stats()
         return {k: stats[k] for k in env_keys if k in stats} | {k: v for k, v in stats.items() if k.startswith("call")}
 
