@@ -188,9 +188,10 @@ def _fail(conn, reader: RingReader, handler: Handler | None, hand_over: bool = F
         handler.abort(tb.strip().splitlines()[-1])
 
 
-def _drain_overdue() -> bool:
-    """A SIGTERM came ``drain_deadline_s()`` ago or more."""
-    return time.monotonic() - _terminated_at >= drain_deadline_s()
+def _drain_overdue(parent_pid: int | None = None) -> bool:
+    """A SIGTERM came ``drain_deadline_s()`` ago or more (and, given ``parent_pid``, the env process is gone)."""
+    overdue = _terminated_by is not None and time.monotonic() - _terminated_at >= drain_deadline_s()
+    return overdue and (parent_pid is None or _parent_gone(parent_pid))
 
 
 def _parent_gone(parent_pid: int) -> bool:
@@ -214,21 +215,20 @@ def handle_records(reader: RingReader, handler: Handler | None, conn, parent_pid
         reader.skip_to(ckpt.resume_cursor)  # records its predecessor's checkpoint already covers
     discarded = beats = 0
     last_record_at = time.monotonic()
-    run_bytes = reader.capacity // 8
     suspect = ckpt.suspect if ckpt is not None else None
 
     def poll():
         if handler is not None and not broken and suspect is None:  # one record at a time across a suspect range
             template = handler.run_template  # it may change (a clip's frame size)
-            if template is not None and (run := reader.poll_run(template, RUN_RECORDS, run_bytes)) is not None:
+            if template is not None and (run := reader.poll_run(template, RUN_RECORDS, reader.capacity // 8)) is not None:
                 return run
         return reader.poll()
 
     while True:
         beats += 1
         reader.set_status(Status.HEARTBEAT, beats)
-        if _terminated_by is not None and _drain_overdue() and _parent_gone(parent_pid):
-            break  # past the drain deadline with the ring still full: _drain_and_finish counts the rest
+        if _terminated_by is not None and _drain_overdue(parent_pid):
+            break  # the ring still full at the drain deadline: _drain_and_finish counts the rest
         start = reader.cursor
         rec = poll()
         if rec is None:
@@ -339,7 +339,7 @@ def _drain_and_finish(reader: RingReader, handler: Handler, conn) -> None:
         logger.info("the env process is gone after %s: committing what the ring holds", _terminated_by)
     while True:
         start = reader.cursor
-        if _terminated_by is not None and _drain_overdue():
+        if _drain_overdue():
             handler.records_not_drained = _count_left(reader)
             logger.warning("%s %.1f s ago: %d record(s) left in the ring are not written (records_not_drained)",
                            _terminated_by, time.monotonic() - _terminated_at, handler.records_not_drained)
