@@ -316,3 +316,27 @@ def test_an_observation_larger_than_the_ring_still_raises(tmp_path):
         with pytest.raises(envrec.RecordTooLargeError, match="ring_bytes"):
             rec.add_step(0, "x" * 20_000, 0.0, False, False, {"a": 1})
         assert rec.stats()["infos_too_large"] == 0
+
+
+def test_a_vector_trace_recorded_from_threads_keeps_every_step_whole(tmp_path, interleaved):
+    envs = gym.vector.SyncVectorEnv([CounterEnv, CounterEnv])
+    rec = envrec.RecordVectorTrace(envs, tmp_path, close_timeout_s=CLOSE_TIMEOUT_S)
+    rec.reset(seed=0)
+    steps = 300
+
+    def work(t: int) -> None:
+        for i in range(steps):
+            actions = np.array([[t, i], [t, i]], float)
+            obs = np.array([[t, i, t * 1000 + i]] * 2, float)
+            rec.record_step(actions, obs, np.full(2, t * 1000.0 + i), np.zeros(2, bool), np.zeros(2, bool), {})
+
+    join_all(run_threads(work, 4))
+    rec.close()
+    for j in range(2):
+        counters: dict[int, list[int]] = defaultdict(list)
+        for ep in envrec.TraceReader(tmp_path, prefix=rec.prefix_of(j)):
+            for action, obs, reward in zip(ep.actions, ep.observations[1:], ep.rewards, strict=True):
+                t, i = int(action[0]), int(action[1])
+                assert (obs[0], obs[1], obs[2], reward) == (t, i, t * 1000 + i, t * 1000 + i)
+                counters[t].append(i)
+        assert dict(counters) == {t: list(range(steps)) for t in range(4)}

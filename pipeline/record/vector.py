@@ -21,6 +21,7 @@ tiled clip of all), with triggers counted per sub-env episode, and a
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
 from ..contract.protocol import Kind, VectorSerializerConfig
-from ..errors import ConfigError, RecordError
+from ..errors import ClosedError, ConfigError, RecordError
 from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
 from ..formats.schema import describe_space, leaf_values, leaves
@@ -38,6 +39,7 @@ from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Acc
 from ..options import StreamOptions
 from ..supervision.lifecycle import RestartPolicy
 from ..supervision.stream import Stream, register_closer, unregister_closer, warn_start_method
+from .call_lock import take_for_close
 from .clip_triggers import KeepIf, capped_cubic_video_schedule
 from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
 
@@ -150,6 +152,8 @@ class RecordVectorTrace(VectorWrapper):
             on_broken=self._record_failure,
         )
         self._steps = 0
+        self._lock = threading.RLock()  # one record at a time, whole (envrec.record.call_lock)
+        self._closing = False
         register_closer(self)
 
     def _parts(self, value, spec: dict, batched: list, where: str) -> list:
@@ -166,11 +170,12 @@ class RecordVectorTrace(VectorWrapper):
     def record_reset(self, obs, info: dict, *, seed=None, options=None, mask=None) -> None:
         """Record a reset done already (``envrec.sb3``; ``record_step``: a step): seed/options one for all or one per sub-env."""
         mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
-        self._stream.check_open()
         parts: list[Any] = [_as_part(mask, "|b1", (self.num_envs,), "reset_mask")]
         parts += self._parts(obs, self._obs_spec, self._obs_leaves, "observations")
         parts += [pack_info({"seed": seed, "options": options or None}), pack_info(info) if info else b""]
-        self._stream.send(lambda ring: ring.write(Kind.VRESET, 0, self._steps, parts))
+        with self._lock:
+            self._check_open()
+            self._stream.send(lambda ring: ring.write(Kind.VRESET, 0, self._steps, parts))
 
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.env.step(actions)
@@ -178,14 +183,21 @@ class RecordVectorTrace(VectorWrapper):
         return obs, rewards, terminations, truncations, info
 
     def record_step(self, actions, obs, rewards, terminations, truncations, info: dict) -> None:
-        self._steps += 1
-        self._stream.check_open()
         n = self.num_envs
         parts = [*self._parts(actions, self._act_spec, self._act_leaves, "actions"),
                  *self._parts(obs, self._obs_spec, self._obs_leaves, "observations"),
                  _as_part(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"), _as_part(terminations, "|b1", (n,), "terminations"),
                  _as_part(truncations, "|b1", (n,), "truncations"), pack_info(info) if info else b""]
-        self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, self._steps, parts))
+        with self._lock:  # the step number and the record in one order (envrec.record.call_lock)
+            self._check_open()
+            self._steps += 1
+            step = self._steps
+            self._stream.send(lambda ring: ring.write(Kind.VSTEP, 0, step, parts))
+
+    def _check_open(self) -> None:
+        if self._closing and not self._stream.closed:
+            raise ClosedError("this recorder is being closed (close() was called in another thread): nothing more is recorded")
+        self._stream.check_open()
 
     def stats(self) -> dict[str, Any]:
         """The stream's counters (see README, "Stats")."""
@@ -208,8 +220,12 @@ class RecordVectorTrace(VectorWrapper):
     def close(self, **kwargs) -> None:
         try:
             if not self._stream.closed and not self._stream.left_behind_by_fork:
-                unregister_closer(self)
-                self._stream.close()
+                take_for_close(self, self._stream.ring)
+                try:
+                    unregister_closer(self)
+                    self._stream.close()
+                finally:
+                    self._lock.release()
         finally:
             self.env.close(**kwargs)
 
