@@ -113,7 +113,9 @@ class TraceRecorder:
     ``add_reset`` / ``add_step`` copy each array once into a shared-memory
     ring; a serializer worker process writes the batches. The recorder under
     ``RecordTrace``, for loops that do not step a ``gymnasium.Env``; use it
-    as a context manager or call ``close()``.
+    as a context manager or call ``close()``. Several threads may call it:
+    each record is whole, in the order the calls took its lock
+    (``envrec.record.call_lock``).
 
     Args:
         directory: the output folder, created if needed.
@@ -140,7 +142,8 @@ class TraceRecorder:
             prefix already used there, a ring too small for one step, a
             budget smaller than two batches.
         RecordError: ``add_reset``/``add_step`` given a value that does not fit the spaces.
-        ClosedError: ``add_step`` before any ``add_reset``, or any call after ``close()``.
+        ClosedError: ``add_step`` before any ``add_reset``, or any call after ``close()`` (or
+            while it runs in another thread).
         WorkerError: only with ``strict=True``: the serializer failed.
     """
 

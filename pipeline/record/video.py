@@ -75,7 +75,8 @@ class VideoRecorder:
     ``start_clip(name)`` / ``add_frame(frame, step)`` / ``end_clip()``; a clip
     named NAME becomes ``NAME.mp4`` (``NAME.cast`` for text) and
     ``NAME.meta.json`` in ``folder``. The recorder under ``RecordVideo``;
-    use it as a context manager or call ``close()``. A failed encoder is
+    use it as a context manager or call ``close()``. Several threads may call
+    it: each frame is whole (``envrec.record.call_lock``). A failed encoder is
     replaced by a fresh one before the next clip, at most ``max_restarts``
     times; the clips it did not finish get a ``.meta.json`` saying why.
 
