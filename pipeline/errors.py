@@ -66,14 +66,22 @@ class RecordError(EnvrecError, ValueError):
 
 class ClosedError(RecordError):
     """A recorder was used when it cannot be: after ``close()``, before the call that must come first
-    (a step before any reset), or in a process forked from the one that made it.
+    (a step before any reset), or in a process forked from the one that made it; or a call in one thread
+    while ``close()`` runs in another.
 
     A ``RecordError`` too, so ``except RecordError`` clauses written before it existed still catch it.
     """
 
 
 class RecordTooLargeError(RecordError):
-    """A record does not fit in its ring, however empty the ring is."""
+    """A record does not fit in its ring, however empty the ring is.
+
+    ``record_bytes`` and ``ring_bytes``: the record's size and the ring's (0 when not known).
+    """
+
+    def __init__(self, message: str, record_bytes: int = 0, ring_bytes: int = 0) -> None:
+        super().__init__(message)
+        self.record_bytes, self.ring_bytes = record_bytes, ring_bytes
 
 
 class SharedMemoryError(EnvrecError, OSError):

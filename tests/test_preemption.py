@@ -222,3 +222,22 @@ def test_close_on_signals_waits_until_envrec_is_not_writing_a_record(monkeypatch
     assert retried == [(signals.RETRY_S, (os.getpid(), signal.SIGINT))] and closed == []
     signals._on_signal(signal.SIGINT, sys._getframe(), previous=signal.SIG_IGN)
     assert closed == ["on SIGINT"] and len(retried) == 1
+
+
+def test_a_drain_past_its_deadline_finalizes_what_it_has_and_counts_the_rest(tmp_path):
+    """A ring too full to drain before Slurm's SIGKILL (here a throttled serializer and a 0.5 s deadline):
+    the worker stops draining at the deadline, commits what it handled and counts what it left."""
+    throttled = {"ENVREC_FAULTS": json.dumps({"sleep_per_record_s": 0.05}), "ENVREC_DRAIN_DEADLINE_S": "0.5"}
+    proc, workers = _start(tmp_path, env=throttled)
+    assert wait_for(lambda: _worker_ready(tmp_path), 20)
+    os.killpg(proc.pid, signal.SIGTERM)
+    signalled = time.monotonic()
+    _end(proc, workers)
+    took = time.monotonic() - signalled
+    manifest = _manifest(tmp_path)
+    assert manifest["terminated_by"] == "SIGTERM" and manifest["complete"]
+    left = manifest["stats"]["serializer"]["records_not_drained"]
+    read = _steps_read_back(tmp_path)
+    assert left > 0 and read < STEPS and read + left >= STEPS  # every step written or counted (resets among the rest)
+    assert manifest["stats"]["serializer"]["records"] + left > STEPS
+    assert took < 0.5 + 5.0, f"the worker took {took:.1f} s after the signal"

@@ -422,6 +422,8 @@ class Encoder(Handler):
             if not clean:
                 self.clip.extra["ended_by"] = f"terminated by {terminated_by}" if terminated_by else "env process died"
                 self.clip.extra["terminated_by"] = terminated_by
+                if self.records_not_drained:
+                    self.clip.extra["records_not_drained"] = self.records_not_drained  # frames the deadline cut off
             self._end_clip({})
 
     def abort(self, error: str) -> None:
@@ -443,5 +445,6 @@ class Encoder(Handler):
             "records": self.records,
             "clips_evicted": self.budget.evicted,
             "bytes_evicted": self.budget.bytes_evicted,
+            "records_not_drained": self.records_not_drained,
             "error": self.error,
         }

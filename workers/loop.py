@@ -76,16 +76,33 @@ RUN_RECORDS = 256
 # A scheduler (timeout, Slurm) signals the env process, then its process group: the worker may see its env process
 # gone a moment before its own SIGTERM comes, and waits this long for it before naming no signal in its final files.
 GROUP_SIGNAL_GRACE_S = 0.25
+# After a SIGTERM, how long a worker whose env process is gone drains the ring before it finalizes what it has: Slurm
+# sends SIGKILL 30 s after SIGTERM, and the final commit (the open episode and batch, the manifest) needs time too.
+# What is left in the ring then is counted (``records_not_drained``), not written. ``$ENVREC_DRAIN_DEADLINE_S`` sets it.
+DRAIN_DEADLINE_S = 20.0
+DRAIN_DEADLINE_ENV_VAR = "ENVREC_DRAIN_DEADLINE_S"
 MAX_TRACEBACK_CHARS = 16_384  # a quarter of a pipe's buffer: the report, sent whole, never blocks
 TRACEBACK_HEAD_LINES, TRACEBACK_TAIL_LINES = 12, 48  # what a cut traceback keeps of a long one
 
 _terminated_by: str | None = None  # the signal that asked this worker to end (latched by latch_termination)
+_terminated_at = 0.0  # when it came (time.monotonic())
 
 
 def latch_termination(signum: int) -> None:
     """Signal handler's half (async-signal-safe: one assignment): remember that the job is being ended."""
-    global _terminated_by
+    global _terminated_by, _terminated_at
+    if _terminated_by is None:
+        _terminated_at = time.monotonic()
     _terminated_by = signal.Signals(signum).name
+
+
+def drain_deadline_s() -> float:
+    """``DRAIN_DEADLINE_S``, or ``$ENVREC_DRAIN_DEADLINE_S`` when it holds a positive number."""
+    try:
+        value = float(os.environ.get(DRAIN_DEADLINE_ENV_VAR, ""))
+    except ValueError:
+        return DRAIN_DEADLINE_S
+    return value if value > 0 else DRAIN_DEADLINE_S
 
 
 def serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
@@ -171,6 +188,12 @@ def _fail(conn, reader: RingReader, handler: Handler | None, hand_over: bool = F
         handler.abort(tb.strip().splitlines()[-1])
 
 
+def _drain_overdue(parent_pid: int | None = None) -> bool:
+    """A SIGTERM came ``drain_deadline_s()`` ago or more (and, given ``parent_pid``, the env process is gone)."""
+    overdue = _terminated_by is not None and time.monotonic() - _terminated_at >= drain_deadline_s()
+    return overdue and (parent_pid is None or _parent_gone(parent_pid))
+
+
 def _parent_gone(parent_pid: int) -> bool:
     return os.getppid() != parent_pid
 
@@ -192,19 +215,20 @@ def handle_records(reader: RingReader, handler: Handler | None, conn, parent_pid
         reader.skip_to(ckpt.resume_cursor)  # records its predecessor's checkpoint already covers
     discarded = beats = 0
     last_record_at = time.monotonic()
-    run_bytes = reader.capacity // 8
     suspect = ckpt.suspect if ckpt is not None else None
 
     def poll():
         if handler is not None and not broken and suspect is None:  # one record at a time across a suspect range
             template = handler.run_template  # it may change (a clip's frame size)
-            if template is not None and (run := reader.poll_run(template, RUN_RECORDS, run_bytes)) is not None:
+            if template is not None and (run := reader.poll_run(template, RUN_RECORDS, reader.capacity // 8)) is not None:
                 return run
         return reader.poll()
 
     while True:
         beats += 1
         reader.set_status(Status.HEARTBEAT, beats)
+        if _terminated_by is not None and _drain_overdue(parent_pid):
+            break  # the ring still full at the drain deadline: _drain_and_finish counts the rest
         start = reader.cursor
         rec = poll()
         if rec is None:
@@ -307,11 +331,19 @@ def _wait_for_record(reader: RingReader, poll: Callable[[], Any], handler: Handl
 
 
 def _drain_and_finish(reader: RingReader, handler: Handler, conn) -> None:
-    """The env process is gone: handle what it published, then finalize (not cleanly) unless a CLOSE came."""
+    """The env process is gone: handle what it published, then finalize (not cleanly) unless a CLOSE came.
+
+    After a SIGTERM the drain stops ``drain_deadline_s()`` after the signal: the records left are counted in the
+    handler's ``records_not_drained`` and what was handled is finalized before the scheduler's SIGKILL."""
     if _terminated_by is not None:
         logger.info("the env process is gone after %s: committing what the ring holds", _terminated_by)
     while True:
         start = reader.cursor
+        if _drain_overdue():
+            handler.records_not_drained = _count_left(reader)
+            logger.warning("%s %.1f s ago: %d record(s) left in the ring are not written (records_not_drained)",
+                           _terminated_by, time.monotonic() - _terminated_at, handler.records_not_drained)
+            break
         if (rec := reader.poll()) is None:
             break
         try:
@@ -327,6 +359,14 @@ def _drain_and_finish(reader: RingReader, handler: Handler, conn) -> None:
         handler.finish(clean=False, terminated_by=_terminated_by)
     except Exception:  # noqa: BLE001  (reported through the pipe)
         _fail(conn, reader, handler)
+
+
+def _count_left(reader: RingReader) -> int:
+    """Records published and not yet read (read now, without handling them)."""
+    n = 0
+    while (rec := reader.poll()) is not None:
+        n += rec.kind != Kind.CLOSE
+    return n
 
 
 def _send_done(conn, handler: Handler | None) -> None:

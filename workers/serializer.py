@@ -406,6 +406,7 @@ class Serializer(CheckpointingHandler):
             "records": self.records,
             "orphan_steps": self.orphan_steps,
             "records_poisoned": self.manifest.poisoned.count,
+            "records_not_drained": self.records_not_drained,
             "error": self.error,
         }
 

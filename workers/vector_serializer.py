@@ -171,6 +171,7 @@ class VectorSerializer(Handler):
 
     def finish(self, clean: bool, terminated_by: str | None = None) -> None:
         for sub in self.subs:
+            sub.records_not_drained = self.records_not_drained  # the shared ring's: each sub-env's manifest says it
             sub.finish(clean, terminated_by)
 
     def abort(self, error: str) -> None:

@@ -59,7 +59,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import ConfigError, RecordTooLargeError
+from ..errors import ClosedError, ConfigError, RecordTooLargeError
 from .shm import create_memfd
 from .wakeup import Wakeup
 
@@ -176,6 +176,7 @@ class RingWriter:
         self.block = True
         self.timeout_s: float | None = None
         self.alive: Callable[[], bool] | None = None
+        self._refuse_waits = False  # set by close() in another thread: a wait for room raises ClosedError
         self._pending = 0
         self.high_water = 0
         self.blocked_s = 0.0
@@ -192,6 +193,13 @@ class RingWriter:
     def set_policy(self, block: bool = True, timeout_s: float | None = None, alive: Callable[[], bool] | None = None) -> None:
         """What ``reserve`` does when the ring is full (see the class docstring)."""
         self.block, self.timeout_s, self.alive = block, timeout_s, alive
+
+    def refuse_waits(self, refuse: bool) -> None:
+        """While ``refuse`` holds, a write that has to wait for room raises ``ClosedError`` instead (at once if
+        it waits now): how ``close()`` in one thread ends another thread's wait (``envrec.record.call_lock``)."""
+        self._refuse_waits = refuse
+        if refuse and not self.closed:
+            self._space.post()
 
     @property
     def spec(self) -> RingSpec:
@@ -267,7 +275,9 @@ class RingWriter:
         if n > cap:
             raise RecordTooLargeError(
                 f"a record of {n} bytes cannot fit in a ring of {cap} bytes; "
-                f"create the recorder with ring_bytes >= {2 * n}"
+                f"create the recorder with ring_bytes >= {2 * n}",
+                record_bytes=n,
+                ring_bytes=cap,
             )
         w = self._write_pos
         off = w % cap
@@ -309,6 +319,8 @@ class RingWriter:
                 self._read_pos = words[_W_READ_POS]
                 if cap - (self._write_pos - self._read_pos) >= need:
                     return True
+                if self._refuse_waits:
+                    raise ClosedError("the recorder is being closed by another thread: this record was not written")
                 if alive is not None and not alive():
                     raise ConsumerGone()
                 slice_s = WAIT_SLICE_S

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from ..formats.trace_format import PREFIX, check_prefix
 from ..option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
 from ..options import StreamOptions
 from ..supervision.stream import warn_start_method
+from .call_lock import take_for_close
 from .clip_triggers import ClipKeeper, KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
 from .headless import headless_display
 from .video_recorder import ClipCallback, VideoRecorder
@@ -163,6 +165,8 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             **stream_options,
         )
         self._outcome = OutcomeTracker()
+        self._lock = threading.RLock()  # the counters, triggers and clip of one step at a time (envrec.record.call_lock)
+        self._closing = False
         self._text = env.render_mode == "ansi"
         self._attach_keeper(keep_if)
 
@@ -199,6 +203,12 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = super().reset(seed=seed, options=options)
+        with self._lock:
+            if not self._closing:  # close() began in another thread: as after close, nothing more is recorded
+                self._after_reset(info)
+        return obs, info
+
+    def _after_reset(self, info: dict[str, Any]) -> None:
         self.episode_id += 1
         if self.recording and self.video_length == float("inf"):
             self.stop_recording()  # the previous episode's clip, decided on that episode's outcome
@@ -210,10 +220,15 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self._capture_frame()
             if self.recorded_frames > self.video_length:
                 self.stop_recording()
-        return obs, info
 
     def step(self, action):
         obs, rew, terminated, truncated, info = self.env.step(action)
+        with self._lock:
+            if not self._closing:  # close() began in another thread: as after close, nothing more is recorded
+                self._after_step(rew, terminated, truncated, info)
+        return obs, rew, terminated, truncated, info
+
+    def _after_step(self, rew: Any, terminated: bool, truncated: bool, info: dict[str, Any]) -> None:
         self.step_id += 1
         if self.keep_if is not None:
             self._outcome.step(rew, terminated, truncated, info)
@@ -224,30 +239,35 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self._capture_frame()
             if self.recorded_frames > self.video_length:
                 self.stop_recording()
-        return obs, rew, terminated, truncated, info
 
     def render(self) -> Any:
         render_out: Any = super().render()
-        if self.recording and isinstance(render_out, list):
-            for frame in render_out:
-                self.recorder.add_frame(frame, self.step_id + 1)
-            self.recorded_frames += len(render_out)
-        if len(self.render_history) > 0:
-            tmp_history = self.render_history
-            self.render_history = []
-            return tmp_history + render_out
+        with self._lock:
+            if self.recording and isinstance(render_out, list):
+                for frame in render_out:
+                    self.recorder.add_frame(frame, self.step_id + 1)
+                self.recorded_frames += len(render_out)
+            if len(self.render_history) > 0:
+                tmp_history = self.render_history
+                self.render_history = []
+                return tmp_history + render_out
         return render_out
 
     def start_recording(self, video_name: str) -> None:
         """Start a new recording. If it is already recording, stops the current recording before starting the new one."""
-        if self.recording:
-            self.stop_recording()
-        self.recording = True
-        self._video_name = video_name
-        self.recorder.start_clip(video_name, episode_id=self.episode_id, text=self._text)
+        with self._lock:
+            if self.recording:
+                self.stop_recording()
+            self.recorder.start_clip(video_name, episode_id=self.episode_id, text=self._text)
+            self.recording = True  # once the clip has begun: a refused one (ClosedError) leaves nothing recording
+            self._video_name = video_name
 
     def stop_recording(self) -> None:
         """Stop the current recording; the encoder finishes the file in the background."""
+        with self._lock:
+            self._stop_recording()
+
+    def _stop_recording(self) -> None:
         assert self.recording, "stop_recording was called, but no recording was started"
         if self.recorded_frames == 0:
             logger.warning("Ignored saving a video as there were zero frames to save.")
@@ -266,11 +286,18 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return self.recorder.stats()
 
     def close(self) -> None:
-        """Stops the recording, waits for the encoder to finish, then closes the env."""
+        """Stops the recording, waits for the encoder to finish, then closes the env.
+
+        From another thread: a step in progress is finished first (``envrec.record.call_lock``).
+        """
         try:
-            if self.recording:
-                self.stop_recording()
-            self.recorder.close()
+            take_for_close(self, self.recorder._stream.ring)
+            try:
+                if self.recording:
+                    self.stop_recording()
+                self.recorder.close()
+            finally:
+                self._lock.release()
         finally:
             super().close()
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from time import perf_counter_ns
 from typing import Any, Self
 
 from ..contract.faults import NO_FAULT, FaultSpec, from_env
 from ..contract.protocol import SerializerConfig, Status
-from ..errors import ClosedError, ConfigError
+from ..errors import ClosedError, ConfigError, RecordTooLargeError
 from ..formats.atomic import remove_stale_tmp
 from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
@@ -37,8 +38,10 @@ from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
 from ..supervision.stats import CallTimes, summary_line
 from ..supervision.stream import Stream, warn_start_method
+from .call_lock import take_for_close
 from .commit_watch import BatchCallback, CommitWatcher
 from .leftovers import remove_checkpoints, remove_dead_recordings, remove_leftovers
+from .oversized import info_that_fits
 from .packer import ResetRecord, StepRecord, TracePacker
 
 __all__ = ["DEFAULT_RING_BYTES", "TRACE_OPTIONS", "TraceRecorder", "check_folder", "check_max_bytes", "record_failure_in_manifest"]
@@ -111,7 +114,9 @@ class TraceRecorder:
     ``add_reset`` / ``add_step`` copy each array once into a shared-memory
     ring; a serializer worker process writes the batches. The recorder under
     ``RecordTrace``, for loops that do not step a ``gymnasium.Env``; use it
-    as a context manager or call ``close()``.
+    as a context manager or call ``close()``. Several threads may call it:
+    each record is whole, in the order the calls took its lock
+    (``envrec.record.call_lock``).
 
     Args:
         directory: the output folder, created if needed.
@@ -138,7 +143,8 @@ class TraceRecorder:
             prefix already used there, a ring too small for one step, a
             budget smaller than two batches.
         RecordError: ``add_reset``/``add_step`` given a value that does not fit the spaces.
-        ClosedError: ``add_step`` before any ``add_reset``, or any call after ``close()``.
+        ClosedError: ``add_step`` before any ``add_reset``, or any call after ``close()`` (or
+            while it runs in another thread).
         WorkerError: only with ``strict=True``: the serializer failed.
     """
 
@@ -205,6 +211,9 @@ class TraceRecorder:
         self.times = CallTimes() if opts.timing else None
         self._episode = -1
         self._step = 0
+        self._lock = threading.RLock()  # one record at a time, whole (envrec.record.call_lock)
+        self._closing = False
+        self.infos_too_large = 0  # steps recorded with their info marked (envrec.record.oversized)
         self._commits = CommitWatcher(self.directory, self.manifest_path, on_batch_committed) if on_batch_committed else None
         register_closer(self)
 
@@ -255,16 +264,22 @@ class TraceRecorder:
         ``reset_snapshot`` (``envrec.record.replay_capture``), or None.
         """
         t0 = perf_counter_ns()
-        self._stream.check_open()
-        if self._commits is not None:
-            self.poll()
-        self._episode += 1
-        self._step = 0
-        if seed is None and options is None and not replay:
-            meta = b""  # the common case: nothing to say
-        else:
-            meta = pack_info({"seed": seed, "options": options, **(replay or {})})
-        self._stream.send(ResetRecord(self._packer, self._episode, observation, meta, pack_info(info) if info else b""))
+        with self._lock:
+            self._check_open()
+            if self._commits is not None:
+                self.poll()
+            self._episode += 1
+            self._step = 0
+            if seed is None and options is None and not replay:
+                meta = b""  # the common case: nothing to say
+            else:
+                meta = pack_info({"seed": seed, "options": options, **(replay or {})})
+            packed = pack_info(info) if info else b""
+            try:
+                self._stream.send(ResetRecord(self._packer, self._episode, observation, meta, packed))
+            except RecordTooLargeError as exc:
+                smaller = self._info_that_fits(info, packed, exc)
+                self._stream.send(ResetRecord(self._packer, self._episode, observation, meta, smaller))
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
@@ -274,32 +289,56 @@ class TraceRecorder:
         """Record one step of the current episode; ``snapshot``: the env's state after it
         (``envrec.record.replay_capture``), or None."""
         t0 = perf_counter_ns()
-        self._stream.check_open()
-        if self._commits is not None:
-            self.poll()
-        if self._episode < 0:
-            raise ClosedError("add_step() before any add_reset(): a trace episode starts with its reset observation")
-        self._step += 1
-        if snapshot is not None:
-            info = {**(info or {}), SNAPSHOT_INFO_KEY: snapshot}  # taken out again by the serializer
-        self._stream.send(StepRecord(
-            self._packer,
-            self._episode,
-            self._step,
-            action,
-            observation,
-            reward,
-            terminated,
-            truncated,
-            pack_info(info) if info else b"",
-        ))
+        with self._lock:
+            if self._closing:
+                self._refuse_while_closing()
+            self._stream.check_open()
+            if self._commits is not None:
+                self.poll()
+            if self._episode < 0:
+                raise ClosedError("add_step() before any add_reset(): a trace episode starts with its reset observation")
+            self._step += 1
+            if snapshot is not None:
+                info = {**(info or {}), SNAPSHOT_INFO_KEY: snapshot}  # taken out again by the serializer
+            packed = pack_info(info) if info else b""
+            episode, step = self._episode, self._step
+            try:
+                self._stream.send(StepRecord(self._packer, episode, step, action, observation, reward, terminated, truncated, packed))
+            except RecordTooLargeError as exc:
+                smaller = self._info_that_fits(info, packed, exc)
+                self._stream.send(StepRecord(self._packer, episode, step, action, observation, reward, terminated, truncated, smaller))
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
+
+    def _info_that_fits(self, info: Any, packed: bytes, exc: RecordTooLargeError) -> bytes:
+        """The info to record instead of one that makes its record too large for the ring (counted, the first
+        one logged); ``exc`` again when the info is not to blame (a Text observation too large)."""
+        budget = ((len(packed) + 7) & -8) - (exc.record_bytes - exc.ring_bytes)
+        if not packed or budget < 0 or not exc.ring_bytes:
+            raise exc
+        self.infos_too_large += 1
+        if self.infos_too_large == 1:
+            logger.warning(
+                "envrec: an info of %d bytes makes its record larger than the ring (ring_bytes=%d): the step is "
+                "recorded with the info's largest values replaced by markers (counted in infos_too_large); raise "
+                "ring_bytes to keep such infos whole", len(packed), exc.ring_bytes,
+            )
+        return info_that_fits(info, packed, budget, exc.ring_bytes)
 
     def poll(self) -> None:
         """Call ``on_batch_committed`` for the batches committed since the last look (every add_* does)."""
         if self._commits is not None:
-            self._commits.poll(self._stream.status(Status.BATCHES))
+            with self._lock:
+                self._commits.poll(self._stream.status(Status.BATCHES))
+
+    def _check_open(self) -> None:
+        if self._closing:
+            self._refuse_while_closing()
+        self._stream.check_open()
+
+    def _refuse_while_closing(self) -> None:
+        self._stream.check_open()  # closed already: its usual words
+        raise ClosedError("this recorder is being closed (close() was called in another thread): nothing more is recorded")
 
     # -- counters and ending -----------------------------------------------
     def stats(self) -> dict[str, Any]:
@@ -307,6 +346,7 @@ class TraceRecorder:
         s = self._stream
         out = {
             "episodes_started": self._episode + 1,
+            "infos_too_large": self.infos_too_large,
             **s.stats(),
             **(self.times.summary() if self.times is not None else {}),
             "episodes_written": s.status(Status.EPISODES),
@@ -352,9 +392,22 @@ class TraceRecorder:
             return {}
 
     def close(self) -> dict | None:
-        """Flush everything, stop the worker, free the ring. Harmless when repeated, and in a forked child."""
+        """Flush everything, stop the worker, free the ring. Harmless when repeated, and in a forked child.
+
+        From another thread: a call in progress is finished first, later ones raise ``ClosedError``
+        (``envrec.record.call_lock``).
+        """
         if self._stream.closed or self._stream.left_behind_by_fork:
             return self._stream.worker.summary
+        take_for_close(self, self._stream.ring)
+        try:
+            return self._close()
+        finally:
+            self._lock.release()
+
+    def _close(self) -> dict | None:
+        if self._stream.closed:
+            return self._stream.worker.summary  # closed by another thread while this one waited
         unregister_closer(self)
         try:
             summary = self._stream.close(final_stats=self._env_stats())
@@ -391,7 +444,7 @@ class TraceRecorder:
 
     def _env_stats(self) -> dict[str, Any]:
         """What only the env process knows, for the final manifest."""
-        env_keys = ("episodes_started", "records_sent", "records_dropped", "records_lost", "blocked_s", "ring_high_water_bytes")
+        env_keys = ("episodes_started", "infos_too_large", "records_sent", "records_dropped", "records_lost", "blocked_s", "ring_high_water_bytes")
         stats = self.stats()
         return {k: stats[k] for k in env_keys if k in stats} | {k: v for k, v in stats.items() if k.startswith("call")}
 

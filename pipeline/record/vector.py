@@ -21,6 +21,7 @@ tiled clip of all), with triggers counted per sub-env episode, and a
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
 from ..contract.protocol import Kind, VectorSerializerConfig
-from ..errors import ConfigError, RecordError
+from ..errors import ClosedError, ConfigError, RecordError
 from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
 from ..formats.schema import describe_space, leaf_values, leaves
@@ -39,6 +40,7 @@ from ..options import StreamOptions
 from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
 from ..supervision.stream import RawRecord, Stream, warn_start_method
+from .call_lock import take_for_close
 from .clip_triggers import KeepIf, capped_cubic_video_schedule
 from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
 
@@ -151,6 +153,8 @@ class RecordVectorTrace(VectorWrapper):
             on_broken=self._record_failure,
         )
         self._steps = 0
+        self._lock = threading.RLock()  # one record at a time, whole (envrec.record.call_lock)
+        self._closing = False
         register_closer(self)
 
     def _sections(self, value, spec: dict, batched: list, where: str) -> list:
@@ -176,11 +180,12 @@ class RecordVectorTrace(VectorWrapper):
             mask: which sub-envs were reset. Default None: all of them.
         """
         mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
-        self._stream.check_open()
         sections: list[Any] = [_as_section(mask, "|b1", (self.num_envs,), "reset_mask")]
         sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations")
         sections += [pack_info({"seed": seed, "options": options or None}), pack_info(info) if info else b""]
-        self._stream.send(RawRecord(Kind.VRESET, 0, self._steps, sections))
+        with self._lock:
+            self._check_open()
+            self._stream.send(RawRecord(Kind.VRESET, 0, self._steps, sections))
 
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.env.step(actions)
@@ -198,8 +203,6 @@ class RecordVectorTrace(VectorWrapper):
             truncations: one flag per sub-env.
             info: its vector info (Gymnasium's dict of arrays, ``_key`` masks).
         """
-        self._steps += 1
-        self._stream.check_open()
         n = self.num_envs
         sections = self._sections(actions, self._act_spec, self._act_leaves, "actions")
         sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations")
@@ -209,7 +212,15 @@ class RecordVectorTrace(VectorWrapper):
             _as_section(truncations, "|b1", (n,), "truncations"),
             pack_info(info) if info else b"",
         ]
-        self._stream.send(RawRecord(Kind.VSTEP, 0, self._steps, sections))
+        with self._lock:  # the step number and the record in one order (envrec.record.call_lock)
+            self._check_open()
+            self._steps += 1
+            self._stream.send(RawRecord(Kind.VSTEP, 0, self._steps, sections))
+
+    def _check_open(self) -> None:
+        if self._closing and not self._stream.closed:
+            raise ClosedError("this recorder is being closed (close() was called in another thread): nothing more is recorded")
+        self._stream.check_open()
 
     def stats(self) -> dict[str, Any]:
         """The stream's counters (every key: docs/reference.md, "Stats")."""
@@ -232,8 +243,12 @@ class RecordVectorTrace(VectorWrapper):
     def close(self, **kwargs) -> None:
         try:
             if not self._stream.closed and not self._stream.left_behind_by_fork:
-                unregister_closer(self)
-                self._stream.close()
+                take_for_close(self, self._stream.ring)
+                try:
+                    unregister_closer(self)
+                    self._stream.close()
+                finally:
+                    self._lock.release()
         finally:
             self.env.close(**kwargs)
 

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,7 +30,7 @@ import numpy as np
 
 from ..contract.faults import NO_FAULT, FaultSpec, from_env
 from ..contract.protocol import EncoderConfig, Kind, Status
-from ..errors import ConfigError, RecordError, RecordTooLargeError
+from ..errors import ClosedError, ConfigError, RecordError, RecordTooLargeError
 from ..formats.atomic import remove_stale_tmp
 from ..formats.clip_meta import CLIP_FILE_SUFFIXES, ClipMeta, is_clip_file, meta_path, read_clip_meta
 from ..formats.ffmpeg import VideoSettings, find_ffmpeg
@@ -41,6 +42,7 @@ from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import RawRecord, RingRecord, Stream, warn_start_method
+from .call_lock import take_for_close
 from .clip_state import ClipState, delete_clip_files, mark_discarded, renamed_method, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
 from .packer import FrameRecord, frame_packer
@@ -75,7 +77,8 @@ class VideoRecorder:
     ``start_clip(name)`` / ``add_frame(frame, step)`` / ``end_clip()``; a clip
     named NAME becomes ``NAME.mp4`` (``NAME.cast`` for text) and
     ``NAME.meta.json`` in ``folder``. The recorder under ``RecordVideo``;
-    use it as a context manager or call ``close()``. A failed encoder is
+    use it as a context manager or call ``close()``. Several threads may call
+    it: each frame is whole (``envrec.record.call_lock``). A failed encoder is
     replaced by a fresh one before the next clip, at most ``max_restarts``
     times; the clips it did not finish get a ``.meta.json`` saying why.
 
@@ -169,6 +172,8 @@ class VideoRecorder:
         self._unreported: deque[ClipState] = deque()  # clips sent, not yet known finished
         self._clips_seen = 0
         self.clips_unkept = 0  # clips kept when they ended, deleted since by discard_clip
+        self._lock = threading.RLock()  # one call at a time, each frame whole (envrec.record.call_lock)
+        self._closing = False
         register_closer(self)
 
     @property
@@ -192,7 +197,11 @@ class VideoRecorder:
     # -- clips -----------------------------------------------------------------
     def start_clip(self, name: str, *, episode_id: int | None = None, text: bool = False, **extra: Any) -> None:
         """Begin clip ``name`` (ends the current one). ``text=True`` for ansi frames."""
-        self._stream.check_open()
+        with self._lock:
+            self._start_clip(name, episode_id, text, extra)
+
+    def _start_clip(self, name: str, episode_id: int | None, text: bool, extra: dict[str, Any]) -> None:
+        self._check_open()
         check_prefix(name)
         if self.clip is not None:
             self.end_clip()
@@ -209,35 +218,37 @@ class VideoRecorder:
 
     def add_frame(self, frame: Any, step: int = 0) -> None:
         """Add one rendered frame to the current clip (ignored when no clip is recording)."""
-        clip = self.clip
-        if clip is None:
-            return
         t0 = perf_counter_ns()
-        packer, shape, stream = clip.packer, clip.shape, self._stream
-        if (
-            packer is not None
-            and shape is not None  # set with the packer
-            and type(frame) is np.ndarray
-            and frame.shape == clip.raw_shape
-            and frame.dtype == _UINT8
-            and stream.broken is None
-            and not stream.closed
-        ):  # a frame like the clip's first: its checks were done then
-            if stream.send(FrameRecord(packer, clip.episode_id or 0, step, frame, shape)):
-                clip.frames += 1
-                self.frames_sent += 1
+        with self._lock:
+            clip = self.clip
+            if clip is None:
+                return
+            packer, shape, stream = clip.packer, clip.shape, self._stream
+            if (
+                packer is not None
+                and shape is not None  # set with the packer
+                and type(frame) is np.ndarray
+                and frame.shape == clip.raw_shape
+                and frame.dtype == _UINT8
+                and stream.broken is None
+                and not stream.closed
+                and not self._closing
+            ):  # a frame like the clip's first: its checks were done then
+                if stream.send(FrameRecord(packer, clip.episode_id or 0, step, frame, shape)):
+                    clip.frames += 1
+                    self.frames_sent += 1
+                else:
+                    clip.dropped += 1
+                    self.frames_dropped += 1
             else:
-                clip.dropped += 1
-                self.frames_dropped += 1
-        else:
-            self._add_frame(frame, step)
+                self._add_frame(frame, step)
         if self.times is not None:
             self.times.add(perf_counter_ns() - t0)
 
     def _add_frame(self, frame: Any, step: int) -> None:
         clip = self.clip
         assert clip is not None  # add_frame checked
-        self._stream.check_open()
+        self._check_open()
         if clip.broken is not None:
             self._drop()
             return
@@ -280,6 +291,10 @@ class VideoRecorder:
         ``extra``: more keys for its ``.meta.json``, known only at its end
         (JSON values; ``envrec render`` writes its replay verdict so).
         """
+        with self._lock:
+            self._end_clip(keep, extra)
+
+    def _end_clip(self, keep: bool, extra: dict[str, Any] | None) -> None:
         clip, self.clip = self.clip, None
         if clip is None:
             return
@@ -310,6 +325,10 @@ class VideoRecorder:
         """
         if not self._unreported:
             return  # nothing pending: no shared-memory read at all
+        with self._lock:
+            self._poll()
+
+    def _poll(self) -> None:
         # Once the worker is gone every clip sent is final (its metadata written by one side or the other).
         finished = self._clips_seen + len(self._unreported) if self._stream.closed else self._stream.status(Status.CLIPS)
         while self._clips_seen < finished and self._unreported:
@@ -336,8 +355,10 @@ class VideoRecorder:
         Args:
             name: the clip's name, as given to ``start_clip``.
         """
-        if not mark_discarded(self._unreported, name):  # reported finished already: its files go now
-            self.clips_unkept += delete_clip_files(self._own, name, self.recorder_id)
+        with self._lock:
+            if not mark_discarded(self._unreported, name):  # reported finished already: its files go now
+                self.clips_unkept += delete_clip_files(self._own, name, self.recorder_id)
+
     evict_clip = renamed_method("discard_clip", "VideoRecorder.evict_clip")  # the old name, for one release
 
     def _drop_discarded(self, *clips: ClipState) -> None:
@@ -360,6 +381,11 @@ class VideoRecorder:
         assert self.clip is not None
         self.clip.dropped += 1
         self.frames_dropped += 1
+
+    def _check_open(self) -> None:
+        if self._closing and not self._stream.closed:
+            raise ClosedError("this recorder is being closed (close() was called in another thread): nothing more is recorded")
+        self._stream.check_open()
 
     def _send(self, kind: int, episode: int, step: int, sections: tuple) -> bool:
         return self._stream.send(RawRecord(kind, episode, step, sections))
@@ -414,9 +440,22 @@ class VideoRecorder:
         return out
 
     def close(self) -> dict | None:
-        """End the current clip, stop the worker, free the ring. Harmless when repeated, and in a forked child."""
+        """End the current clip, stop the worker, free the ring. Harmless when repeated, and in a forked child.
+
+        From another thread: a call in progress is finished first, later ones raise ``ClosedError``
+        (``envrec.record.call_lock``).
+        """
         if self._stream.closed or self._stream.left_behind_by_fork:
             return self._stream.worker.summary
+        take_for_close(self, self._stream.ring)
+        try:
+            return self._close()
+        finally:
+            self._lock.release()
+
+    def _close(self) -> dict | None:
+        if self._stream.closed:
+            return self._stream.worker.summary  # closed by another thread while this one waited
         unregister_closer(self)
         clip, self.clip = self.clip, None
         if clip is not None:

@@ -366,10 +366,12 @@ class Stream:
         return out
 
     # -- ending ----------------------------------------------------------------
-    def _close_record(self, final_stats: dict | None) -> None:
+    def _close_record(self, final_stats: dict | None, timeout_s: float | None = None) -> None:
         if self._close_sent:
             return  # a successor finds the first one, still unreleased in the ring
-        self.ring.set_policy(True, None, self.worker.alive)  # CLOSE is never dropped while the worker lives
+        # CLOSE waits for room while the worker lives, up to close's deadline: a worker alive but hung on a full
+        # ring is then stopped as one that did not finish (not waited for forever)
+        self.ring.set_policy(True, timeout_s, self.worker.alive)
         section = json.dumps(final_stats or {}, allow_nan=False).encode("utf-8")
         try:
             if self.ring.write(Kind.CLOSE, 0, 0, (section,)):
@@ -388,7 +390,7 @@ class Stream:
 
         try:
             while True:
-                self.worker.close(left(), lambda: self._close_record(final_stats))
+                self.worker.close(left(), lambda: self._close_record(final_stats, left()))
                 if self.worker.state is WorkerState.FINISHED or self.broken is not None:
                     break
                 failure = self.worker.failure()  # FAILED, DIED_EARLY or UNFINISHED, as judged when it was stopped

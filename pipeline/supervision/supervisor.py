@@ -194,8 +194,9 @@ class WorkerSupervisor:
             return
         try:
             if self.alive():
-                close_record()
-                self._proc.wait(timeout_s)
+                deadline = time.monotonic() + timeout_s
+                close_record()  # may wait for room in the ring itself (up to timeout_s): the two waits share it
+                self._proc.wait(max(deadline - time.monotonic(), 0.0))
             self._read_messages()
         finally:
             self._stop(timeout_s)
