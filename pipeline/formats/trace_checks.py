@@ -18,7 +18,11 @@ Bounds, each larger than anything envrec writes:
   bytes (zstd's own ceiling, an RLE block, is about 43,690x; lz4's 255x);
   a compressed array's ``filter`` is one of ``FILTERS`` (``"xor"``);
 * a compressed batch JSON (``.json.zst``) decompresses to at most
-  ``MAX_BATCH_JSON_BYTES`` and at most ``MAX_RATIO`` times its stored bytes.
+  ``MAX_BATCH_JSON_BYTES`` and at most ``MAX_RATIO`` times its stored bytes;
+* a JSON document is parsed only when what parsing it would cost in memory
+  (``json_cost``: counted on its bytes, while they are decompressed, before
+  ``json.loads`` builds anything) is at most ``MAX_PARSED_JSON_BYTES``: a few
+  MiB of ``[],[],...`` would otherwise cost gigabytes of Python lists.
 """
 
 from __future__ import annotations
@@ -37,13 +41,20 @@ from .part_checks import check_entry_parts
 from .replay_fields import check_env, check_episode_keys
 
 __all__ = [
-    "MAX_BATCH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_RATIO", "check_array", "check_batch", "check_manifest", "check_space", "check_types", "parse_json", "spec_dtype",
+    "MAX_BATCH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_PARSED_JSON_BYTES", "MAX_RATIO", "JsonBudget", "check_array", "check_batch", "check_manifest", "check_space", "check_types", "json_cost", "parse_json",
+    "spec_dtype",
 ]
 
 MAX_JSON_DEPTH = 200  # levels; envrec's own documents nest < 10 plus the infos' own nesting
 MAX_DIMS = 32  # numpy allows 64
 MAX_RATIO = 1 << 17  # decompressed bytes per stored byte, above any codec's physical ceiling
 MAX_BATCH_JSON_BYTES = 1 << 30  # a batch's JSON decompressed (envrec's are about batch_bytes at most)
+# What json.loads may spend on one document, estimated by json_cost: an honest batch costs about 6 to 25 times
+# its text (an Atari info ~6x; an empty info per step, "{}, ", 25x), so this admits 40 to 170 MB of text,
+# far above a batch written with the default batch_bytes (5 MB)
+MAX_PARSED_JSON_BYTES = 1 << 30
+CONTAINER_COST = 64  # bytes of an empty list or dict (56, 64) and its slot in the container holding it
+VALUE_COST = 32  # a value's slot and object (a float is 24 + 8; counted per ',' and per '"', two per string)
 MAX_LEAF_ELEMENTS = 1 << 28  # elements of one space leaf (a 720p RGB frame has 2.8 M)
 INT64 = 1 << 63
 MAX_SEGMENTS = 1 << 24  # closed manifest segments a head may count (each holds 256 batches)
@@ -51,16 +62,51 @@ ARRAY_KINDS = "biufcSU"
 SPACE_TYPES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "Dict", "Tuple")
 
 
+def json_cost(data: bytes | memoryview) -> int:
+    """An upper estimate of the bytes ``json.loads`` spends on ``data`` (its text, plus ``CONTAINER_COST`` per
+    ``[`` or ``{`` and ``VALUE_COST`` per ``,`` or ``"``): counted in C (``bytes.count``), a few ms per 100 MB.
+
+    Args:
+        data: JSON text, whole or a piece of it (costs of pieces add up).
+    """
+    b = data if isinstance(data, bytes) else bytes(data)
+    containers = b.count(b"[") + b.count(b"{")
+    return len(b) + CONTAINER_COST * containers + VALUE_COST * (b.count(b",") + b.count(b'"'))
+
+
+class JsonBudget:
+    """The running ``json_cost`` of a document read in pieces (a ``.json.zst`` as it is decompressed):
+    ``TraceError`` naming the file as soon as it exceeds ``MAX_PARSED_JSON_BYTES``, before the rest is read.
+
+    Args:
+        what: the file, for messages.
+        limit: the budget (default ``MAX_PARSED_JSON_BYTES``).
+    """
+
+    def __init__(self, what: str, limit: int = MAX_PARSED_JSON_BYTES) -> None:
+        self.what, self.limit, self.cost = what, limit, 0
+
+    def __call__(self, piece: bytes | memoryview) -> None:
+        self.cost += json_cost(piece)
+        if self.cost > self.limit:
+            raise TraceError(f"{self.what}: parsing it would cost more than {self.limit >> 20} MiB of memory "
+                             f"(counted {self.cost >> 20} MiB so far): not a document envrec writes")
+
+
 def parse_json(data: bytes, what: str) -> Any:
-    """``data`` parsed as strict JSON (no NaN or infinity, as envrec writes it), no deeper than ``MAX_JSON_DEPTH``;
-    ``TraceError`` naming ``what`` otherwise.
+    """``data`` parsed as strict JSON (no NaN or infinity, as envrec writes it), no deeper than ``MAX_JSON_DEPTH``,
+    costing at most ``MAX_PARSED_JSON_BYTES`` (``json_cost``, counted before parsing); ``TraceError`` naming
+    ``what`` otherwise (a ``MemoryError`` while parsing too).
 
     Args:
         data: the file's bytes.
         what: the file, for messages.
     """
+    JsonBudget(what)(data)
     try:
         doc = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
+    except MemoryError:
+        raise TraceError(f"{what}: too large to parse in the memory left (not a document envrec writes)") from None
     except RecursionError:
         raise TraceError(f"{what}: nested too deep to be envrec's") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits

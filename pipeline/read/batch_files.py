@@ -3,7 +3,8 @@
 ``BatchFiles`` is the part of reading that needs no manifest index: given a
 batch entry it checks the batch's files against the sizes and CRC-32s the
 manifest names, parses the batch's ``.json`` (a ``.json.zst`` decompressed
-first, at most ``MAX_BATCH_JSON_BYTES`` of it), memory-maps the ``.bin``
+first, at most ``MAX_BATCH_JSON_BYTES`` of it, and no more than parsing it may cost:
+``trace_checks.JsonBudget``), memory-maps the ``.bin``
 (arrays handed out are read-only views, no copy) and decompresses compressed
 arrays when their episode is read, keeping a small cache of decoded arrays.
 ``TraceReader`` indexes recordings on top of it; exporters (Arrow, Minari, a
@@ -35,7 +36,7 @@ from ..formats.infos import decode_json
 from ..formats.inside import open_inside
 from ..formats.part_checks import check_parts, part_of
 from ..formats.replay_fields import EPISODE_KEYS
-from ..formats.trace_checks import MAX_BATCH_JSON_BYTES, MAX_RATIO, check_batch, parse_json
+from ..formats.trace_checks import MAX_BATCH_JSON_BYTES, MAX_RATIO, JsonBudget, check_batch, parse_json
 from ..formats.trace_format import BatchEntry, Manifest
 
 __all__ = ["BatchFiles", "Episode", "Part", "SavedState", "TraceError"]
@@ -202,7 +203,7 @@ class BatchFiles:
             raise TraceError(f"batch {what} in {self.directory} is damaged: {what}: missing") from None
         if what.endswith(JSON_ZST_SUFFIX):
             try:
-                data = decompress_frames(data, min(MAX_BATCH_JSON_BYTES, MAX_RATIO * len(data)))
+                data = decompress_frames(data, min(MAX_BATCH_JSON_BYTES, MAX_RATIO * len(data)), JsonBudget(what))
             except ValueError as exc:
                 raise TraceError(f"batch {what} in {self.directory} is damaged: {what}: {exc}") from None
         episodes = check_batch(parse_json(data, what), manifest or {}, what, entry["len"])
