@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,8 +42,9 @@ from .part_checks import check_entry_parts
 from .replay_fields import check_env, check_episode_keys
 
 __all__ = [
-    "MAX_BATCH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_PARSED_JSON_BYTES", "MAX_RATIO", "JsonBudget", "check_array", "check_batch", "check_manifest", "check_space", "check_types", "json_cost", "parse_json",
-    "spec_dtype",
+    "MAX_BATCH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_PARSED_JSON_BYTES", "MAX_RATIO", "JsonBudget", "check_array",
+    "check_batch", "check_manifest", "check_sizes", "check_space", "check_types", "json_cost", "parse_json",
+    "safe_prefix", "spec_dtype",
 ]
 
 MAX_JSON_DEPTH = 200  # levels; envrec's own documents nest < 10 plus the infos' own nesting
@@ -59,6 +61,8 @@ MAX_LEAF_ELEMENTS = 1 << 28  # elements of one space leaf (a 720p RGB frame has 
 INT64 = 1 << 63
 MAX_SEGMENTS = 1 << 24  # closed manifest segments a head may count (each holds 256 batches)
 ARRAY_KINDS = "biufcSU"
+_SAFE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_PREFIX_CHARS = 200
 SPACE_TYPES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "Dict", "Tuple")
 
 
@@ -91,6 +95,12 @@ class JsonBudget:
         if self.cost > self.limit:
             raise TraceError(f"{self.what}: parsing it would cost more than {self.limit >> 20} MiB of memory "
                              f"(counted {self.cost >> 20} MiB so far): not a document envrec writes")
+
+
+def safe_prefix(prefix: str) -> bool:
+    """``prefix`` is a file prefix envrec would write (``trace_format.check_prefix``): every name built from it
+    stays inside the folder."""
+    return bool(_SAFE_PREFIX.match(prefix)) and ".." not in prefix and len(prefix) <= MAX_PREFIX_CHARS
 
 
 def parse_json(data: bytes, what: str) -> Any:
@@ -245,6 +255,9 @@ def check_manifest(doc: Any, what: str) -> dict:
     _int(doc, "version", what, required=False)
     for key in ("env_id", "error", "prefix"):
         _typed(doc, key, what, (str, type(None)))
+    if isinstance(doc.get("prefix"), str) and not safe_prefix(doc["prefix"]):  # segments' names are built from it
+        raise TraceError(f"{what}: prefix: {_short(doc['prefix'])} is not a name prefix envrec writes (letters, digits, "
+                         "'.', '_', '-'; no path separator, no '..'): it would name files outside the folder")
     if doc.get("segments") is not None:
         seg = _dict(doc["segments"], f"{what}: segments")
         _int(seg, "first", f"{what}: segments")
@@ -446,6 +459,39 @@ def _check_episode(raw: Any, manifest: Mapping[str, Any], where: str) -> None:
         if not isinstance(info, dict):
             raise TraceError(f"{where}.infos[{i}]: {_short(info)} is not an info (a JSON object)")
     check_episode_keys(raw, where)
+
+
+def _nbytes(value: Any) -> int:
+    """The bytes a checked field's arrays take decompressed (text leaves take none)."""
+    if isinstance(value, dict) and value.get("__type") == "ndarray":
+        return int(np.prod(value["shape"], dtype=object)) * np.dtype(value["dtype"]).itemsize
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+def check_sizes(episodes: list, entry: Mapping[str, Any], what: str) -> None:
+    """A checked batch's records hold the steps its manifest entry says (``steps``) and no more array bytes
+    (``array_bytes``), when it names them: what reading its arrays allocates is at most what the manifest
+    declares, checked before any array is mapped or decompressed.
+
+    Args:
+        episodes: the records ``check_batch`` returned.
+        entry: the batch's manifest entry.
+        what: the batch's file name, for messages.
+    """
+    if "steps" in entry:
+        steps = sum(raw["rewards"]["shape"][0] for raw in episodes)
+        if steps != entry["steps"]:
+            raise TraceError(f"{what}: episodes hold {steps} steps, the manifest's entry says {entry['steps']}")
+    if "array_bytes" in entry:
+        nbytes = sum(_nbytes(raw.get(k)) for raw in episodes for k in ("observations", "actions", "rewards",
+                                                                        "terminations", "truncations"))
+        if nbytes > entry["array_bytes"]:
+            raise TraceError(f"{what}: episodes' arrays take {nbytes} bytes decompressed, more than the manifest's "
+                             f"entry says (array_bytes {entry['array_bytes']})")
 
 
 def check_batch(doc: Any, manifest: Mapping[str, Any], what: str, count: int) -> list:
