@@ -87,8 +87,9 @@ class JsonBudget:
         limit: the budget (default ``MAX_PARSED_JSON_BYTES``).
     """
 
-    def __init__(self, what: str, limit: int = MAX_PARSED_JSON_BYTES) -> None:
-        self.what, self.limit, self.cost = what, limit, 0
+    def __init__(self, what: str, limit: int | None = None) -> None:
+        self.what, self.cost = what, 0
+        self.limit = MAX_PARSED_JSON_BYTES if limit is None else limit
 
     def __call__(self, piece: bytes | memoryview) -> None:
         self.cost += json_cost(piece)

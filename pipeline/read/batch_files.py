@@ -204,6 +204,8 @@ class BatchFiles:
         if what.endswith(JSON_ZST_SUFFIX):
             try:
                 data = decompress_frames(data, min(MAX_BATCH_JSON_BYTES, MAX_RATIO * len(data)), JsonBudget(what))
+            except TraceError as exc:  # JsonBudget's, naming the file already
+                raise TraceError(f"batch {what} in {self.directory} is damaged: {exc}") from None
             except ValueError as exc:
                 raise TraceError(f"batch {what} in {self.directory} is damaged: {what}: {exc}") from None
         episodes = check_batch(parse_json(data, what), manifest or {}, what, entry["len"])
@@ -336,6 +338,8 @@ class BatchFiles:
         with memoryview(self._map(o["npyfile"], where)) as whole, whole[o["npyoff"] : o["npyoff"] + o["size"]] as stored:
             try:
                 decompress_into(arr.data.cast("B"), stored, o["codec"], o["chunks"], row_bytes, o.get("filter"))
+            except MemoryError:
+                raise TraceError(f"{where}: {shape} of {dtype.str} is too large to decompress in the memory left") from None
             except Exception as exc:  # the codecs' errors have no common base class
                 raise TraceError(
                     f"{where}: a {o['codec']} array at offset {o['npyoff']} of {o['npyfile']} does not decompress: {exc}"
