@@ -27,6 +27,7 @@ Bounds, each larger than anything envrec writes:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -462,10 +463,15 @@ def _check_episode(raw: Any, manifest: Mapping[str, Any], where: str) -> None:
     check_episode_keys(raw, where)
 
 
+@functools.lru_cache(maxsize=64)
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
+
 def _nbytes(value: Any) -> int:
     """The bytes a checked field's arrays take decompressed (text leaves take none)."""
     if isinstance(value, dict) and value.get("__type") == "ndarray":
-        return int(np.prod(value["shape"], dtype=object)) * np.dtype(value["dtype"]).itemsize
+        return math.prod(value["shape"]) * _itemsize(value["dtype"])
     if isinstance(value, dict):
         return sum(_nbytes(v) for v in value.values())
     if isinstance(value, list):

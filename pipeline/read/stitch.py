@@ -60,7 +60,7 @@ def chained(entries: Sequence[BatchEntry], what: str,
     kept: list[BatchEntry] = []
     names: set[str] = set()
     for k, entry in enumerate(entries):
-        own = [entry.get(key) for key in ("fn", "bin") if entry.get(key) is not None]
+        own = [str(entry[key]) for key in ("fn", "bin") if entry.get(key) is not None]
         where = f"{what}: batches[{k}] ({entry['fn']})"
         problem, leave_out = None, False
         if any(n in names for n in own):
