@@ -29,9 +29,12 @@ import envrec
 from envrec.cli import main as cli_main
 from envrec.errors import TraceError
 from envrec.export import to_arrow
+from envrec.export.batches import batch_rows, common_schema
+from envrec.export.sources import find_recordings
 from envrec.viewer.catalog import Catalog
 
 from .support.episodes import record_cartpole
+from .support.fuzz_mutants import fix_checksums
 from .support.parted import rewrite_in_parts
 
 pytestmark = pytest.mark.timeout(300)
@@ -168,3 +171,36 @@ def test_declared_sizes_that_lie_are_refused_for_their_batch(parted, tmp_path_fa
     damaged = _steps_once(folder)
     assert [d.file for d in damaged] == [entry["fn"]]
     assert ("steps" if key == "steps" else "array_bytes") in damaged[0].reason
+
+
+def _edit_first_continued(folder: str, edit) -> dict:
+    """Edit the first record of the first batch that continues a part (its JSON; sizes and CRC-32s fixed)."""
+    doc = json.load(open(os.path.join(folder, MANIFEST)))
+    entry = next(e for e in doc["batches"] if "head_part" in e)
+    path = os.path.join(folder, entry["fn"])
+    batch = json.load(open(path))
+    edit(batch["episodes"][0])
+    json.dump(batch, open(path, "w"))
+    fix_checksums(folder)
+    return entry
+
+
+@pytest.mark.parametrize("what, edit", [
+    ("of another episode", lambda r: r.update(episode_id=r["episode_id"] + 1)),
+    ("from another step", lambda r: (r["part"].update(first_step=r["part"]["first_step"] + 1))),
+])
+def test_a_continued_part_that_does_not_follow_is_refused_by_every_export_path(parted, tmp_path, what, edit):
+    folder = str(tmp_path / "rec")
+    shutil.copytree(parted, folder)
+    if what == "from another step":  # head_part says the same: only the step the part before ended at differs
+        doc = json.load(open(os.path.join(folder, MANIFEST)))
+        next(e for e in doc["batches"] if "head_part" in e)["head_part"]["first_step"] += 1
+        json.dump(doc, open(os.path.join(folder, MANIFEST), "w"))
+    entry = _edit_first_continued(folder, edit)
+    assert _strict(folder) == {"TraceReader": False, "export": False}
+    (src,) = find_recordings(folder)
+    k = [e["fn"] for e in src.batches].index(entry["fn"])
+    schema = common_schema([src])
+    batch_rows(src, src.batches[k], schema)  # alone, the batch is a batch: the part before is what it must follow
+    with pytest.raises(TraceError, match=f"{entry['fn']}: episodes\\[0\\].part \\(after "):
+        batch_rows(src, src.batches[k], schema, continued=src.batches[k - 1])  # what a read task of read_traces does
