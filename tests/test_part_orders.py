@@ -204,3 +204,8 @@ def test_a_continued_part_that_does_not_follow_is_refused_by_every_export_path(p
     batch_rows(src, src.batches[k], schema)  # alone, the batch is a batch: the part before is what it must follow
     with pytest.raises(TraceError, match=f"{entry['fn']}: episodes\\[0\\].part \\(after "):
         batch_rows(src, src.batches[k], schema, continued=src.batches[k - 1])  # what a read task of read_traces does
+    catalog = Catalog(folder)  # the viewer's lazy listing: the part is a piece of its own, and listed
+    (name,) = [r["name"] for r in catalog.summary()["recordings"]]
+    catalog.episodes(name, 0, 1000, "-length")
+    listed = [d["file"] for d in catalog.summary()["damaged"]]
+    assert listed[0] == entry["fn"] and set(listed) <= {e["fn"] for e in src.batches}  # (and the part after it)
