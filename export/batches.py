@@ -59,10 +59,18 @@ def batch_rows(src: RecordingSource, entry: BatchEntry, schema: pa.Schema, files
         if continued is not None and episodes:
             part, episode_id = files.last_part(continued, src.manifest)
             check_part_follows(part, episode_id, episodes[0].parts[0], episodes[0].episode_id)
-        return episodes_to_batch(src.name, src.manifest, episodes, schema)
+        return _to_batch(src, entry, episodes, schema)
     finally:
         if own:
             files.close()
+
+
+def _to_batch(src: RecordingSource, entry: BatchEntry, episodes: list, schema: pa.Schema) -> pa.RecordBatch:
+    """``episodes_to_batch``, a ``MemoryError`` (Python's or Arrow's) a ``TraceError`` naming the batch."""
+    try:
+        return episodes_to_batch(src.name, src.manifest, episodes, schema)
+    except MemoryError:  # pyarrow's ArrowMemoryError is one
+        raise TraceError(f"{src.name}: batch {entry['fn']}: its rows are too large for the memory left") from None
 
 
 def iter_record_batches(paths: PathsLike, verify: bool = True) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
@@ -84,7 +92,7 @@ def iter_record_batches(paths: PathsLike, verify: bool = True) -> tuple[pa.Schem
                     if joined and before is not None and episodes:
                         check_part_follows(*before, episodes[0].parts[0], episodes[0].episode_id)
                     before = (episodes[-1].parts[-1], episodes[-1].episode_id) if episodes else None
-                    batch = episodes_to_batch(src.name, src.manifest, episodes, schema)
+                    batch = _to_batch(src, entry, episodes, schema)
                     del episodes
                     files.close()  # the batch's arrays now live in Arrow buffers
                     if batch.num_rows:

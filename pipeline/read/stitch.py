@@ -135,7 +135,11 @@ def _join(values: list[Any], drop_first: bool) -> Any:
         return list(first) + [x for v in values[1:] for x in v[skip:]]
     if first is None:
         return None
-    joined = np.concatenate([first, *(np.asarray(v)[skip:] for v in values[1:])])
+    try:
+        joined = np.concatenate([first, *(np.asarray(v)[skip:] for v in values[1:])])
+    except MemoryError:
+        raise TraceError(f"an episode of {len(values)} parts is too large to hold in the memory left: "
+                         "read it part by part (TraceReader.iter_parts)") from None
     joined.flags.writeable = False  # as read-only as a whole episode's arrays
     return joined
 
