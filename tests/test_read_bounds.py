@@ -26,7 +26,7 @@ import pytest
 import envrec
 from envrec.errors import TraceError
 from envrec.export import to_parquet
-from envrec.formats import trace_checks
+from envrec.formats import json_docs
 from envrec.formats.trace_checks import JsonBudget, json_cost, parse_json
 from envrec.replay.verdicts import Verdict, read_verdicts, write_verdicts
 
@@ -118,9 +118,9 @@ def test_json_cost_admits_envrec_s_own_batches_and_refuses_dense_documents(compr
 
 
 def test_parse_json_refuses_before_parsing_when_the_budget_is_low(monkeypatch):
-    monkeypatch.setattr(trace_checks, "MAX_PARSED_JSON_BYTES", 1 << 20)
+    monkeypatch.setattr(json_docs, "MAX_PARSED_JSON_BYTES", 1 << 20)
     calls: list = []
-    monkeypatch.setattr(trace_checks, "json", types.SimpleNamespace(loads=lambda *a, **k: calls.append(a)))
+    monkeypatch.setattr(json_docs, "json", types.SimpleNamespace(loads=lambda *a, **k: calls.append(a)))
     with pytest.raises(TraceError, match="x.json: parsing it would cost more than 1 MiB"):
         parse_json(b"[" + b"{}," * 200_000 + b"{}]", "x.json")
     assert calls == []  # json.loads never started

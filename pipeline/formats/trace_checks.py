@@ -10,8 +10,9 @@ and the viewer may index and convert without guarding each access.
 
 Bounds, each larger than anything envrec writes:
 
-* JSON nesting: ``MAX_JSON_DEPTH`` levels (deeper input would exhaust
-  Python's recursion in the decoders);
+* JSON nesting: ``MAX_JSON_DEPTH`` levels, and what parsing a document
+  costs: ``MAX_PARSED_JSON_BYTES`` (``envrec.formats.json_docs``, whose
+  ``parse_json`` every document goes through, re-exported here);
 * arrays: ``MAX_DIMS`` dimensions, dtypes numpy can map without objects
   (bool, integers, floats, complex, bytes, str), little-endian;
 * a compressed chunk decompresses to at most ``MAX_RATIO`` times its stored
@@ -19,16 +20,13 @@ Bounds, each larger than anything envrec writes:
   a compressed array's ``filter`` is one of ``FILTERS`` (``"xor"``);
 * a compressed batch JSON (``.json.zst``) decompresses to at most
   ``MAX_BATCH_JSON_BYTES`` and at most ``MAX_RATIO`` times its stored bytes;
-* a JSON document is parsed only when what parsing it would cost in memory
-  (``json_cost``: counted on its bytes, while they are decompressed, before
-  ``json.loads`` builds anything) is at most ``MAX_PARSED_JSON_BYTES``: a few
-  MiB of ``[],[],...`` would otherwise cost gigabytes of Python lists.
+* a batch's records hold the steps its manifest entry says and at most its
+  ``array_bytes`` of arrays (``check_sizes``), before any is allocated.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -39,6 +37,7 @@ import numpy as np
 from ..errors import TraceError
 from .compression import CODECS, FILTERS
 from .inside import name_parts
+from .json_docs import MAX_JSON_DEPTH, MAX_PARSED_JSON_BYTES, JsonBudget, json_cost, parse_json
 from .part_checks import check_entry_parts
 from .replay_fields import check_env, check_episode_keys
 
@@ -48,16 +47,9 @@ __all__ = [
     "safe_prefix", "spec_dtype",
 ]
 
-MAX_JSON_DEPTH = 200  # levels; envrec's own documents nest < 10 plus the infos' own nesting
 MAX_DIMS = 32  # numpy allows 64
 MAX_RATIO = 1 << 17  # decompressed bytes per stored byte, above any codec's physical ceiling
 MAX_BATCH_JSON_BYTES = 1 << 30  # a batch's JSON decompressed (envrec's are about batch_bytes at most)
-# What json.loads may spend on one document, estimated by json_cost: an honest batch costs about 6 to 25 times
-# its text (an Atari info ~6x; an empty info per step, "{}, ", 25x), so this admits 40 to 170 MB of text,
-# far above a batch written with the default batch_bytes (5 MB)
-MAX_PARSED_JSON_BYTES = 1 << 30
-CONTAINER_COST = 64  # bytes of an empty list or dict (56, 64) and its slot in the container holding it
-VALUE_COST = 32  # a value's slot and object (a float is 24 + 8; counted per ',' and per '"', two per string)
 MAX_LEAF_ELEMENTS = 1 << 28  # elements of one space leaf (a 720p RGB frame has 2.8 M)
 INT64 = 1 << 63
 MAX_SEGMENTS = 1 << 24  # closed manifest segments a head may count (each holds 256 batches)
@@ -67,83 +59,10 @@ MAX_PREFIX_CHARS = 200
 SPACE_TYPES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "Dict", "Tuple")
 
 
-def json_cost(data: bytes | memoryview) -> int:
-    """An upper estimate of the bytes ``json.loads`` spends on ``data`` (its text, plus ``CONTAINER_COST`` per
-    ``[`` or ``{`` and ``VALUE_COST`` per ``,`` or ``"``): counted in C (``bytes.count``), a few ms per 100 MB.
-
-    Args:
-        data: JSON text, whole or a piece of it (costs of pieces add up).
-    """
-    b = data if isinstance(data, bytes) else bytes(data)
-    containers = b.count(b"[") + b.count(b"{")
-    return len(b) + CONTAINER_COST * containers + VALUE_COST * (b.count(b",") + b.count(b'"'))
-
-
-class JsonBudget:
-    """The running ``json_cost`` of a document read in pieces (a ``.json.zst`` as it is decompressed):
-    ``TraceError`` naming the file as soon as it exceeds ``MAX_PARSED_JSON_BYTES``, before the rest is read.
-
-    Args:
-        what: the file, for messages.
-        limit: the budget (default ``MAX_PARSED_JSON_BYTES``).
-    """
-
-    def __init__(self, what: str, limit: int | None = None) -> None:
-        self.what, self.cost = what, 0
-        self.limit = MAX_PARSED_JSON_BYTES if limit is None else limit
-
-    def __call__(self, piece: bytes | memoryview) -> None:
-        self.cost += json_cost(piece)
-        if self.cost > self.limit:
-            raise TraceError(f"{self.what}: parsing it would cost more than {self.limit >> 20} MiB of memory "
-                             f"(counted {self.cost >> 20} MiB so far): not a document envrec writes")
-
-
 def safe_prefix(prefix: str) -> bool:
     """``prefix`` is a file prefix envrec would write (``trace_format.check_prefix``): every name built from it
     stays inside the folder."""
     return bool(_SAFE_PREFIX.match(prefix)) and ".." not in prefix and len(prefix) <= MAX_PREFIX_CHARS
-
-
-def parse_json(data: bytes, what: str) -> Any:
-    """``data`` parsed as strict JSON (no NaN or infinity, as envrec writes it), no deeper than ``MAX_JSON_DEPTH``,
-    costing at most ``MAX_PARSED_JSON_BYTES`` (``json_cost``, counted before parsing); ``TraceError`` naming
-    ``what`` otherwise (a ``MemoryError`` while parsing too).
-
-    Args:
-        data: the file's bytes.
-        what: the file, for messages.
-    """
-    JsonBudget(what)(data)
-    try:
-        doc = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
-    except MemoryError:
-        raise TraceError(f"{what}: too large to parse in the memory left (not a document envrec writes)") from None
-    except RecursionError:
-        raise TraceError(f"{what}: nested too deep to be envrec's") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
-        raise TraceError(f"{what}: not JSON ({exc})") from None
-    stack = [(doc, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise TraceError(f"{what}: nested deeper than {MAX_JSON_DEPTH} levels")
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
-    return doc
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not strict JSON (envrec writes none)")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is not a finite number (envrec writes none)")
-    return value
 
 
 # -- small checks -------------------------------------------------------------------
