@@ -290,7 +290,7 @@ def decompress_frames(data: bytes, limit: int, check: Callable[[bytes], None] | 
         data: the stored bytes.
         limit: the most bytes they may decompress to (a bound against a decompression bomb).
         check: called with each decompressed piece (1 MiB) as it comes, to refuse the rest early by raising
-            (``envrec.formats.trace_checks.JsonBudget``: what parsing them would cost).
+            (``envrec.formats.json_docs.JsonBudget``: what parsing them would cost).
 
     Raises:
         ValueError: not zstd frames, more than ``limit`` bytes, or more than the memory left. (Frames cut

@@ -4,7 +4,7 @@
 batch entry it checks the batch's files against the sizes and CRC-32s the
 manifest names, parses the batch's ``.json`` (a ``.json.zst`` decompressed
 first, at most ``MAX_BATCH_JSON_BYTES`` of it, and no more than parsing it may cost:
-``trace_checks.JsonBudget``), memory-maps the ``.bin``
+``json_docs.JsonBudget``), memory-maps the ``.bin``
 (arrays handed out are read-only views, no copy) and decompresses compressed
 arrays when their episode is read, keeping a small cache of decoded arrays.
 ``TraceReader`` indexes recordings on top of it; exporters (Arrow, Minari, a

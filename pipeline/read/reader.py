@@ -42,7 +42,7 @@ from typing import Any, Self
 from ..errors import ConfigError, TraceError
 from ..formats.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
 from .batch_files import BatchFiles, Episode, Part, SavedState
-from .stitch import chained, check_follows, joins, settled, stitch
+from .stitch import chained, check_follows, check_part_follows, joins, settled, stitch
 
 __all__ = ["ON_DAMAGED", "Damaged", "Episode", "Part", "Recording", "SavedState", "TraceError", "TraceReader", "scan_recorded_traces"]
 
@@ -269,16 +269,16 @@ class TraceReader:
         while self._batches[lo].joined and self._batches[lo].first_index == index:
             lo -= 1  # back to the batch holding its first part
         b, i = lo, index - self._batches[lo].first_index
-        before: Episode | None = None
+        before: tuple[Part, int] | None = None  # the part handed out last (not its arrays) and its episode's id
         while True:
             ref = self._batches[b]
             ep = self._episode(ref, index, self._load_batch(b)[i])
-            if before is not None:
-                check_follows(before, ep)  # before it is handed out: iter_parts gives no part out of order
+            if before is not None:  # before it is handed out: iter_parts gives no part out of order
+                check_part_follows(*before, ep.parts[0], ep.episode_id)
             yield b, ep
             if not self._continued(b, i):
                 return
-            before, b, i = ep, b + 1, 0
+            before, b, i = (ep.parts[-1], ep.episode_id), b + 1, 0
 
     # -- files -------------------------------------------------------------
     def check_batch(self, entry: Mapping[str, Any], checksums: bool = True) -> list[str]:
