@@ -27,6 +27,7 @@ import envrec
 from envrec.errors import TraceError
 from envrec.export import to_parquet
 from envrec.formats import json_docs
+from envrec.formats.compression import decompress_into
 from envrec.formats.trace_checks import JsonBudget, json_cost, parse_json
 from envrec.replay.verdicts import Verdict, read_verdicts, write_verdicts
 
@@ -210,3 +211,25 @@ def test_a_dense_batch_within_the_budget_is_parsed_and_refused_as_no_batch(compr
     name = bombs.json_bomb(folder, 1)  # 1 MiB of [], ~35 MiB to parse
     with pytest.raises(TraceError, match=f"{name}: episodes: 349526 episode\\(s\\), the manifest's entry says"):
         list(envrec.TraceReader(folder))
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_a_chunk_that_makes_more_than_its_rows_need_is_refused(codec):
+    import lz4.frame
+    import zstandard
+
+    rows, row_bytes = 4, 16
+    out = bytearray(rows * row_bytes)
+
+    def frame(n: int, declare: bool) -> bytes:
+        if codec == "zstd":
+            return zstandard.ZstdCompressor(write_content_size=declare).compress(bytes(n))
+        return lz4.frame.compress(bytes(n), store_size=declare)
+
+    for declare in (True, False):  # said in the frame's header (refused unread), or found while decompressing
+        good = frame(rows * row_bytes, declare)
+        decompress_into(memoryview(out), memoryview(good), codec, [[rows, len(good)]], row_bytes)
+        big = frame(1 << 20, declare)
+        with pytest.raises((ValueError, zstandard.ZstdError),  # zstd: a buffer of max_output_size, found too small
+                           match="its rows need 64|more than the 64 bytes its rows need|did not decompress full frame"):
+            decompress_into(memoryview(out), memoryview(big), codec, [[rows, len(big)]], row_bytes)
