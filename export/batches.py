@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from envrec.formats.trace_format import BatchEntry
-from envrec.read.batch_files import BatchFiles, TraceError
+from envrec.read.batch_files import BatchFiles, Part, TraceError
+from envrec.read.stitch import check_part_follows, joins
 
 from .arrow_table import episodes_to_batch, step_schema
 from .sources import PathsLike, RecordingSource, find_recordings
@@ -38,28 +39,61 @@ def _schema_of(src: RecordingSource) -> pa.Schema:
     return step_schema(src.manifest)
 
 
-def batch_rows(src: RecordingSource, entry: BatchEntry, schema: pa.Schema, files: BatchFiles | None = None) -> pa.RecordBatch:
-    """The rows of one committed batch of ``src``."""
+def batch_rows(src: RecordingSource, entry: BatchEntry, schema: pa.Schema, files: BatchFiles | None = None,
+               continued: BatchEntry | None = None) -> pa.RecordBatch:
+    """The rows of one committed batch of ``src``.
+
+    Args:
+        src: the recording.
+        entry: one of its (chained) batch entries.
+        schema: the rows' schema (``common_schema``).
+        files: the recording's open ``BatchFiles`` (default: opened and closed here).
+        continued: the entry before ``entry`` when ``entry``'s first record continues its last part
+            (``stitch.joins``): that part is read (without its arrays) and the first record checked to follow
+            it (``stitch.check_part_follows``), as ``TraceReader`` checks it.
+    """
     own = files is None
     files = files or BatchFiles(src.directory)
     try:
-        return episodes_to_batch(src.name, src.manifest, files.episodes(src.manifest, entry), schema)
+        episodes = files.episodes(src.manifest, entry)
+        if continued is not None and episodes:
+            part, episode_id = files.last_part(continued, src.manifest)
+            check_part_follows(part, episode_id, episodes[0].parts[0], episodes[0].episode_id)
+        return _to_batch(src, entry, episodes, schema)
     finally:
         if own:
             files.close()
 
 
+def _to_batch(src: RecordingSource, entry: BatchEntry, episodes: list, schema: pa.Schema) -> pa.RecordBatch:
+    """``episodes_to_batch``, a ``MemoryError`` (Python's or Arrow's) a ``TraceError`` naming the batch."""
+    try:
+        return episodes_to_batch(src.name, src.manifest, episodes, schema)
+    except MemoryError:  # pyarrow's ArrowMemoryError is one
+        raise TraceError(f"{src.name}: batch {entry['fn']}: its rows are too large for the memory left") from None
+
+
 def iter_record_batches(paths: PathsLike, verify: bool = True) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
-    """The shared schema and a lazy stream of every committed batch's rows (one batch in memory at a time)."""
+    """The shared schema and a lazy stream of every committed batch's rows (one batch in memory at a time).
+
+    Each recording's batches are read along their chain (``find_recordings``: ``stitch.chained``), and a part
+    continued from the batch before is checked to follow it, as ``TraceReader`` does: ``TraceError`` otherwise.
+    """
     sources = find_recordings(paths, verify=verify)
     schema = common_schema(sources)
 
     def stream() -> Iterator[pa.RecordBatch]:
         for src in sources:
             files = BatchFiles(src.directory, verify)
+            before: tuple[Part, int] | None = None  # the last part read, and its episode's id
             try:
-                for entry in src.batches:
-                    batch = batch_rows(src, entry, schema, files)
+                for entry, joined in zip(src.batches, joins(src.batches), strict=True):
+                    episodes = files.episodes(src.manifest, entry)
+                    if joined and before is not None and episodes:
+                        check_part_follows(*before, episodes[0].parts[0], episodes[0].episode_id)
+                    before = (episodes[-1].parts[-1], episodes[-1].episode_id) if episodes else None
+                    batch = _to_batch(src, entry, episodes, schema)
+                    del episodes
                     files.close()  # the batch's arrays now live in Arrow buffers
                     if batch.num_rows:
                         yield batch

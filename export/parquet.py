@@ -3,7 +3,9 @@
 Written with ``pyarrow.dataset.write_dataset`` from a stream of record batches
 (one trace batch in memory at a time) into a sibling folder that is renamed
 to ``out`` only when everything is written: an interrupted export leaves no
-half dataset behind, and an existing ``out`` is never overwritten.
+half dataset behind, and an existing ``out`` is never overwritten. Recordings
+of no step (every episode reset and closed at once) make a dataset of one
+file with the schema and no row.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from envrec.errors import ConfigError
 
@@ -61,6 +64,9 @@ def write_parquet(paths: PathsLike, out: str | os.PathLike, verify: bool = True)
             basename_template="part-{i}.parquet",
             existing_data_behavior="error",
         )
+        if not rows:  # every episode has 0 steps: write_dataset wrote no folder; a dataset of no rows has its schema
+            os.makedirs(partial, exist_ok=True)
+            pq.write_table(schema.empty_table(), os.path.join(partial, "part-0.parquet"))
         os.rename(partial, out)
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)

@@ -9,6 +9,7 @@ from ray.data import Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
 from envrec.formats.trace_format import BatchEntry
+from envrec.read.stitch import joins
 
 from .batches import batch_rows, common_schema
 from .sources import PathsLike, RecordingSource, find_recordings
@@ -48,20 +49,21 @@ class TraceDatasource(Datasource):
         """One task per committed batch (``parallelism`` is a hint a batch-sized task already meets)."""
         tasks = []
         for src in self._sources:
-            for entry in src.batches:
+            for k, (entry, joined) in enumerate(zip(src.batches, joins(src.batches), strict=True)):
                 meta = BlockMetadata(
                     num_rows=entry.get("steps"),
                     size_bytes=_estimate(entry),
                     input_files=(f"{src.directory}/{entry['fn']}", f"{src.directory}/{entry['bin']}"),
                     exec_stats=None,
                 )
-                tasks.append(ReadTask(_reader(src, entry, self._schema), meta, schema=self._schema,
+                continued = src.batches[k - 1] if joined else None  # checked to be continued right (batch_rows)
+                tasks.append(ReadTask(_reader(src, entry, self._schema, continued), meta, schema=self._schema,
                                       per_task_row_limit=per_task_row_limit))
         return tasks
 
 
-def _reader(src: RecordingSource, entry: BatchEntry, schema: pa.Schema):
+def _reader(src: RecordingSource, entry: BatchEntry, schema: pa.Schema, continued: BatchEntry | None):
     def read() -> list[pa.Table]:
-        return [pa.Table.from_batches([batch_rows(src, entry, schema)], schema=schema)]
+        return [pa.Table.from_batches([batch_rows(src, entry, schema, continued=continued)], schema=schema)]
 
     return read

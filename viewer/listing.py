@@ -249,7 +249,8 @@ class Listing:
         damaged: list[Damaged] = []
         try:
             kept = [e for e in src.batches if self._summaries(src, files, e, damaged) is not None]
-            pieces = build(src, kept, lambda e: self._summaries(src, files, e, damaged) or [])
+            pieces = build(src, kept, lambda e: self._summaries(src, files, e, damaged) or [],
+                           lambda e, why: damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, e["fn"]), self.root), why)))
             for piece in pieces:
                 if piece.summary["ended_by"] is None:  # its last part continues: has something come after it?
                     settle(piece, files)

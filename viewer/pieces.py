@@ -63,13 +63,27 @@ def _extend(piece: Where, entry: BatchEntry, s: dict[str, Any]) -> None:
     t.update(ended_by=s["ended_by"], complete=s["complete"], parts=t["parts"] + 1)
 
 
-def build(src: RecordingSource, kept: list[BatchEntry], summaries: Callable[[BatchEntry], list[dict]]) -> list[Where]:
-    """A recording's episodes (pieces of one, when a damaged part split it), stitched from the kept batches;
-    ``summaries(entry)``: the summaries of a batch's records."""
+def _follows(t: dict[str, Any], s: dict[str, Any], entry: BatchEntry, broken: Callable[[BatchEntry, str], None] | None) -> bool:
+    """The first record of ``entry`` (summary ``s``) continues the piece before it (``t``): the same episode, from
+    the step it ended at, as ``stitch.check_part_follows`` checks records; else ``broken`` is told why."""
+    if t["episode_id"] == s["episode_id"] and t["first_step"] + t["length"] == s["first_step"]:
+        return True
+    if broken is not None:
+        broken(entry, f"{entry['fn']}: episodes[0].part: of episode {s['episode_id']} from step {s['first_step']}, but the "
+                      f"part before is of episode {t['episode_id']} and ends at step {t['first_step'] + t['length']}")
+    return False
+
+
+def build(src: RecordingSource, kept: list[BatchEntry], summaries: Callable[[BatchEntry], list[dict]],
+          broken: Callable[[BatchEntry, str], None] | None = None) -> list[Where]:
+    """A recording's episodes (pieces of one, when a damaged part split it), stitched from the kept batches
+    (``stitch.chained``, by ``TraceReader``); ``summaries(entry)``: the summaries of a batch's records; ``broken``:
+    told of a batch whose first record should continue the piece before it but does not follow it (a piece of
+    its own then)."""
     pieces: list[Where] = []
     for k, (entry, joined) in enumerate(zip(kept, joins(kept), strict=True)):
         for i, s in enumerate(summaries(entry)):
-            if i == 0 and joined and pieces and pieces[-1].summary["episode_id"] == s["episode_id"]:
+            if i == 0 and joined and pieces and _follows(pieces[-1].summary, s, entry, broken):
                 _extend(pieces[-1], entry, s)
             else:
                 pieces.append(Where(src, [(entry, i)], dict(s, parts=1)))

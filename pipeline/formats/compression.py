@@ -183,10 +183,30 @@ def _decompressor(codec: str) -> Callable[[Any, int], bytes]:
         mod = _module(codec)
         if codec == "zstd":
             d = mod.ZstdDecompressor()
-            mine[codec] = lambda data, size: d.decompress(data, max_output_size=size)
+            mine[codec] = lambda data, size: _zstd_chunk(mod, d, data, size)
         else:
-            mine[codec] = lambda data, size: mod.decompress(data)
+            mine[codec] = lambda data, size: _lz4_chunk(mod, data, size)
     return mine[codec]
+
+
+def _zstd_chunk(mod: Any, d: Any, data: Any, size: int) -> bytes:
+    """One zstd chunk that must make ``size`` bytes, refused before anything is allocated when its frame says
+    otherwise: zstd allocates what a frame's header declares (80 KB of zeros declare 2 GiB)."""
+    declared = mod.frame_content_size(data)
+    if declared not in (size, -1):  # -1: not declared; then max_output_size bounds the buffer
+        raise ValueError(f"its frame says it decompresses to {declared} bytes, its rows need {size}")
+    return d.decompress(data, max_output_size=size)
+
+
+def _lz4_chunk(mod: Any, data: Any, size: int) -> bytes:
+    """One lz4 frame that must make ``size`` bytes: decompressed to at most ``size + 1`` of them."""
+    declared = mod.get_frame_info(data).get("content_size") or 0  # 0: not declared
+    if declared not in (size, 0):
+        raise ValueError(f"its frame says it decompresses to {declared} bytes, its rows need {size}")
+    out = mod.LZ4FrameDecompressor().decompress(bytes(data), max_length=size + 1)
+    if len(out) > size:
+        raise ValueError(f"it decompresses to more than the {size} bytes its rows need")
+    return out
 
 
 def _words(rows: np.ndarray) -> np.ndarray:
@@ -263,16 +283,18 @@ def json_compressor() -> Any:
     return _module("zstd").ZstdCompressor(level=JSON_LEVEL)
 
 
-def decompress_frames(data: bytes, limit: int) -> bytes:
+def decompress_frames(data: bytes, limit: int, check: Callable[[bytes], None] | None = None) -> bytes:
     """Concatenated zstd frames (a ``.json.zst``) decompressed, at most ``limit`` bytes of them.
 
     Args:
         data: the stored bytes.
         limit: the most bytes they may decompress to (a bound against a decompression bomb).
+        check: called with each decompressed piece (1 MiB) as it comes, to refuse the rest early by raising
+            (``envrec.formats.json_docs.JsonBudget``: what parsing them would cost).
 
     Raises:
-        ValueError: not zstd frames, or more than ``limit`` bytes. (Frames cut short give what they hold: the
-            text then does not parse, which the caller's JSON parser says.)
+        ValueError: not zstd frames, more than ``limit`` bytes, or more than the memory left. (Frames cut
+            short give what they hold: the text then does not parse, which the caller's JSON parser says.)
     """
     zstd = _module("zstd")
     out, size = [], 0
@@ -282,7 +304,11 @@ def decompress_frames(data: bytes, limit: int) -> bytes:
                 size += len(piece)
                 if size > limit:
                     raise ValueError(f"it decompresses to more than {limit} bytes")
+                if check is not None:
+                    check(piece)
                 out.append(piece)
+        return b"".join(out)
     except zstd.ZstdError as exc:
         raise ValueError(f"not zstd frames ({exc})") from None
-    return b"".join(out)
+    except MemoryError:
+        raise ValueError(f"it decompresses to more than the memory left (over {size} bytes)") from None

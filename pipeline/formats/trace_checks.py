@@ -10,21 +10,25 @@ and the viewer may index and convert without guarding each access.
 
 Bounds, each larger than anything envrec writes:
 
-* JSON nesting: ``MAX_JSON_DEPTH`` levels (deeper input would exhaust
-  Python's recursion in the decoders);
+* JSON nesting: ``MAX_JSON_DEPTH`` levels, and what parsing a document
+  costs: ``MAX_PARSED_JSON_BYTES`` (``envrec.formats.json_docs``, whose
+  ``parse_json`` every document goes through, re-exported here);
 * arrays: ``MAX_DIMS`` dimensions, dtypes numpy can map without objects
   (bool, integers, floats, complex, bytes, str), little-endian;
 * a compressed chunk decompresses to at most ``MAX_RATIO`` times its stored
   bytes (zstd's own ceiling, an RLE block, is about 43,690x; lz4's 255x);
   a compressed array's ``filter`` is one of ``FILTERS`` (``"xor"``);
 * a compressed batch JSON (``.json.zst``) decompresses to at most
-  ``MAX_BATCH_JSON_BYTES`` and at most ``MAX_RATIO`` times its stored bytes.
+  ``MAX_BATCH_JSON_BYTES`` and at most ``MAX_RATIO`` times its stored bytes;
+* a batch's records hold the steps its manifest entry says and at most its
+  ``array_bytes`` of arrays (``check_sizes``), before any is allocated.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,14 +37,16 @@ import numpy as np
 from ..errors import TraceError
 from .compression import CODECS, FILTERS
 from .inside import name_parts
+from .json_docs import MAX_JSON_DEPTH, MAX_PARSED_JSON_BYTES, JsonBudget, json_cost, parse_json
 from .part_checks import check_entry_parts
 from .replay_fields import check_env, check_episode_keys
 
 __all__ = [
-    "MAX_BATCH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_RATIO", "check_array", "check_batch", "check_manifest", "check_space", "check_types", "parse_json", "spec_dtype",
+    "MAX_BATCH_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_PARSED_JSON_BYTES", "MAX_RATIO", "JsonBudget", "check_array",
+    "check_batch", "check_manifest", "check_sizes", "check_space", "check_types", "json_cost", "parse_json",
+    "safe_prefix", "spec_dtype",
 ]
 
-MAX_JSON_DEPTH = 200  # levels; envrec's own documents nest < 10 plus the infos' own nesting
 MAX_DIMS = 32  # numpy allows 64
 MAX_RATIO = 1 << 17  # decompressed bytes per stored byte, above any codec's physical ceiling
 MAX_BATCH_JSON_BYTES = 1 << 30  # a batch's JSON decompressed (envrec's are about batch_bytes at most)
@@ -48,44 +54,15 @@ MAX_LEAF_ELEMENTS = 1 << 28  # elements of one space leaf (a 720p RGB frame has 
 INT64 = 1 << 63
 MAX_SEGMENTS = 1 << 24  # closed manifest segments a head may count (each holds 256 batches)
 ARRAY_KINDS = "biufcSU"
+_SAFE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_PREFIX_CHARS = 200
 SPACE_TYPES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "Dict", "Tuple")
 
 
-def parse_json(data: bytes, what: str) -> Any:
-    """``data`` parsed as strict JSON (no NaN or infinity, as envrec writes it), no deeper than ``MAX_JSON_DEPTH``;
-    ``TraceError`` naming ``what`` otherwise.
-
-    Args:
-        data: the file's bytes.
-        what: the file, for messages.
-    """
-    try:
-        doc = json.loads(data, parse_constant=_no_constant, parse_float=_finite)
-    except RecursionError:
-        raise TraceError(f"{what}: nested too deep to be envrec's") from None
-    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
-        raise TraceError(f"{what}: not JSON ({exc})") from None
-    stack = [(doc, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            raise TraceError(f"{what}: nested deeper than {MAX_JSON_DEPTH} levels")
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
-    return doc
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not strict JSON (envrec writes none)")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"{text} is not a finite number (envrec writes none)")
-    return value
+def safe_prefix(prefix: str) -> bool:
+    """``prefix`` is a file prefix envrec would write (``trace_format.check_prefix``): every name built from it
+    stays inside the folder."""
+    return bool(_SAFE_PREFIX.match(prefix)) and ".." not in prefix and len(prefix) <= MAX_PREFIX_CHARS
 
 
 # -- small checks -------------------------------------------------------------------
@@ -199,6 +176,9 @@ def check_manifest(doc: Any, what: str) -> dict:
     _int(doc, "version", what, required=False)
     for key in ("env_id", "error", "prefix"):
         _typed(doc, key, what, (str, type(None)))
+    if isinstance(doc.get("prefix"), str) and not safe_prefix(doc["prefix"]):  # segments' names are built from it
+        raise TraceError(f"{what}: prefix: {_short(doc['prefix'])} is not a name prefix envrec writes (letters, digits, "
+                         "'.', '_', '-'; no path separator, no '..'): it would name files outside the folder")
     if doc.get("segments") is not None:
         seg = _dict(doc["segments"], f"{what}: segments")
         _int(seg, "first", f"{what}: segments")
@@ -400,6 +380,44 @@ def _check_episode(raw: Any, manifest: Mapping[str, Any], where: str) -> None:
         if not isinstance(info, dict):
             raise TraceError(f"{where}.infos[{i}]: {_short(info)} is not an info (a JSON object)")
     check_episode_keys(raw, where)
+
+
+@functools.lru_cache(maxsize=64)
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
+
+def _nbytes(value: Any) -> int:
+    """The bytes a checked field's arrays take decompressed (text leaves take none)."""
+    if isinstance(value, dict) and value.get("__type") == "ndarray":
+        return math.prod(value["shape"]) * _itemsize(value["dtype"])
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+def check_sizes(episodes: list, entry: Mapping[str, Any], what: str) -> None:
+    """A checked batch's records hold the steps its manifest entry says (``steps``) and no more array bytes
+    (``array_bytes``), when it names them: what reading its arrays allocates is at most what the manifest
+    declares, checked before any array is mapped or decompressed.
+
+    Args:
+        episodes: the records ``check_batch`` returned.
+        entry: the batch's manifest entry.
+        what: the batch's file name, for messages.
+    """
+    if "steps" in entry:
+        steps = sum(raw["rewards"]["shape"][0] for raw in episodes)
+        if steps != entry["steps"]:
+            raise TraceError(f"{what}: episodes hold {steps} steps, the manifest's entry says {entry['steps']}")
+    if "array_bytes" in entry:
+        nbytes = sum(_nbytes(raw.get(k)) for raw in episodes for k in ("observations", "actions", "rewards",
+                                                                        "terminations", "truncations"))
+        if nbytes > entry["array_bytes"]:
+            raise TraceError(f"{what}: episodes' arrays take {nbytes} bytes decompressed, more than the manifest's "
+                             f"entry says (array_bytes {entry['array_bytes']})")
 
 
 def check_batch(doc: Any, manifest: Mapping[str, Any], what: str, count: int) -> list:

@@ -45,7 +45,7 @@ from ..errors import ConfigError, TraceError
 from ..option_checks import Accepts
 from .atomic import write_atomic
 from .inside import open_inside
-from .trace_checks import check_manifest, parse_json
+from .trace_checks import check_manifest, parse_json, safe_prefix
 
 __all__ = [
     "FORMAT_NAME",
@@ -127,7 +127,6 @@ Segment = Manifest  # a closed segment is a manifest with ``segment_of``, ``segm
 
 
 _prefix_counter = 0
-_SAFE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def default_prefix() -> str:
@@ -140,7 +139,7 @@ def default_prefix() -> str:
 
 def check_prefix(prefix: str) -> str:
     """``prefix`` itself; ``ConfigError`` for one that could name a file outside the output folder."""
-    if not isinstance(prefix, str) or not _SAFE_PREFIX.match(prefix) or ".." in prefix or len(prefix) > 200:
+    if not isinstance(prefix, str) or not safe_prefix(prefix):
         raise ConfigError(
             f"name prefix {prefix!r} is not allowed: use letters, digits, '.', '_' and '-' "
             f"(no path separators, no '..', at most 200 characters)"

@@ -3,7 +3,8 @@
 ``BatchFiles`` is the part of reading that needs no manifest index: given a
 batch entry it checks the batch's files against the sizes and CRC-32s the
 manifest names, parses the batch's ``.json`` (a ``.json.zst`` decompressed
-first, at most ``MAX_BATCH_JSON_BYTES`` of it), memory-maps the ``.bin``
+first, at most ``MAX_BATCH_JSON_BYTES`` of it, and no more than parsing it may cost:
+``json_docs.JsonBudget``), memory-maps the ``.bin``
 (arrays handed out are read-only views, no copy) and decompresses compressed
 arrays when their episode is read, keeping a small cache of decoded arrays.
 ``TraceReader`` indexes recordings on top of it; exporters (Arrow, Minari, a
@@ -35,7 +36,7 @@ from ..formats.infos import decode_json
 from ..formats.inside import open_inside
 from ..formats.part_checks import check_parts, part_of
 from ..formats.replay_fields import EPISODE_KEYS
-from ..formats.trace_checks import MAX_BATCH_JSON_BYTES, MAX_RATIO, check_batch, parse_json
+from ..formats.trace_checks import MAX_BATCH_JSON_BYTES, MAX_RATIO, JsonBudget, check_batch, check_sizes, parse_json
 from ..formats.trace_format import BatchEntry, Manifest
 
 __all__ = ["BatchFiles", "Episode", "Part", "SavedState", "TraceError"]
@@ -202,10 +203,13 @@ class BatchFiles:
             raise TraceError(f"batch {what} in {self.directory} is damaged: {what}: missing") from None
         if what.endswith(JSON_ZST_SUFFIX):
             try:
-                data = decompress_frames(data, min(MAX_BATCH_JSON_BYTES, MAX_RATIO * len(data)))
+                data = decompress_frames(data, min(MAX_BATCH_JSON_BYTES, MAX_RATIO * len(data)), JsonBudget(what))
+            except TraceError as exc:  # JsonBudget's, naming the file already
+                raise TraceError(f"batch {what} in {self.directory} is damaged: {exc}") from None
             except ValueError as exc:
                 raise TraceError(f"batch {what} in {self.directory} is damaged: {what}: {exc}") from None
         episodes = check_batch(parse_json(data, what), manifest or {}, what, entry["len"])
+        check_sizes(episodes, entry, what)
         check_parts(episodes, entry, what)
         return [self._arrays(raw, f"{what}: episodes[{i}]", (what, i)) for i, raw in enumerate(episodes)]
 
@@ -246,6 +250,21 @@ class BatchFiles:
                 for i, s in enumerate(raw.get("snapshots") or ())
             ),
         )
+
+    def last_part(self, entry: BatchEntry, manifest: Mapping[str, Any] | None = None) -> tuple[Part, int]:
+        """The ``Part`` of the batch's last record and its episode's id, read without its arrays: what the first
+        record of the batch after it is checked to follow (``stitch.check_part_follows``).
+
+        Raises:
+            TraceError: the batch is damaged or holds no record.
+        """
+        raws = self.load(entry, manifest)
+        if not raws:
+            raise TraceError(f"{entry['fn']}: holds no record, yet a part is said to continue from it")
+        raw = raws[-1]
+        index, first_step, continues = part_of(raw)
+        batch, record = raw[_FROM]
+        return Part(batch, record, index, first_step, _length(raw), continues), raw.get("episode_id", entry["first"] + record)
 
     def array_codecs(self, entry: BatchEntry, manifest: Mapping[str, Any] | None = None) -> dict[str, str]:
         """How each array of the batch's first episode is stored: ``{"observations": "zstd+xor", "actions": "raw", ...}``
@@ -319,6 +338,8 @@ class BatchFiles:
         with memoryview(self._map(o["npyfile"], where)) as whole, whole[o["npyoff"] : o["npyoff"] + o["size"]] as stored:
             try:
                 decompress_into(arr.data.cast("B"), stored, o["codec"], o["chunks"], row_bytes, o.get("filter"))
+            except MemoryError:
+                raise TraceError(f"{where}: {shape} of {dtype.str} is too large to decompress in the memory left") from None
             except Exception as exc:  # the codecs' errors have no common base class
                 raise TraceError(
                     f"{where}: a {o['codec']} array at offset {o['npyoff']} of {o['npyfile']} does not decompress: {exc}"
@@ -342,6 +363,12 @@ class BatchFiles:
                 raise TraceError(f"{where}.npyfile: {name} is missing") from None
             self._maps[name] = mm
         return mm
+
+
+def _length(raw: dict) -> int:
+    """A loaded record's steps: its ``length``, else its rewards' rows (compressed ones not decompressed)."""
+    rewards = raw["rewards"]
+    return raw.get("length", rewards.desc["shape"][0] if isinstance(rewards, _Packed) else len(rewards))
 
 
 def _codecs(value: Any, where: str, out: dict[str, str]) -> None:

@@ -34,7 +34,6 @@ reads what is kept (an endless episode then starts at a later ``first_step``).
 from __future__ import annotations
 
 import glob
-import itertools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from typing import Any, Self
 from ..errors import ConfigError, TraceError
 from ..formats.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
 from .batch_files import BatchFiles, Episode, Part, SavedState
-from .stitch import check_follows, joins, settled, stitch
+from .stitch import chained, check_follows, check_part_follows, joins, settled, stitch
 
 __all__ = ["ON_DAMAGED", "Damaged", "Episode", "Part", "Recording", "SavedState", "TraceError", "TraceReader", "scan_recorded_traces"]
 
@@ -145,7 +144,7 @@ class TraceReader:
         n = 0
         for path, manifest in heads:
             try:
-                entries = self._intact(recording_batches(self.directory, manifest))
+                entries = self._intact(self._chained(path, recording_batches(self.directory, manifest)))
             except FileNotFoundError as exc:
                 if not last or self.on_damaged == "raise":
                     raise
@@ -169,6 +168,14 @@ class TraceReader:
                 )
         self._len = n
         self._cache = None
+
+    def _chained(self, path: str, entries: list[BatchEntry]) -> list[BatchEntry]:
+        """``entries`` checked to be the serializer's chain (``stitch.chained``): a break raises ``TraceError``
+        (``"raise"``) or is listed in ``damaged`` under the manifest's name (``"skip"``)."""
+        name = os.path.relpath(path, self.directory)
+        if self.on_damaged == "raise":
+            return chained(entries, name)
+        return chained(entries, name, lambda why: self.damaged.append(Damaged(name, why)))
 
     def _intact(self, entries: list[BatchEntry]) -> list[BatchEntry]:
         """``entries`` as they are (``on_damaged="raise"``), or those whose files check out (``"skip"``)."""
@@ -222,11 +229,8 @@ class TraceReader:
         return i == self._batches[b].entry["len"] - 1 and b + 1 < len(self._batches) and self._batches[b + 1].joined
 
     def __getitem__(self, index: int) -> Episode:
-        found = list(self._parts(index))
-        parts = [ep for _, ep in found]
-        for before, after in itertools.pairwise(parts):
-            check_follows(before, after)
-        return self._stitch(parts, found[-1][0])
+        found = list(self._parts(index))  # each part checked to follow the one before it
+        return self._stitch([ep for _, ep in found], found[-1][0])
 
     def _stitch(self, parts: list[Episode], b: int) -> Episode:
         """The parts as one episode (``b``: the last one's batch), told how it ended (``stitch.settled``)."""
@@ -265,12 +269,16 @@ class TraceReader:
         while self._batches[lo].joined and self._batches[lo].first_index == index:
             lo -= 1  # back to the batch holding its first part
         b, i = lo, index - self._batches[lo].first_index
+        before: tuple[Part, int] | None = None  # the part handed out last (not its arrays) and its episode's id
         while True:
             ref = self._batches[b]
-            yield b, self._episode(ref, index, self._load_batch(b)[i])
+            ep = self._episode(ref, index, self._load_batch(b)[i])
+            if before is not None:  # before it is handed out: iter_parts gives no part out of order
+                check_part_follows(*before, ep.parts[0], ep.episode_id)
+            yield b, ep
             if not self._continued(b, i):
                 return
-            b, i = b + 1, 0
+            before, b, i = (ep.parts[-1], ep.episode_id), b + 1, 0
 
     # -- files -------------------------------------------------------------
     def check_batch(self, entry: Mapping[str, Any], checksums: bool = True) -> list[str]:

@@ -8,11 +8,19 @@ so a reader counts and indexes stitched episodes without loading a batch.
 ``stitch`` then concatenates the parts' arrays, dropping row 0 of the
 observations and infos of each part after the first: it repeats the last row
 of the part before.
+
+Every reader of a recording (``TraceReader`` and what is built on it:
+``iter_parts``, the exporters, ``envrec inspect``, the viewer) takes its
+batch entries through ``chained`` first: the order the serializer writes,
+each batch standing where the one before it says the next one stands, or a
+``TraceError`` (a ``damaged`` note with ``on_damaged="skip"``). Parts are
+then joined only along that chain, and each joined part is checked to follow
+the one before it (``check_follows``, ``check_part_follows``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,7 +30,57 @@ from ..errors import TraceError
 from ..formats.trace_format import BatchEntry, Manifest, batch_position, position_after
 from .batch_files import Episode, Part
 
-__all__ = ["Part", "check_follows", "joins", "recording_ended", "settled", "stitch"]
+__all__ = ["Part", "chained", "check_follows", "check_part_follows", "joins", "recording_ended", "settled", "stitch"]
+
+
+def _next_positions(entry: BatchEntry) -> tuple[tuple[int, int], ...]:
+    """Where the batch after ``entry`` may stand: ``position_after`` it, or, when its last part continues, also
+    at the next episode (that episode ended right after a cut made while idle: its empty last part is dropped)."""
+    after = position_after(entry)
+    return (after, (entry["first"] + entry["len"], 0)) if entry.get("continues") else (after,)
+
+
+def chained(entries: Sequence[BatchEntry], what: str,
+            broken: Callable[[str], None] | None = None) -> list[BatchEntry]:
+    """A recording's batch entries (oldest first), checked to be the chain the serializer writes: each one stands
+    (``batch_position``) where the entry before it says the next one stands, and names files no other entry names.
+    The first may stand anywhere: a disk budget evicts the oldest batches, and a part may be the first kept.
+
+    Args:
+        entries: every entry the head manifest names, its segments' first (``recording_batches``).
+        what: the head manifest, for messages.
+        broken: None: raise ``TraceError`` at the first break. Otherwise called with the message of each break
+            (``on_damaged="skip"``): an entry that stands at or before the one kept before it (listed twice, a
+            second batch of the same part, out of order) is left out; one after a gap (entries missing in the
+            middle) is kept and starts anew, as after a damaged batch left out.
+
+    Returns:
+        The entries to read, in order.
+    """
+    kept: list[BatchEntry] = []
+    names: set[str] = set()
+    for k, entry in enumerate(entries):
+        own = [str(entry[key]) for key in ("fn", "bin") if entry.get(key) is not None]
+        where = f"{what}: batches[{k}] ({entry['fn']})"
+        problem, leave_out = None, False
+        if any(n in names for n in own):
+            problem, leave_out = f"{where} names a file an entry before it names", True
+        elif kept and batch_position(entry) not in _next_positions(kept[-1]):
+            here, expected = batch_position(entry), _next_positions(kept[-1])
+            leave_out = here <= expected[0]
+            problem = (f"{where} stands at episode {here[0]} part {here[1]}, but the batch before it ({kept[-1]['fn']}) "
+                       f"is followed by episode {expected[0][0]} part {expected[0][1]}"
+                       + (f" (or episode {expected[1][0]} part 0)" if len(expected) > 1 else "")
+                       + (": listed twice or out of order" if leave_out else ": batches are missing between them"))
+        if problem is not None:
+            if broken is None:
+                raise TraceError(problem)
+            broken(problem)
+            if leave_out:
+                continue
+        kept.append(entry)
+        names.update(own)
+    return kept
 
 
 def joins(entries: Sequence[BatchEntry]) -> list[bool]:
@@ -45,12 +103,22 @@ def joins(entries: Sequence[BatchEntry]) -> list[bool]:
 
 def check_follows(before: Episode, after: Episode) -> None:
     """``after`` (the first record of a batch) is the part that continues ``before``; ``TraceError`` naming both."""
-    b, a = before.parts[-1], after.parts[0]
+    check_part_follows(before.parts[-1], before.episode_id, after.parts[0], after.episode_id)
+
+
+def check_part_follows(b: Part, before_id: int, a: Part, after_id: int) -> None:
+    """Part ``a`` of episode ``after_id`` (a batch's first record) continues part ``b`` of ``before_id`` (the
+    last record of the batch before): the same episode, the next index, from the step where ``b`` ended.
+
+    Args:
+        b, before_id: the part before and its episode's id.
+        a, after_id: the part after and its episode's id.
+    """
     where = f"{a.batch}: episodes[{a.record}].part (after {b.batch}: episodes[{b.record}])"
     if not b.continues or a.index != b.index + 1:
         raise TraceError(f"{where}: part {a.index} does not follow part {b.index}")
-    if after.episode_id != before.episode_id:
-        raise TraceError(f"{where}: part {a.index} is of episode {after.episode_id}, the part before of {before.episode_id}")
+    if after_id != before_id:
+        raise TraceError(f"{where}: part {a.index} is of episode {after_id}, the part before of {before_id}")
     if a.first_step != b.first_step + b.length:
         raise TraceError(f"{where}: part {a.index} starts at step {a.first_step}, the part before ends at {b.first_step + b.length}")
 
@@ -67,7 +135,11 @@ def _join(values: list[Any], drop_first: bool) -> Any:
         return list(first) + [x for v in values[1:] for x in v[skip:]]
     if first is None:
         return None
-    joined = np.concatenate([first, *(np.asarray(v)[skip:] for v in values[1:])])
+    try:
+        joined = np.concatenate([first, *(np.asarray(v)[skip:] for v in values[1:])])
+    except MemoryError:
+        raise TraceError(f"an episode of {len(values)} parts is too large to hold in the memory left: "
+                         "read it part by part (TraceReader.iter_parts)") from None
     joined.flags.writeable = False  # as read-only as a whole episode's arrays
     return joined
 

@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import TraceError
 from ..formats.atomic import write_atomic
 from ..formats.inside import name_parts, open_inside
-from ..formats.trace_checks import parse_json
+from ..formats.trace_checks import MAX_PARSED_JSON_BYTES, json_cost, parse_json
 from ..version import __version__
 
 __all__ = ["STATUSES", "VERDICT_SUFFIX", "Verdict", "VerdictFile", "read_verdicts", "verdict_path", "write_verdicts"]
@@ -36,7 +36,10 @@ VERSION = 1
 STATUSES = ("reproduced", "diverged", "cannot_replay")
 STARTS = ("seed", "rng", "snapshot")
 FIELDS = ("observations", "rewards", "terminated", "truncated", "infos")
-MAX_BYTES = 64 << 20
+# the file's size read back: 1.1 M verdicts as write_verdicts writes them (compact, ~230 bytes each); what
+# parsing it costs is bounded too (trace_checks.MAX_PARSED_JSON_BYTES), and write_verdicts writes nothing the
+# two bounds refuse
+MAX_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -225,5 +228,9 @@ def write_verdicts(directory: str | os.PathLike, prefix: str, verdicts: Iterable
         "episodes": {str(k): merged[k].to_json() for k in sorted(merged)},
     }
     path = verdict_path(directory, prefix)
-    write_atomic(path, json.dumps(obj, indent=1, allow_nan=False).encode())
+    data = json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    if len(data) > MAX_BYTES or json_cost(data) > MAX_PARSED_JSON_BYTES:  # what read_verdicts would refuse
+        raise TraceError(f"{path}: {len(merged)} verdicts make a file larger than envrec reads back ({len(data)} bytes, "
+                         f"~{json_cost(data) >> 20} MiB to parse; at most {MAX_BYTES} bytes and {MAX_PARSED_JSON_BYTES >> 20} MiB)")
+    write_atomic(path, data)
     return path

@@ -82,6 +82,7 @@ def _layout(records: list[tuple[dict, dict]], per_batch: int) -> list[list[tuple
 class _Bin:
     def __init__(self, name: str) -> None:
         self.name, self.data = name, bytearray()
+        self.array_bytes = 0  # the arrays' bytes, padding not counted (the manifest's array_bytes)
 
     def put(self, value: Any) -> Any:
         """A field as the batch JSON holds it (Dict: an object, Tuple: a list, Text: strings), arrays appended."""
@@ -95,6 +96,7 @@ class _Bin:
         self.data += b"\0" * (-len(self.data) % 8)
         desc = ndarray_descriptor(a.shape, a.dtype.str, self.name, len(self.data), a.nbytes)
         self.data += a.tobytes()
+        self.array_bytes += a.nbytes
         return desc
 
 
@@ -110,7 +112,7 @@ def _write_batch(folder: str, prefix: str, first: int, records: list[tuple[dict,
             f.write(data)
     entry = {"first": first, "len": len(records), "fn": json_name, "bin": bin_name,
              "steps": sum(int(a["rewards"].shape[0]) for _, a in records), "json_bytes": len(doc), "bin_bytes": len(b.data),
-             "array_bytes": len(b.data), "json_crc32": zlib.crc32(doc), "bin_crc32": zlib.crc32(bytes(b.data))}
+             "array_bytes": b.array_bytes, "json_crc32": zlib.crc32(doc), "bin_crc32": zlib.crc32(bytes(b.data))}
     if head.get("index", 0) >= 1:
         entry["head_part"] = {"index": head["index"], "first_step": head["first_step"]}
     if records[-1][0].get("part", {}).get("continues"):
