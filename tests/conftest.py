@@ -1,4 +1,4 @@
-"""The test tiers, and shared fixtures: every test must leave no child process, segment, semaphore or temp file.
+"""The test tiers, and shared fixtures: every test must leave no child process, memfd, semaphore or temp file.
 
 Tiers (docs/testing.md): plain ``pytest`` runs the development tier, every test not marked ``slow`` (and
 of a parametrized test marked ``variants``, its first case);
@@ -27,7 +27,7 @@ import time
 import psutil
 import pytest
 
-from envrec.contract.shm import list_segments
+from envrec.contract.shm import list_memfds
 
 SEMAPHORE_SETTLE_S = 0.2  # how long a semaphore's name made by another process may take to be unlinked again
 LEAK_GRACE_S = 5.0  # how long a test's children get to exit after it ends
@@ -102,9 +102,9 @@ def ours() -> set[int]:
     return pids
 
 
-def our_segments() -> set[str]:
-    """envrec segments held by our processes (see ``ours``); another job's are not this test's."""
-    return set(list_segments(ours()))
+def our_memfds() -> set[str]:
+    """envrec memfds held by our processes (see ``ours``); another job's are not this test's."""
+    return set(list_memfds(ours()))
 
 
 def _children() -> set[int]:
@@ -175,29 +175,29 @@ def _tmp_files(root) -> list[str]:
     return found
 
 
-def _seems_leaked(children: set[int], segments: set[str], sems: set[str], tmp_path) -> bool:
+def _seems_leaked(children: set[int], memfds: set[str], sems: set[str], tmp_path) -> bool:
     """Whether anything seems left: the cheap look, without the heap walk of ``gc.collect``."""
     return bool(_tmp_files(tmp_path) or _semaphores() - sems or _children() - children
-                or our_segments() - segments or _encoders_writing_into(tmp_path))
+                or our_memfds() - memfds or _encoders_writing_into(tmp_path))
 
 
 @pytest.fixture(autouse=True)
 def no_leaks(request, tmp_path):
-    """Fail a test that leaves a child process, an ffmpeg, an envrec segment, a semaphore or a temp file.
+    """Fail a test that leaves a child process, an ffmpeg, an envrec memfd, a semaphore or a temp file.
 
     A test that left nothing passes at the first look. Only when something seems left is the garbage
     collected (an unreferenced recorder's finalizer may still close it: 40-160 ms a call once torch, Ray and
-    pyarrow are loaded, so not for every test), and the children, segments and encoders get ``LEAK_GRACE_S``
+    pyarrow are loaded, so not for every test), and the children, memfds and encoders get ``LEAK_GRACE_S``
     to go before each is reported.
     """
-    children, segments, sems = _children(), our_segments(), _semaphores()
+    children, memfds, sems = _children(), our_memfds(), _semaphores()
     yield
-    if not _seems_leaked(children, segments, sems, tmp_path):
+    if not _seems_leaked(children, memfds, sems, tmp_path):
         return
     gc.collect()
     deadline = time.monotonic() + LEAK_GRACE_S
     while time.monotonic() < deadline and (
-        _children() - children or our_segments() - segments or _encoders_writing_into(tmp_path)
+        _children() - children or our_memfds() - memfds or _encoders_writing_into(tmp_path)
     ):
         time.sleep(0.05)
         gc.collect()
@@ -205,8 +205,8 @@ def no_leaks(request, tmp_path):
     for pid in leaked_children:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
-    leaked_segments = our_segments() - segments
-    for name in leaked_segments:  # memfds die with their holders (killed above); files of older versions go here
+    leaked_memfds = our_memfds() - memfds
+    for name in leaked_memfds:  # memfds die with their holders (killed above); files of older versions go here
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join("/dev/shm", name))
     leaked_encoders = _encoders_writing_into(tmp_path)
@@ -217,6 +217,6 @@ def no_leaks(request, tmp_path):
     leaked_tmp = _tmp_files(tmp_path)
     assert not leaked_children, f"child processes left running: {leaked_children}"
     assert not leaked_encoders, f"ffmpeg processes left running: {leaked_encoders}"
-    assert not leaked_segments, f"shared-memory segments left: {leaked_segments}"
+    assert not leaked_memfds, f"envrec memfds left: {leaked_memfds}"
     assert not leaked_sems, f"semaphores left in /dev/shm: {leaked_sems}"
     assert not leaked_tmp, f"temporary files left: {leaked_tmp}"

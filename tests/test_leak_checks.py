@@ -67,7 +67,7 @@ while not os.path.exists(sys.argv[1]) and time.monotonic() - t0 < 30:
 INNER = '''
 import os, subprocess, sys, time
 from envrec.contract.shm import create_memfd, list_memfds
-from conftest import RUN_ENV, ours, our_segments
+from conftest import RUN_ENV, ours, our_memfds
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 kept = []
@@ -90,7 +90,7 @@ def test_a_memfd_held_by_an_orphan_of_this_run():
     pid = _double_fork(os.path.join(HERE, "holder.pid"), os.path.join(HERE, "holder.py"), os.path.join(HERE, "STOP-holder"))
     assert pid not in {p.pid for p in __import__("psutil").Process().children(recursive=True)}  # it left the tree
     deadline = time.monotonic() + 20
-    while not [s for s in our_segments() if s.startswith(f"envrec_{pid}_")]:
+    while not [s for s in our_memfds() if s.startswith(f"envrec_{pid}_")]:
         assert time.monotonic() < deadline, "the orphan, carrying this run's token, is ours"
         time.sleep(0.05)
 
@@ -105,7 +105,7 @@ def test_an_envrec_job_outside_the_tree_is_not_this_tests(tmp_path):
         assert time.monotonic() < deadline, "the outside job never created a ring"
         theirs |= {s for s in list_memfds() if s.startswith(f"envrec_{pid}_")}
         time.sleep(0.05)
-    assert not theirs & our_segments()
+    assert not theirs & our_memfds()
     # the job goes on creating rings past this test's end, through the fixture's check
 '''
 
@@ -147,4 +147,4 @@ def test_leak_checks_see_this_runs_leaks_and_no_other_jobs(tmp_path, workers):
     assert "3 passed, 2 errors" in text, text  # a test whose teardown fails counts as passed and errored
     assert "ERROR test_inner.py::test_an_envrec_job_outside_the_tree_is_not_this_tests" not in text, text
     for test in ("test_a_memfd_held_by_this_process", "test_a_memfd_held_by_an_orphan_of_this_run"):
-        assert f"ERROR test_inner.py::{test} - AssertionError: shared-memory segments left" in text, text
+        assert f"ERROR test_inner.py::{test} - AssertionError: envrec memfds left" in text, text

@@ -84,7 +84,7 @@ class Handler(abc.ABC):
         self.cfg = cfg
         self._status: StatusSink = status or _no_status
         self.takes_runs = True  # False: records come one at a time, never as a run (``run_template``)
-        self.records_not_drained = 0  # left in the ring when the drain after a SIGTERM ran out of time (workers.entry)
+        self.records_not_drained = 0  # left in the ring when the drain after a SIGTERM ran out of time (workers.loop)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
