@@ -29,15 +29,10 @@ episodes are asked for and says which recordings are live
 
 from __future__ import annotations
 
-import collections
-import itertools
-import mmap
 import os
 import threading
 import time
 from typing import Any
-
-import numpy as np
 
 from envrec.errors import TraceError
 from envrec.export.sources import RecordingSource, find_recordings
@@ -45,21 +40,17 @@ from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
 from envrec.formats.trace_format import BatchEntry
 from envrec.read.batch_files import BatchFiles
 from envrec.read.reader import Damaged
-from envrec.read.stitch import check_follows, settled, stitch
 
+from .episode_read import PartCache, PieceReader
 from .listing import CLIP_SORTS, EPISODE_SORTS, Listing, page
 from .live import STALE_AFTER_S, State
 from .pieces import NotFound, Where, build, clip_json, settle, summary_of
-from .series import MAX_SERIES, Columns, downsample
 from .step_view import action_space_json, image_layout
 from .verdict_marks import VerdictMarks
 
 __all__ = ["Catalog", "NotFound"]
 
-DEFAULT_OBS_DIMS = 4  # observation dimensions plotted when the user has not chosen
 REFRESH_EVERY_S = 1.0  # an episode's requests walk the folder for new clips at most this often
-OPEN_EPISODES = 2  # stitched episodes kept for per-step requests: the one shown and the one compared with
-OPEN_BYTES = 512 << 20  # ... and their decompressed arrays at most (beyond, only the last opened is kept)
 
 
 
@@ -79,7 +70,7 @@ class Catalog:
         self._summaries: dict[tuple[str, str], list[dict]] = {}  # (folder, batch json) -> its episodes' summaries
         self._clips: list[tuple[str, ClipMeta]] = []
         self.listing = Listing(self.root, self.verdicts, stale_after_s)
-        self._opened: collections.OrderedDict[tuple, Any] = collections.OrderedDict()  # the episodes read last
+        self.parts = PartCache()  # the parts read last, for the page's per-step requests
 
     # -- index -------------------------------------------------------------
     def index(self) -> dict[str, Any]:
@@ -218,22 +209,28 @@ class Catalog:
     # -- one episode -----------------------------------------------------------
     def episode(self, recording: str, episode_id: int, width: int = 800, obs_dims: list[int] | None = None,
                 first_step: int | None = None) -> dict[str, Any]:
-        """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled.
-        ``first_step`` picks one of the pieces of an episode split by a damaged part (default: the first).
-        An image observation's pixels are not plotted unless asked for (``obs_dims``): the page shows it as an image."""
-        ep, manifest, clip, marks = self._open(recording, episode_id, first_step)
+        """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled, read a
+        part at a time (``envrec.viewer.episode_read``). ``first_step`` picks one of the pieces of an episode split by
+        a damaged part (default: the first). An image observation's pixels are not plotted unless asked for
+        (``obs_dims``): the page shows it as an image."""
+        reader, manifest, clip, marks = self._open(recording, episode_id, first_step)
         extras = {"image": image_layout(manifest.get("observation_space")),
                   "action_space": action_space_json(manifest.get("action_space"), manifest.get("env"))}
         if obs_dims is None and extras["image"] is not None:
             obs_dims = []
-        return {**self._episode_json(recording, ep, width, obs_dims, clip), **marks, **extras}
+        s = reader.where.summary
+        plot = reader.plot(max(50, min(int(width), 4000)), obs_dims)
+        return {
+            "recording": recording, "episode_id": s["episode_id"], "length": reader.length, "first_step": reader.first_step,
+            "parts": len(reader.where.parts), "return": s["return"], "ended_by": s["ended_by"], "complete": s["complete"],
+            **plot, "clip": self._clip_json(*clip) if clip is not None else None, **marks, **extras,
+        }
 
-    def open(self, recording: str, episode_id: int, first_step: int | None = None) -> tuple[Any, dict[str, Any]]:
-        """One episode, stitched (an ``Episode``), and its recording's manifest; NotFound when there is none.
-        The last ``OPEN_EPISODES`` opened (at most ``OPEN_BYTES`` of arrays, but always the last) are kept, so the
-        page's per-step requests read an episode once."""
-        ep, manifest, _, _ = self._open(recording, episode_id, first_step)
-        return ep, manifest
+    def open(self, recording: str, episode_id: int, first_step: int | None = None) -> tuple[PieceReader, dict[str, Any]]:
+        """One episode as a ``PieceReader`` (read a part at a time; the last ``OPEN_PARTS`` parts' records are kept
+        for the page's per-step requests) and its recording's manifest; NotFound when there is none."""
+        reader, manifest, _, _ = self._open(recording, episode_id, first_step)
+        return reader, manifest
 
     def _open(self, recording: str, episode_id: int, first_step: int | None):
         with self._lock:
@@ -244,71 +241,4 @@ class Catalog:
                                + (f" from step {first_step}" if first_step is not None else ""))
             clip = self.listing.clip_for(where.source, episode_id, where.summary["first_step"] + where.summary["length"])
             marks = self.verdicts.episode(recording, episode_id, full=True, clip=clip is not None)
-            key = (recording, episode_id, tuple((e["fn"], i) for e, i in where.parts), where.after and where.after["fn"])
-            ep = self._opened.get(key)
-            if ep is not None:
-                self._opened.move_to_end(key)
-        if ep is None:
-            ep = self._read(where)
-            with self._lock:
-                self._opened[key] = ep
-                while len(self._opened) > OPEN_EPISODES or (len(self._opened) > 1 and _held_bytes(self._opened) > OPEN_BYTES):
-                    self._opened.popitem(last=False)
-        return ep, where.source.manifest, clip, marks
-
-    def _read(self, where):  # a piece of the index (its parts, the batch after them): stitched and settled
-        files = BatchFiles(where.source.directory)
-        try:
-            parts = []
-            for entry, position in where.parts:
-                raw = files.load(entry, where.source.manifest)[position]
-                parts.append(files.episode(where.source.manifest, entry["first"] + position, raw))
-            for before, after in itertools.pairwise(parts):
-                check_follows(before, after)
-            return settled(stitch(parts), where.source.manifest, where.parts[-1][0], where.after)
-        finally:
-            files.close()
-
-    def _episode_json(self, recording: str, ep, width: int, obs_dims: list[int] | None, clip) -> dict[str, Any]:
-        width = max(50, min(int(width), 4000))
-        n, k = ep.length, ep.first_step
-        rewards = np.asarray(ep.rewards[:n], np.float64)
-        # x is the episode's observation index (k for the first one read): step t's reward, action and flags
-        # sit at x = t + 1, with the observation (and frame) it led to
-        series: dict[str, Any] = {"reward": _shifted(downsample(rewards, width), k + 1)}
-        series["return"] = _shifted(downsample(np.nancumsum(np.where(np.isfinite(rewards), rewards, np.nan)), width), k + 1)
-        actions = Columns(ep.actions, n)
-        series["actions"] = [
-            {"label": actions.label(i), **_shifted(downsample(actions.column(i), width), k + 1)}
-            for i in range(min(actions.count, MAX_SERIES))
-        ]
-        observations = Columns(ep.observations, n + 1)
-        dims = list(range(min(observations.count, DEFAULT_OBS_DIMS))) if obs_dims is None else obs_dims
-        bad = [d for d in dims if not 0 <= d < observations.count]
-        if bad or len(dims) > MAX_SERIES:
-            raise NotFound(f"observation dimensions {bad or dims}: choose up to {MAX_SERIES} of 0..{observations.count - 1}")
-        series["observations"] = [{"label": observations.label(d), "dim": d, **_shifted(downsample(observations.column(d), width), k)}
-                                  for d in dims]
-        return {
-            "recording": recording, "episode_id": ep.episode_id, "length": n, "first_step": k, "parts": len(ep.parts),
-            "return": ep.total_reward,
-            "ended_by": ep.ended_by, "complete": ep.complete, "seed": ep.seed,
-            "observation_dims": observations.count, "series": series,
-            "clip": self._clip_json(*clip) if clip is not None else None,
-        }
-
-
-def _held_bytes(opened: collections.OrderedDict[tuple, Any]) -> int:
-    """Bytes of the arrays the opened episodes hold in memory (memory-mapped ones cost nothing: the page cache's)."""
-    total = 0
-    for ep in opened.values():
-        for field in (ep.observations, ep.actions):
-            for a in field.values() if isinstance(field, dict) else field if isinstance(field, tuple) else (field,):
-                if isinstance(a, np.ndarray) and not isinstance(a.base, mmap.mmap | np.memmap):
-                    total += a.nbytes
-    return total
-
-
-def _shifted(s: dict[str, Any], by: int) -> dict[str, Any]:
-    s["x"] = [x + by for x in s["x"]]
-    return s
+        return PieceReader(where, self.parts), where.source.manifest, clip, marks

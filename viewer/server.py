@@ -61,7 +61,7 @@ from envrec.formats.inside import open_inside
 from .catalog import Catalog, NotFound
 from .connections import REQUEST_DEADLINE_S, DeadlineReader, Slots
 from .live import STALE_AFTER_S
-from .step_view import image_layout, observation_png, parse_step_query, step_json
+from .step_view import image_layout, parse_step_query
 
 __all__ = ["CLIP_TYPES", "ViewerServer"]
 
@@ -267,23 +267,23 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server.catalog.episode(recording, episode, width, dims, first_step)
 
     def _step(self, q: dict[str, list[str]]) -> dict[str, Any]:
-        """One step's values and info (``envrec.viewer.step_view``)."""
+        """One step's values and info (``envrec.viewer.episode_read``: only the part that holds it is read)."""
         recording, episode, step, first_step, dims = parse_step_query(q)
-        ep, _ = self.server.catalog.open(recording, episode, first_step)
+        reader, _ = self.server.catalog.open(recording, episode, first_step)
         try:
-            return step_json(ep, step, dims or [])
+            return reader.step(step, dims or [])
         except LookupError as exc:
             raise NotFound(str(exc)) from None
 
     def _observation_png(self, q: dict[str, list[str]]) -> bytes:
         """One step's image observation as a PNG; NotFound when the recording's observations are not images."""
         recording, episode, step, first_step, _ = parse_step_query(q)
-        ep, manifest = self.server.catalog.open(recording, episode, first_step)
+        reader, manifest = self.server.catalog.open(recording, episode, first_step)
         layout = image_layout(manifest.get("observation_space"))
         if layout is None:
             raise NotFound(f"the observations of {recording!r} are not images (a uint8 Box HxW or HxWxC, C in 1, 3, 4)")
         try:
-            return observation_png(ep, step, layout)
+            return reader.frame(step, layout)
         except LookupError as exc:
             raise NotFound(str(exc)) from None
 
