@@ -138,8 +138,8 @@ class Catalog:
     # -- the index at scale (envrec.viewer.listing) ------------------------------------
     def summary(self) -> dict[str, Any]:
         """``/api/index``: each recording's summary (counts, totals, live state), from the manifests; clips counted."""
+        self.listing.refresh()  # reads aside, swaps in: holds no lock other requests wait on
         with self._lock:
-            self.listing.refresh()
             now = time.time()
             recordings = [self.listing.summary(h, now) for h in self.listing.heads()]
             return {"root": self.root, "recordings": recordings, "episodes": sum(r["episodes"] for r in recordings),
@@ -149,6 +149,9 @@ class Catalog:
 
     def episodes(self, recording: str | None = None, offset: int = 0, limit: int = 100, sort: str | None = None) -> dict[str, Any]:
         """``/api/episodes``: a page of a recording's episodes (of every recording when ``recording`` is None).
+
+        A recording's episodes are stitched from its batches the first time they are asked for, without the lock
+        the other requests wait on: the index, other recordings' pages and the files are served meanwhile.
 
         Args:
             recording: the recording's name, as ``summary`` lists it.
@@ -161,22 +164,23 @@ class Catalog:
             NotFound: no such recording.
             ConfigError: a bad offset, limit or sort.
         """
+        if recording is None:
+            self.listing.refresh()
+            heads = self.listing.heads()
+        else:
+            heads = [self.listing.recording(recording)]
+        for h in heads:
+            self.listing.pieces(h)  # the long read, when they are not stitched yet: no catalog lock held
         with self._lock:
-            if recording is None:
-                self.listing.refresh()
-                heads = self.listing.heads()
-            else:
-                heads = [self.listing.recording(recording)]
             rows = [row for h in heads for row in self.listing.episode_rows(h, self.listing.state(h)["state"])]
-            found = page(rows, offset, limit, sort or None, EPISODE_SORTS, "recording" if recording is None else "episode_id")
-            return {"recording": recording, **{k: v for k, v in found.items() if k != "rows"}, "episodes": found["rows"]}
+        found = page(rows, offset, limit, sort or None, EPISODE_SORTS, "recording" if recording is None else "episode_id")
+        return {"recording": recording, **{k: v for k, v in found.items() if k != "rows"}, "episodes": found["rows"]}
 
     def clips(self, offset: int = 0, limit: int = 100, sort: str | None = None) -> dict[str, Any]:
         """``/api/clips``: a page of the clips under the folder (``sort``: a column of ``listing.CLIP_SORTS``)."""
-        with self._lock:
-            self.listing.refresh()
-            found = page(self.listing.clip_rows(), offset, limit, sort or None, CLIP_SORTS, "folder")
-            return {**{k: v for k, v in found.items() if k != "rows"}, "clips": found["rows"]}
+        self.listing.refresh()
+        found = page(self.listing.clip_rows(), offset, limit, sort or None, CLIP_SORTS, "folder")
+        return {**{k: v for k, v in found.items() if k != "rows"}, "clips": found["rows"]}
 
     # -- clips ---------------------------------------------------------------
     def _find_clips(self, damaged: list[Damaged]) -> list[tuple[str, ClipMeta]]:
@@ -233,12 +237,12 @@ class Catalog:
         return reader, manifest
 
     def _open(self, recording: str, episode_id: int, first_step: int | None):
+        self.listing.refresh(REFRESH_EVERY_S)  # a clip may have come since the last page (piece re-stats its manifest)
+        where = self.listing.piece(recording, episode_id, first_step)  # stitched outside the lock, as for a page
+        if where is None:
+            raise NotFound(f"no episode {episode_id} in recording {recording!r}"
+                           + (f" from step {first_step}" if first_step is not None else ""))
         with self._lock:
-            self.listing.refresh(REFRESH_EVERY_S)  # a clip may have come since the last page (piece re-stats its manifest)
-            where = self.listing.piece(recording, episode_id, first_step)
-            if where is None:
-                raise NotFound(f"no episode {episode_id} in recording {recording!r}"
-                               + (f" from step {first_step}" if first_step is not None else ""))
             clip = self.listing.clip_for(where.source, episode_id, where.summary["first_step"] + where.summary["length"])
             marks = self.verdicts.episode(recording, episode_id, full=True, clip=clip is not None)
         return PieceReader(where, self.parts), where.source.manifest, clip, marks

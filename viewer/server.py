@@ -26,7 +26,7 @@ A folder may be a stranger's, so the server trusts nothing in it:
   that has waited longest for its request, else it is closed unanswered
   (``envrec.viewer.connections``): slow clients cannot starve the others.
 
-The JSON: ``/api/index`` (each recording's summary and live state:
+The JSON: ``/api/health`` (``{"ok": true}``, at once: no folder read), ``/api/index`` (each recording's summary and live state:
 ``Catalog.summary``), ``/api/episodes?recording=R&offset=0&limit=100&sort=-length``
 and ``/api/clips?offset=&limit=&sort=`` (pages: ``Catalog.episodes``,
 ``Catalog.clips``), ``/api/episode?recording=R&episode=N`` (plot data). A bad
@@ -222,6 +222,8 @@ class _Handler(BaseHTTPRequestHandler):
                     raise NotFound(raw_path)
                 kind = STATIC_TYPES.get(os.path.splitext(name)[1], "application/octet-stream")
                 self._send_file(os.path.join(STATIC_DIR, name), head, kind, PAGE_CSP)
+            elif raw_path == "/api/health":  # answers at once, whatever the catalog is reading
+                self._send_json({"ok": True, "root": self.server.root}, head)
             elif raw_path == "/api/index":
                 self._send_json(self.server.catalog.summary(), head)
             elif raw_path == "/api/episodes":
