@@ -47,6 +47,7 @@ __all__ = ["DEFAULT_OBS_DIMS", "OPEN_PARTS", "Evicted", "PartCache", "PieceReade
 
 DEFAULT_OBS_DIMS = 4  # observation dimensions plotted when the user has not chosen
 OPEN_PARTS = 8  # parts' raw records kept for per-step requests: a few per episode shown, two episodes side by side
+OPEN_CHUNKS = 8  # decompressed chunks kept (each at most a compression chunk, 4 MiB): the cursor's next step is there
 
 
 class Evicted(NotFound):
@@ -57,6 +58,7 @@ class Evicted(NotFound):
 class _Part:
     """One part's raw record: its batch's files (mapped), the record (``BatchFiles.load``) and its array fields."""
 
+    key: tuple  # the batch (folder, name, size, CRC-32) and the record's place in it
     files: BatchFiles
     raw: dict
     fields: dict[str, Any]
@@ -73,6 +75,7 @@ class PartCache:
         self.max_parts = max_parts
         self._lock = threading.Lock()
         self._parts: collections.OrderedDict[tuple, _Part] = collections.OrderedDict()
+        self._chunks: collections.OrderedDict[tuple, np.ndarray] = collections.OrderedDict()
 
     def get(self, where: Where, k: int) -> _Part:
         """Part ``k`` of a piece; ``Evicted`` or ``TraceError`` (damaged) when its batch cannot be read."""
@@ -93,16 +96,38 @@ class PartCache:
                 raise Evicted(f"batch {entry['fn']} of {src.name!r} was evicted by the recording's disk budget "
                               "(max_bytes) since the index listed it: reload the index") from None
             raise
-        part = _Part(files, raw, files.fields(src.manifest, raw))
+        part = _Part(key, files, raw, files.fields(src.manifest, raw))
         with self._lock:
             self._parts[key] = part
             while len(self._parts) > self.max_parts:
                 self._parts.popitem(last=False)
         return part
 
+    def row(self, part: _Part, field: str, k: int, i: int) -> np.ndarray:
+        """Row ``i`` of leaf ``k`` (``series.Layout.leaves`` order) of a part's ``field``, flattened; its chunk is
+        decompressed once and kept (``OPEN_CHUNKS``), so the cursor's next steps cost no decompression.
+        LookupError when the row was not recorded."""
+        leaf = Layout.leaves(part.fields[field])[k] if field in ("observations", "actions") else part.fields[field]
+        start, stop = part.files.chunk_of(leaf, i)
+        key = (part.key, field, k, start)
+        with self._lock:
+            rows = self._chunks.get(key)
+            if rows is not None:
+                self._chunks.move_to_end(key)
+        if rows is None:
+            rows = part.files.rows(leaf, start, stop)
+            with self._lock:
+                self._chunks[key] = rows
+                while len(self._chunks) > OPEN_CHUNKS:
+                    self._chunks.popitem(last=False)
+        if not 0 <= i - start < len(rows):
+            raise LookupError(f"row {i} was not recorded")
+        return np.asarray(rows[i - start]).reshape(-1)
+
     def clear(self) -> None:
         with self._lock:
             self._parts.clear()
+            self._chunks.clear()
 
     def __len__(self) -> int:
         with self._lock:
@@ -192,11 +217,10 @@ class PieceReader:
         out: dict[str, Any] = {"step": step, "reward": None, "return": 0.0, "actions": [], "terminated": None, "truncated": None}
         if row > 0:  # the step that led to this observation (locate gives row 0 only in the first part)
             out.update(self._step_values(k, part, row))
-        leaves = Layout.leaves(fields["observations"])
         values = []
         for d in dims:
             leaf, j = observations.find(d)
-            values.append({"dim": d, "label": observations.label(d), "value": number(_row(files, leaves[leaf], row)[j])})
+            values.append({"dim": d, "label": observations.label(d), "value": number(self.cache.row(part, "observations", leaf, row)[j])})
         out["observations"] = values
         out["info"] = info_texts(files.info(part.raw, row))
         return out
@@ -209,34 +233,24 @@ class PieceReader:
         earlier: list[float | None] = [s.get("return") for s in self.where.spans[:k]]  # the parts' own (None: not finite)
         total = None if any(r is None for r in earlier) else sum(float(r or 0.0) for r in earlier) + float(rewards.sum())
         actions = Layout(fields["actions"], BatchFiles.leaf_shape)
-        leaves = Layout.leaves(fields["actions"])
         out: dict[str, Any] = {"reward": number(rewards[-1]), "return": number(total) if total is not None else None}
         for flag, key in (("terminations", "terminated"), ("truncations", "truncated")):
-            leaf = fields[flag]
-            out[key] = bool(_row(files, leaf, i)[0]) if leaf is not None else None
+            out[key] = bool(self.cache.row(part, flag, 0, i)[0]) if fields[flag] is not None else None
         out["actions"] = []
         for d in range(min(actions.count, MAX_SERIES)):
             leaf, j = actions.find(d)
-            out["actions"].append({"label": actions.label(d), "value": number(_row(files, leaves[leaf], i)[j])})
+            out["actions"].append({"label": actions.label(d), "value": number(self.cache.row(part, "actions", leaf, i)[j])})
         return out
 
     def frame(self, step: int, layout: dict[str, int]) -> bytes:
         """Observation ``step`` as a PNG (``layout``: ``step_view.image_layout`` of the observation space)."""
         k, row = self.locate(step)
         part = self.cache.get(self.where, k)
-        frame = np.asarray(part.files.rows(part.fields["observations"], row, row + 1))
+        frame = self.cache.row(part, "observations", 0, row)
         h, w, c = layout["height"], layout["width"], layout["channels"]
-        if len(frame) != 1 or frame.dtype != np.uint8 or frame.size != h * w * c:
+        if frame.dtype != np.uint8 or frame.size != h * w * c:
             raise LookupError(f"observation {step} is not a {h}x{w}x{c} uint8 image")
         return encode_png(frame.reshape(h, w, c))
-
-
-def _row(files: BatchFiles, leaf: Any, i: int) -> np.ndarray:
-    """Row ``i`` of a leaf, flattened."""
-    rows = files.rows(leaf, i, i + 1)
-    if len(rows) != 1:
-        raise LookupError(f"row {i} was not recorded")
-    return np.asarray(rows[0]).reshape(-1)
 
 
 def _blocks(part: _Part, leaf: Any, skip_first: bool) -> Iterator[np.ndarray]:

@@ -331,6 +331,18 @@ class BatchFiles:
         for a, b in spans:
             yield self.rows(leaf, a, b)
 
+    def chunk_of(self, leaf: Any, i: int) -> tuple[int, int]:
+        """(first, end) rows of the stored chunk of a leaf of ``fields`` that holds row ``i`` (a raw array's row is
+        its own chunk): what ``rows`` decompresses for row ``i`` anyway, to be kept by a reader that moves row by row."""
+        if not isinstance(leaf, _Packed):
+            return i, i + 1
+        first = 0
+        for rows, _ in leaf.desc["chunks"]:
+            if i < first + rows:
+                return first, first + rows
+            first += rows
+        return i, i + 1  # past the end: rows() gives nothing there
+
     def info(self, raw: dict, i: int) -> Any:
         """Info ``i`` of a raw record (``load``) decoded, alone; ``{}`` when the record has no such info."""
         infos = raw.get("infos") or []
