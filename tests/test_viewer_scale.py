@@ -66,7 +66,7 @@ def _get(server, path):
     return r.status, body, time.perf_counter() - t0
 
 
-def test_while_a_recordings_first_page_is_stitched_the_other_requests_are_answered_at_once(tmp_path, monkeypatch):
+def test_a_first_page_reads_the_first_batches_and_while_the_rest_is_stitched_other_requests_are_answered(tmp_path, monkeypatch):
     _many_batches(tmp_path, BATCHES)
     started = threading.Event()
     real = listing_module.summary_of
@@ -78,23 +78,27 @@ def test_while_a_recordings_first_page_is_stitched_the_other_requests_are_answer
 
     monkeypatch.setattr(listing_module, "summary_of", slow_summary)
     server = ViewerServer(tmp_path).start()
-    first: list = []
+    sorted_page: list = []
     try:
         assert _get(server, "/api/index")[0] == 200  # the manifest read: what a page needs before any batch
-        builder = threading.Thread(target=lambda: first.append(_get(server, "/api/episodes?recording=many&limit=100")))
+        first = _get(server, "/api/episodes?recording=many&limit=100")  # from the first batches; the rest in the background
+        builder = threading.Thread(target=lambda: sorted_page.append(_get(server, "/api/episodes?recording=many&sort=-length")))
         builder.start()
         assert started.wait(30)
-        answered = {path: _get(server, path) for path in ("/api/health", "/api/index", "/static/style.css", "/api/clips")}
+        paths = ("/api/health", "/api/index", "/static/style.css", "/api/clips", "/api/episodes?recording=many&offset=100&limit=100")
+        answered = {path: _get(server, path) for path in paths}
         still_stitching = builder.is_alive()
         builder.join(60)
         again = _get(server, "/api/episodes?recording=many&offset=4900&limit=100")
     finally:
         server.close()
-    assert still_stitching, "the first page was stitched before the other requests came: the test proves nothing"
-    for path, (status, body, took) in answered.items():
+    assert still_stitching, "the recording was stitched before the other requests came: the test proves nothing"
+    for path, (status, body, took) in (("first page", first), *answered.items()):
         assert status == 200 and took < QUICK_S, (path, status, took, body[:200])
-    status, body, took = first[0]
-    assert status == 200 and json.loads(body)["total"] == BATCHES and took > 1.0
+    assert json.loads(first[1])["total"] == BATCHES and len(json.loads(first[1])["episodes"]) == 100
+    assert [e["episode_id"] for e in json.loads(answered["/api/episodes?recording=many&offset=100&limit=100"][1])["episodes"]] == [0] * 100
+    status, body, took = sorted_page[0]
+    assert status == 200 and json.loads(body)["total"] == BATCHES and took > 1.0  # sorted: every batch read
     status, body, took = again
     assert status == 200 and len(json.loads(body)["episodes"]) == 100 and took < QUICK_S  # stitched once
 

@@ -29,6 +29,7 @@ episodes are asked for and says which recordings are live
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -40,6 +41,7 @@ from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
 from envrec.formats.trace_format import BatchEntry
 from envrec.read.batch_files import BatchFiles
 from envrec.read.reader import Damaged
+from envrec.read.stitch import joins
 
 from .episode_read import PartCache, PieceReader
 from .listing import CLIP_SORTS, EPISODE_SORTS, Listing, page
@@ -50,6 +52,7 @@ from .verdict_marks import VerdictMarks
 
 __all__ = ["Catalog", "NotFound"]
 
+FIRST_PAGE_ROWS = 1000  # a page in recording order this near the start is read from the first batches only
 REFRESH_EVERY_S = 1.0  # an episode's requests walk the folder for new clips at most this often
 
 
@@ -169,12 +172,39 @@ class Catalog:
             heads = self.listing.heads()
         else:
             heads = [self.listing.recording(recording)]
+            first = self._first_page(heads[0], offset, limit, sort)
+            if first is not None:
+                return {"recording": recording, **first}
         for h in heads:
             self.listing.pieces(h)  # the long read, when they are not stitched yet: no catalog lock held
         with self._lock:
             rows = [row for h in heads for row in self.listing.episode_rows(h, self.listing.state(h)["state"])]
         found = page(rows, offset, limit, sort or None, EPISODE_SORTS, "recording" if recording is None else "episode_id")
         return {"recording": recording, **{k: v for k, v in found.items() if k != "rows"}, "episodes": found["rows"]}
+
+    def _first_page(self, head: Any, offset: int, limit: int, sort: str | None) -> dict[str, Any] | None:
+        """A page in recording order near the start of a recording not stitched yet, from its first batches only
+        (``Listing.first_pieces``), the whole recording then stitched in the background for the other pages; None
+        when the page needs the whole recording (another sort, a page further on, a recording stitched already)."""
+        page(rows=[], offset=offset, limit=limit, sort=sort or None, allowed=EPISODE_SORTS, default="episode_id")  # checks
+        if sort not in (None, "", "episode_id") or head.pieces is not None or offset + limit > FIRST_PAGE_ROWS:
+            return None
+        pieces = self.listing.first_pieces(head, offset + limit)
+        if pieces is None:
+            return None
+        with self._lock:
+            rows = self.listing.episode_rows(head, None, pieces)[offset:offset + limit]
+        if not head.stitching.locked():
+            threading.Thread(target=self._stitch_quietly, args=(head,), name="envrec-viewer-stitch", daemon=True).start()
+        entries = head.source.batches  # counted from the manifest, as the index counts them
+        total = sum(e["len"] for e in entries) - sum(joins(entries))
+        return {"total": total, "offset": offset, "limit": limit, "sort": "episode_id", "episodes": rows}
+
+    def _stitch_quietly(self, head: Any) -> None:
+        try:
+            self.listing.pieces(head)
+        except (OSError, TraceError):  # the folder went away meanwhile: the next request that needs it says so
+            logging.getLogger(__name__).debug("envrec view: stitching %s in the background failed", head.source.name, exc_info=True)
 
     def clips(self, offset: int = 0, limit: int = 100, sort: str | None = None) -> dict[str, Any]:
         """``/api/clips``: a page of the clips under the folder (``sort``: a column of ``listing.CLIP_SORTS``)."""

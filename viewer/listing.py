@@ -14,6 +14,15 @@ of them, or one of them, is asked for, from the summaries of its batches;
 each batch's are read once and kept (committed batches never change: the key
 holds the entry's size and CRC-32, so a batch written again under the same
 name is read again). Pages are sorted by any column, missing values last.
+A page in recording order near the start (``first_pieces``) needs only the
+first batches: the catalog serves it from them and stitches the rest in the
+background.
+
+Threads: ``refresh`` reads aside and swaps the new state in (one refresh at
+a time), a recording's pieces are stitched by one thread under its own lock
+(``_Head.stitching``): none of this holds the catalog's lock, so requests for
+other things are answered meanwhile. A batch a disk budget evicted after its
+manifest was read is left out, not listed damaged (``pieces.evicted``).
 """
 
 from __future__ import annotations
@@ -308,15 +317,45 @@ class Listing:
                     return found, meta
         return None
 
-    def episode_rows(self, head: _Head, state: str | None = None) -> list[dict]:
-        """The index's rows of a recording's episodes, with ``live`` set on the one still being recorded."""
+    def first_pieces(self, head: _Head, count: int) -> list[Where] | None:
+        """The recording's first ``count`` episodes in recording order, stitched from as few of its first batches as
+        hold them (each batch's summaries cached as ``pieces`` caches them): a first page of a recording of 100,000
+        batches without reading them all. None when the recording holds no more than ``count`` (then its pages are
+        cut from ``pieces``)."""
+        src = head.source
+        if src is None or head.pieces is not None:
+            return None
+        files = BatchFiles(src.directory, verify=False)
+        damaged: list[Damaged] = []  # listed by the full stitch (``pieces``), which reads these batches again
+        kept: list[BatchEntry] = []
+        started = 0  # episodes begun in the kept batches
+        try:
+            for entry in src.batches:
+                if self._summaries(src, files, entry, damaged) is None:
+                    continue
+                kept.append(entry)
+                started += entry["len"] - (len(kept) > 1 and joins(kept[-2:])[1])
+                if started > count:  # the next episode has begun: the first count are whole
+                    pieces = build(src, kept, lambda e: self._summaries(src, files, e, damaged) or [])[:count]
+                    for piece in pieces:
+                        if piece.summary["ended_by"] is None:
+                            settle(piece, files)
+                    return pieces
+        finally:
+            files.close()
+        return None
+
+    def episode_rows(self, head: _Head, state: str | None = None, pieces: list[Where] | None = None) -> list[dict]:
+        """The index's rows of a recording's episodes (``pieces``: only these, the first of them), with ``live`` set
+        on the one still being recorded."""
         assert head.source is not None
         src, rows = head.source, []
-        pieces = self.pieces(head)
+        some = pieces is not None
+        pieces = self.pieces(head) if pieces is None else pieces
         for k, piece in enumerate(pieces):
             s = piece.summary
             clip = self.clip_for(src, s["episode_id"], s["first_step"] + s["length"])
-            live = state == State.RECORDING and k == len(pieces) - 1 and s["ended_by"] is None
+            live = state == State.RECORDING and k == len(pieces) - 1 and s["ended_by"] is None and not some
             rows.append({"recording": src.name, **s, "clip": clip[1]["name"] if clip else None, "live": live,
                          **self.verdicts.episode(src.name, s["episode_id"])})
         return rows
