@@ -156,37 +156,47 @@ class Listing:
         """Stat the folder's manifests and clip metadata; read again those that changed.
 
         What is read is built aside and swapped in at once: requests reading the listing meanwhile see the one
-        before, whole. One refresh runs at a time (the others wait for it, then find it done).
+        before, whole. One refresh runs at a time: the others wait for it, but for those given ``max_age_s``,
+        which take the listing as it is.
 
         Args:
             max_age_s: do nothing when the last refresh is younger than this (seconds): an episode's requests
                 re-stat their recording's manifest (``recording``) and need the rest of the folder only now and then.
         """
-        with self._refreshing:
-            if max_age_s > 0 and time.monotonic() - self._refreshed_at < max_age_s:
-                return
-            started = time.monotonic()
-            manifests, metas = [], []
-            for folder, dirs, names in os.walk(self.root):
-                dirs.sort()
-                for n in sorted(names):
-                    if n.startswith("."):
-                        continue
-                    if n.endswith(MANIFEST_SUFFIX):
-                        manifests.append(os.path.join(folder, n))
-                    elif n.endswith(META_SUFFIX):
-                        metas.append((folder, n))
-            heads = {}
-            for path in manifests:
-                head = self._read_head(path)
-                if head is not None:
-                    heads[path] = head
-            self._heads = heads
-            self._read_clips(metas)
-            verdict_damaged: list[Damaged] = []
-            self.verdicts.scan([h.source for h in self.heads() if h.source is not None], verdict_damaged)
-            self._verdict_damaged = verdict_damaged
-            self._refreshed_at = started
+        stale_ok = max_age_s > 0 and self._refreshed_at > -float("inf")  # has a listing, and takes an older one
+        if stale_ok and time.monotonic() - self._refreshed_at < max_age_s:
+            return
+        if not self._refreshing.acquire(blocking=not stale_ok):
+            return  # being refreshed now: a caller that takes an older listing does not wait for it
+        try:
+            self._refresh()
+        finally:
+            self._refreshing.release()
+
+    def _refresh(self) -> None:
+        """``refresh``'s reading, its lock held."""
+        started = time.monotonic()
+        manifests, metas = [], []
+        for folder, dirs, names in os.walk(self.root):
+            dirs.sort()
+            for n in sorted(names):
+                if n.startswith("."):
+                    continue
+                if n.endswith(MANIFEST_SUFFIX):
+                    manifests.append(os.path.join(folder, n))
+                elif n.endswith(META_SUFFIX):
+                    metas.append((folder, n))
+        heads = {}
+        for path in manifests:
+            head = self._read_head(path)
+            if head is not None:
+                heads[path] = head
+        self._heads = heads
+        self._read_clips(metas)
+        verdict_damaged: list[Damaged] = []
+        self.verdicts.scan([h.source for h in self.heads() if h.source is not None], verdict_damaged)
+        self._verdict_damaged = verdict_damaged
+        self._refreshed_at = started
 
     def _read_head(self, path: str, known_head: bool = False) -> _Head | None:
         """The head manifest at ``path`` as it is now (the one read before when it did not change); None when it is
