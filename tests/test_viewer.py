@@ -297,11 +297,13 @@ def test_idle_connections_time_out_and_connections_are_bounded(tmp_path, monkeyp
     import socket
 
     from envrec.viewer import server as server_module
+    from envrec.viewer.connections import Slots
 
-    monkeypatch.setattr(server_module._Handler, "timeout", 1.5)
-    monkeypatch.setattr(server_module, "MAX_CONNECTIONS", 2)
+    monkeypatch.setattr(server_module._Handler, "deadline_s", 1.5)
     record_cartpole(tmp_path, 1, video=True)
-    server = ViewerServer(tmp_path).start()
+    server = ViewerServer(tmp_path)
+    server.slots = Slots(max_connections=2, max_per_client=2, drop_after_s=60)  # no waiter is old enough to drop
+    server.start()
     try:
         idle = [socket.create_connection(server.server_address[:2], timeout=10) for _ in range(2)]
         time.sleep(0.3)  # both accepted and waiting for a request line
@@ -317,6 +319,7 @@ def test_idle_connections_time_out_and_connections_are_bounded(tmp_path, monkeyp
             s.close()
         time.sleep(0.2)
         assert get(server, "/api/index")[0] == 200  # the slots are free again
+        assert server.refused["deadline"] == 0  # idle keep-alives closed, not counted as slow requests
     finally:
         server.close()
 

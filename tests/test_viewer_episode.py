@@ -252,23 +252,22 @@ def test_bad_step_requests_say_what_is_wrong_and_serve_nothing_else(pong, path, 
     assert says in json.loads(body)["error"], body
 
 
-def test_opened_episodes_are_kept_for_step_requests_within_a_memory_bound(pong, monkeypatch):
-    from envrec.viewer import catalog as catalog_module
+def test_the_parts_read_last_are_kept_for_step_requests_and_no_more(pong):
+    from envrec.viewer import episode_read
 
-    server, episodes, folder = pong
+    server, _, _ = pong
     cat = server.catalog
-    first, _ = cat.open("pong", 0)
-    assert cat.open("pong", 0)[0] is first  # read once: the next cursor move costs no decompression
-    second, _ = cat.open("pong", 1)
-    assert len(cat._opened) == 2 and cat.open("pong", 0)[0] is first  # the one compared with stays too
-    cat.open("cp", 0)
-    assert len(cat._opened) == 2 and cat.open("pong", 1)[0] is not second  # the least recently used went
-    monkeypatch.setattr(catalog_module, "OPEN_BYTES", episodes[0].observations.nbytes + 1)  # room for one Pong episode
-    small = catalog_module.Catalog(str(folder))
-    small.index()
-    small.open("pong", 0)
-    last, _ = small.open("pong", 1)
-    assert [e is last for e in small._opened.values()] == [True]  # over the bound: only the last opened is kept
+    cat.parts.clear()
+    reader, _ = cat.open("pong", 0)
+    reader.frame(30, {"height": 210, "width": 160, "channels": 3})
+    part = cat.parts.get(reader.where, 0)
+    assert cat.open("pong", 0)[0].step(31, []) and cat.parts.get(reader.where, 0) is part  # read once: the next cursor move parses no JSON
+    small = episode_read.PartCache(max_parts=1)
+    one = episode_read.PieceReader(cat.open("pong", 0)[0].where, small)
+    two = episode_read.PieceReader(cat.open("pong", 1)[0].where, small)
+    one.step(5, [])
+    two.step(5, [])
+    assert len(small) == 1 and small.get(two.where, 0) is small.get(two.where, 0)  # over the bound: the last read is kept
 
 
 def test_episodes_read_in_threads_at_once_decompress_right(pong):
@@ -284,7 +283,7 @@ def test_episodes_read_in_threads_at_once_decompress_right(pong):
         got.append((episode, status, body))
 
     for _ in range(8):
-        server.catalog._opened.clear()
+        server.catalog.parts.clear()
         threads = [threading.Thread(target=read, args=(e,)) for e in (0, 1, 0, 1)]
         for t in threads:
             t.start()

@@ -29,15 +29,11 @@ episodes are asked for and says which recordings are live
 
 from __future__ import annotations
 
-import collections
-import itertools
-import mmap
+import logging
 import os
 import threading
 import time
 from typing import Any
-
-import numpy as np
 
 from envrec.errors import TraceError
 from envrec.export.sources import RecordingSource, find_recordings
@@ -45,21 +41,19 @@ from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
 from envrec.formats.trace_format import BatchEntry
 from envrec.read.batch_files import BatchFiles
 from envrec.read.reader import Damaged
-from envrec.read.stitch import check_follows, settled, stitch
+from envrec.read.stitch import joins
 
+from .episode_read import PartCache, PieceReader
 from .listing import CLIP_SORTS, EPISODE_SORTS, Listing, page
 from .live import STALE_AFTER_S, State
 from .pieces import NotFound, Where, build, clip_json, settle, summary_of
-from .series import MAX_SERIES, Columns, downsample
 from .step_view import action_space_json, image_layout
 from .verdict_marks import VerdictMarks
 
 __all__ = ["Catalog", "NotFound"]
 
-DEFAULT_OBS_DIMS = 4  # observation dimensions plotted when the user has not chosen
+FIRST_PAGE_ROWS = 1000  # a page in recording order this near the start is read from the first batches only
 REFRESH_EVERY_S = 1.0  # an episode's requests walk the folder for new clips at most this often
-OPEN_EPISODES = 2  # stitched episodes kept for per-step requests: the one shown and the one compared with
-OPEN_BYTES = 512 << 20  # ... and their decompressed arrays at most (beyond, only the last opened is kept)
 
 
 
@@ -79,7 +73,7 @@ class Catalog:
         self._summaries: dict[tuple[str, str], list[dict]] = {}  # (folder, batch json) -> its episodes' summaries
         self._clips: list[tuple[str, ClipMeta]] = []
         self.listing = Listing(self.root, self.verdicts, stale_after_s)
-        self._opened: collections.OrderedDict[tuple, Any] = collections.OrderedDict()  # the episodes read last
+        self.parts = PartCache()  # the parts read last, for the page's per-step requests
 
     # -- index -------------------------------------------------------------
     def index(self) -> dict[str, Any]:
@@ -123,7 +117,7 @@ class Catalog:
                         damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, entry["fn"]), self.root), str(exc)))
                         continue  # not cached: a batch being repaired is read again at the next index
                 kept.append(entry)
-            pieces = self._pieces(src, kept)
+            pieces = self._pieces(src, kept, damaged)
             for piece in pieces:
                 if piece.summary["ended_by"] is None:  # its last part continues: has something come after it?
                     self._settle(piece, files)
@@ -137,9 +131,11 @@ class Catalog:
                         **self.verdicts.episode(src.name, s["episode_id"])})
         return out
 
-    def _pieces(self, src: RecordingSource, kept: list[BatchEntry]) -> list[Where]:
-        """The recording's episodes (pieces of one, when a damaged part split it), stitched from the kept batches."""
-        return build(src, kept, lambda entry: self._summaries[(src.directory, entry["fn"])])
+    def _pieces(self, src: RecordingSource, kept: list[BatchEntry], damaged: list[Damaged]) -> list[Where]:
+        """The recording's episodes (pieces of one, when a damaged part split it), stitched from the kept batches;
+        a part that does not follow the one before it is listed in ``damaged``."""
+        return build(src, kept, lambda entry: self._summaries[(src.directory, entry["fn"])],
+                     lambda e, why: damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, e["fn"]), self.root), why)))
 
     def _settle(self, piece: Where, files: BatchFiles) -> None:
         settle(piece, files)
@@ -147,8 +143,8 @@ class Catalog:
     # -- the index at scale (envrec.viewer.listing) ------------------------------------
     def summary(self) -> dict[str, Any]:
         """``/api/index``: each recording's summary (counts, totals, live state), from the manifests; clips counted."""
+        self.listing.refresh()  # reads aside, swaps in: holds no lock other requests wait on
         with self._lock:
-            self.listing.refresh()
             now = time.time()
             recordings = [self.listing.summary(h, now) for h in self.listing.heads()]
             return {"root": self.root, "recordings": recordings, "episodes": sum(r["episodes"] for r in recordings),
@@ -158,6 +154,9 @@ class Catalog:
 
     def episodes(self, recording: str | None = None, offset: int = 0, limit: int = 100, sort: str | None = None) -> dict[str, Any]:
         """``/api/episodes``: a page of a recording's episodes (of every recording when ``recording`` is None).
+
+        A recording's episodes are stitched from its batches the first time they are asked for, without the lock
+        the other requests wait on: the index, other recordings' pages and the files are served meanwhile.
 
         Args:
             recording: the recording's name, as ``summary`` lists it.
@@ -170,22 +169,50 @@ class Catalog:
             NotFound: no such recording.
             ConfigError: a bad offset, limit or sort.
         """
+        if recording is None:
+            self.listing.refresh()
+            heads = self.listing.heads()
+        else:
+            heads = [self.listing.recording(recording)]
+            first = self._first_page(heads[0], offset, limit, sort)
+            if first is not None:
+                return {"recording": recording, **first}
+        for h in heads:
+            self.listing.pieces(h)  # the long read, when they are not stitched yet: no catalog lock held
         with self._lock:
-            if recording is None:
-                self.listing.refresh()
-                heads = self.listing.heads()
-            else:
-                heads = [self.listing.recording(recording)]
             rows = [row for h in heads for row in self.listing.episode_rows(h, self.listing.state(h)["state"])]
-            found = page(rows, offset, limit, sort or None, EPISODE_SORTS, "recording" if recording is None else "episode_id")
-            return {"recording": recording, **{k: v for k, v in found.items() if k != "rows"}, "episodes": found["rows"]}
+        found = page(rows, offset, limit, sort or None, EPISODE_SORTS, "recording" if recording is None else "episode_id")
+        return {"recording": recording, **{k: v for k, v in found.items() if k != "rows"}, "episodes": found["rows"]}
+
+    def _first_page(self, head: Any, offset: int, limit: int, sort: str | None) -> dict[str, Any] | None:
+        """A page in recording order near the start of a recording not stitched yet, from its first batches only
+        (``Listing.first_pieces``), the whole recording then stitched in the background for the other pages; None
+        when the page needs the whole recording (another sort, a page further on, a recording stitched already)."""
+        page(rows=[], offset=offset, limit=limit, sort=sort or None, allowed=EPISODE_SORTS, default="episode_id")  # checks
+        if sort not in (None, "", "episode_id") or head.pieces is not None or offset + limit > FIRST_PAGE_ROWS:
+            return None
+        pieces = self.listing.first_pieces(head, offset + limit)
+        if pieces is None:
+            return None
+        with self._lock:
+            rows = self.listing.episode_rows(head, None, pieces)[offset:offset + limit]
+        if not head.stitching.locked():
+            threading.Thread(target=self._stitch_quietly, args=(head,), name="envrec-viewer-stitch", daemon=True).start()
+        entries = head.source.batches  # counted from the manifest, as the index counts them
+        total = sum(e["len"] for e in entries) - sum(joins(entries))
+        return {"total": total, "offset": offset, "limit": limit, "sort": "episode_id", "episodes": rows}
+
+    def _stitch_quietly(self, head: Any) -> None:
+        try:
+            self.listing.pieces(head)
+        except (OSError, TraceError):  # the folder went away meanwhile: the next request that needs it says so
+            logging.getLogger(__name__).debug("envrec view: stitching %s in the background failed", head.source.name, exc_info=True)
 
     def clips(self, offset: int = 0, limit: int = 100, sort: str | None = None) -> dict[str, Any]:
         """``/api/clips``: a page of the clips under the folder (``sort``: a column of ``listing.CLIP_SORTS``)."""
-        with self._lock:
-            self.listing.refresh()
-            found = page(self.listing.clip_rows(), offset, limit, sort or None, CLIP_SORTS, "folder")
-            return {**{k: v for k, v in found.items() if k != "rows"}, "clips": found["rows"]}
+        self.listing.refresh()
+        found = page(self.listing.clip_rows(), offset, limit, sort or None, CLIP_SORTS, "folder")
+        return {**{k: v for k, v in found.items() if k != "rows"}, "clips": found["rows"]}
 
     # -- clips ---------------------------------------------------------------
     def _find_clips(self, damaged: list[Damaged]) -> list[tuple[str, ClipMeta]]:
@@ -218,97 +245,36 @@ class Catalog:
     # -- one episode -----------------------------------------------------------
     def episode(self, recording: str, episode_id: int, width: int = 800, obs_dims: list[int] | None = None,
                 first_step: int | None = None) -> dict[str, Any]:
-        """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled.
-        ``first_step`` picks one of the pieces of an episode split by a damaged part (default: the first).
-        An image observation's pixels are not plotted unless asked for (``obs_dims``): the page shows it as an image."""
-        ep, manifest, clip, marks = self._open(recording, episode_id, first_step)
+        """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled, read a
+        part at a time (``envrec.viewer.episode_read``). ``first_step`` picks one of the pieces of an episode split by
+        a damaged part (default: the first). An image observation's pixels are not plotted unless asked for
+        (``obs_dims``): the page shows it as an image."""
+        reader, manifest, clip, marks = self._open(recording, episode_id, first_step)
         extras = {"image": image_layout(manifest.get("observation_space")),
                   "action_space": action_space_json(manifest.get("action_space"), manifest.get("env"))}
         if obs_dims is None and extras["image"] is not None:
             obs_dims = []
-        return {**self._episode_json(recording, ep, width, obs_dims, clip), **marks, **extras}
-
-    def open(self, recording: str, episode_id: int, first_step: int | None = None) -> tuple[Any, dict[str, Any]]:
-        """One episode, stitched (an ``Episode``), and its recording's manifest; NotFound when there is none.
-        The last ``OPEN_EPISODES`` opened (at most ``OPEN_BYTES`` of arrays, but always the last) are kept, so the
-        page's per-step requests read an episode once."""
-        ep, manifest, _, _ = self._open(recording, episode_id, first_step)
-        return ep, manifest
-
-    def _open(self, recording: str, episode_id: int, first_step: int | None):
-        with self._lock:
-            self.listing.refresh(REFRESH_EVERY_S)  # a clip may have come since the last page (piece re-stats its manifest)
-            where = self.listing.piece(recording, episode_id, first_step)
-            if where is None:
-                raise NotFound(f"no episode {episode_id} in recording {recording!r}"
-                               + (f" from step {first_step}" if first_step is not None else ""))
-            clip = self.listing.clip_for(where.source, episode_id, where.summary["first_step"] + where.summary["length"])
-            marks = self.verdicts.episode(recording, episode_id, full=True, clip=clip is not None)
-            key = (recording, episode_id, tuple((e["fn"], i) for e, i in where.parts), where.after and where.after["fn"])
-            ep = self._opened.get(key)
-            if ep is not None:
-                self._opened.move_to_end(key)
-        if ep is None:
-            ep = self._read(where)
-            with self._lock:
-                self._opened[key] = ep
-                while len(self._opened) > OPEN_EPISODES or (len(self._opened) > 1 and _held_bytes(self._opened) > OPEN_BYTES):
-                    self._opened.popitem(last=False)
-        return ep, where.source.manifest, clip, marks
-
-    def _read(self, where):  # a piece of the index (its parts, the batch after them): stitched and settled
-        files = BatchFiles(where.source.directory)
-        try:
-            parts = []
-            for entry, position in where.parts:
-                raw = files.load(entry, where.source.manifest)[position]
-                parts.append(files.episode(where.source.manifest, entry["first"] + position, raw))
-            for before, after in itertools.pairwise(parts):
-                check_follows(before, after)
-            return settled(stitch(parts), where.source.manifest, where.parts[-1][0], where.after)
-        finally:
-            files.close()
-
-    def _episode_json(self, recording: str, ep, width: int, obs_dims: list[int] | None, clip) -> dict[str, Any]:
-        width = max(50, min(int(width), 4000))
-        n, k = ep.length, ep.first_step
-        rewards = np.asarray(ep.rewards[:n], np.float64)
-        # x is the episode's observation index (k for the first one read): step t's reward, action and flags
-        # sit at x = t + 1, with the observation (and frame) it led to
-        series: dict[str, Any] = {"reward": _shifted(downsample(rewards, width), k + 1)}
-        series["return"] = _shifted(downsample(np.nancumsum(np.where(np.isfinite(rewards), rewards, np.nan)), width), k + 1)
-        actions = Columns(ep.actions, n)
-        series["actions"] = [
-            {"label": actions.label(i), **_shifted(downsample(actions.column(i), width), k + 1)}
-            for i in range(min(actions.count, MAX_SERIES))
-        ]
-        observations = Columns(ep.observations, n + 1)
-        dims = list(range(min(observations.count, DEFAULT_OBS_DIMS))) if obs_dims is None else obs_dims
-        bad = [d for d in dims if not 0 <= d < observations.count]
-        if bad or len(dims) > MAX_SERIES:
-            raise NotFound(f"observation dimensions {bad or dims}: choose up to {MAX_SERIES} of 0..{observations.count - 1}")
-        series["observations"] = [{"label": observations.label(d), "dim": d, **_shifted(downsample(observations.column(d), width), k)}
-                                  for d in dims]
+        s = reader.where.summary
+        plot = reader.plot(max(50, min(int(width), 4000)), obs_dims)
         return {
-            "recording": recording, "episode_id": ep.episode_id, "length": n, "first_step": k, "parts": len(ep.parts),
-            "return": ep.total_reward,
-            "ended_by": ep.ended_by, "complete": ep.complete, "seed": ep.seed,
-            "observation_dims": observations.count, "series": series,
-            "clip": self._clip_json(*clip) if clip is not None else None,
+            "recording": recording, "episode_id": s["episode_id"], "length": reader.length, "first_step": reader.first_step,
+            "parts": len(reader.where.parts), "return": s["return"], "ended_by": s["ended_by"], "complete": s["complete"],
+            **plot, "clip": self._clip_json(*clip) if clip is not None else None, **marks, **extras,
         }
 
+    def open(self, recording: str, episode_id: int, first_step: int | None = None) -> tuple[PieceReader, dict[str, Any]]:
+        """One episode as a ``PieceReader`` (read a part at a time; the last ``OPEN_PARTS`` parts' records are kept
+        for the page's per-step requests) and its recording's manifest; NotFound when there is none."""
+        reader, manifest, _, _ = self._open(recording, episode_id, first_step)
+        return reader, manifest
 
-def _held_bytes(opened: collections.OrderedDict[tuple, Any]) -> int:
-    """Bytes of the arrays the opened episodes hold in memory (memory-mapped ones cost nothing: the page cache's)."""
-    total = 0
-    for ep in opened.values():
-        for field in (ep.observations, ep.actions):
-            for a in field.values() if isinstance(field, dict) else field if isinstance(field, tuple) else (field,):
-                if isinstance(a, np.ndarray) and not isinstance(a.base, mmap.mmap | np.memmap):
-                    total += a.nbytes
-    return total
-
-
-def _shifted(s: dict[str, Any], by: int) -> dict[str, Any]:
-    s["x"] = [x + by for x in s["x"]]
-    return s
+    def _open(self, recording: str, episode_id: int, first_step: int | None):
+        self.listing.refresh(REFRESH_EVERY_S)  # a clip may have come since the last page (piece re-stats its manifest)
+        where = self.listing.piece(recording, episode_id, first_step)  # stitched outside the lock, as for a page
+        if where is None:
+            raise NotFound(f"no episode {episode_id} in recording {recording!r}"
+                           + (f" from step {first_step}" if first_step is not None else ""))
+        with self._lock:
+            clip = self.listing.clip_for(where.source, episode_id, where.summary["first_step"] + where.summary["length"])
+            marks = self.verdicts.episode(recording, episode_id, full=True, clip=clip is not None)
+        return PieceReader(where, self.parts), where.source.manifest, clip, marks

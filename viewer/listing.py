@@ -14,11 +14,21 @@ of them, or one of them, is asked for, from the summaries of its batches;
 each batch's are read once and kept (committed batches never change: the key
 holds the entry's size and CRC-32, so a batch written again under the same
 name is read again). Pages are sorted by any column, missing values last.
+A page in recording order near the start (``first_pieces``) needs only the
+first batches: the catalog serves it from them and stitches the rest in the
+background.
+
+Threads: ``refresh`` reads aside and swaps the new state in (one refresh at
+a time), a recording's pieces are stitched by one thread under its own lock
+(``_Head.stitching``): none of this holds the catalog's lock, so requests for
+other things are answered meanwhile. A batch a disk budget evicted after its
+manifest was read is left out, not listed damaged (``pieces.evicted``).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,13 +37,13 @@ from typing import Any
 from envrec.errors import ConfigError, TraceError
 from envrec.export.sources import RecordingSource
 from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
-from envrec.formats.trace_format import MANIFEST_SUFFIX, BatchEntry, is_segment, read_manifest
+from envrec.formats.trace_format import MANIFEST_SUFFIX, BatchEntry, is_segment, read_manifest, recording_batches
 from envrec.read.batch_files import BatchFiles
 from envrec.read.reader import Damaged, TraceReader
 from envrec.read.stitch import joins
 
 from .live import STALE_AFTER_S, State, newest_change, recording_state
-from .pieces import NotFound, Where, build, clip_json, settle, summary_of
+from .pieces import NotFound, Where, build, clip_json, evicted, settle, summary_of
 from .verdict_marks import VerdictMarks
 
 __all__ = ["CLIP_SORTS", "EPISODE_SORTS", "MAX_PAGE", "Listing", "page"]
@@ -55,6 +65,7 @@ class _Head:
     damaged: list[Damaged]
     pieces: list[Where] | None = None
     piece_damaged: list[Damaged] = field(default_factory=list)
+    stitching: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one thread stitches its pieces
 
 
 def _stat_key(path: str) -> tuple[_Key, float] | None:
@@ -63,6 +74,18 @@ def _stat_key(path: str) -> tuple[_Key, float] | None:
     except OSError:
         return None
     return (st.st_size, st.st_mtime_ns), st.st_mtime
+
+
+def _evicted_meanwhile(folder: str, head_path: str, damaged: Damaged) -> bool:
+    """Whether a batch ``TraceReader`` found missing was evicted by the disk budget after it read the manifest:
+    the manifest, read again, no longer names it (normal for a live recording with ``max_bytes``, not damage)."""
+    if damaged.file.endswith(MANIFEST_SUFFIX) or not os.path.exists(head_path):
+        return False
+    try:
+        named = {e["fn"] for e in recording_batches(folder, read_manifest(head_path))}
+    except (OSError, TraceError, KeyError, TypeError):
+        return False
+    return damaged.file not in named
 
 
 def parse_sort(sort: str | None, allowed: Iterable[str], default: str) -> tuple[str, bool]:
@@ -126,18 +149,33 @@ class Listing:
         self._batches: dict[tuple[str, str, Any, Any], list[dict]] = {}  # (folder, fn, size, crc) -> summaries
         self._verdict_damaged: list[Damaged] = []
         self._refreshed_at = -float("inf")  # time.monotonic() of the last refresh
+        self._refreshing = threading.Lock()  # one refresh at a time
 
     # -- reading the folder ------------------------------------------------------
     def refresh(self, max_age_s: float = 0.0) -> None:
         """Stat the folder's manifests and clip metadata; read again those that changed.
 
+        What is read is built aside and swapped in at once: requests reading the listing meanwhile see the one
+        before, whole. One refresh runs at a time: the others wait for it, but for those given ``max_age_s``,
+        which take the listing as it is.
+
         Args:
             max_age_s: do nothing when the last refresh is younger than this (seconds): an episode's requests
                 re-stat their recording's manifest (``recording``) and need the rest of the folder only now and then.
         """
-        if max_age_s > 0 and time.monotonic() - self._refreshed_at < max_age_s:
+        stale_ok = max_age_s > 0 and self._refreshed_at > -float("inf")  # has a listing, and takes an older one
+        if stale_ok and time.monotonic() - self._refreshed_at < max_age_s:
             return
-        self._refreshed_at = time.monotonic()
+        if not self._refreshing.acquire(blocking=not stale_ok):
+            return  # being refreshed now: a caller that takes an older listing does not wait for it
+        try:
+            self._refresh()
+        finally:
+            self._refreshing.release()
+
+    def _refresh(self) -> None:
+        """``refresh``'s reading, its lock held."""
+        started = time.monotonic()
         manifests, metas = [], []
         for folder, dirs, names in os.walk(self.root):
             dirs.sort()
@@ -148,45 +186,48 @@ class Listing:
                     manifests.append(os.path.join(folder, n))
                 elif n.endswith(META_SUFFIX):
                     metas.append((folder, n))
-        seen = set(manifests)
-        for path in [p for p in self._heads if p not in seen]:
-            del self._heads[path]
+        heads = {}
         for path in manifests:
-            self._read_head(path)
+            head = self._read_head(path)
+            if head is not None:
+                heads[path] = head
+        self._heads = heads
         self._read_clips(metas)
-        self._verdict_damaged = []
-        self.verdicts.scan([h.source for h in self.heads() if h.source is not None], self._verdict_damaged)
+        verdict_damaged: list[Damaged] = []
+        self.verdicts.scan([h.source for h in self.heads() if h.source is not None], verdict_damaged)
+        self._verdict_damaged = verdict_damaged
+        self._refreshed_at = started
 
-    def _read_head(self, path: str, known_head: bool = False) -> None:
+    def _read_head(self, path: str, known_head: bool = False) -> _Head | None:
+        """The head manifest at ``path`` as it is now (the one read before when it did not change); None when it is
+        gone or is a segment (read through its head)."""
         stat = _stat_key(path)
         if stat is None:
-            self._heads.pop(path, None)
-            return
+            return None
         key, mtime = stat
         cached = self._heads.get(path)
         if cached is not None:
             if cached.key == key:
-                return
+                return cached
         elif not known_head and self._segments.get(path) == key:
-            return
+            return None
         folder, name = os.path.split(path)
         try:
             if not known_head and is_segment(read_manifest(path)):
                 self._segments[path] = key
-                return
+                return None
             reader = TraceReader(folder, prefix=name[: -len(MANIFEST_SUFFIX)], verify=False, on_damaged="skip")
         except FileNotFoundError:
-            self._heads.pop(path, None)  # replaced or evicted while read: the next refresh reads it
-            return
+            return None  # replaced or evicted while read: the next refresh reads it
         except (OSError, TraceError) as exc:
-            self._heads[path] = _Head(key, mtime, None, [Damaged(os.path.relpath(path, self.root), str(exc))])
-            return
+            return _Head(key, mtime, None, [Damaged(os.path.relpath(path, self.root), str(exc))])
         with reader:
-            damaged = [Damaged(os.path.relpath(os.path.join(folder, d.file), self.root), d.reason) for d in reader.damaged]
+            damaged = [Damaged(os.path.relpath(os.path.join(folder, d.file), self.root), d.reason)
+                       for d in reader.damaged if not _evicted_meanwhile(folder, path, d)]
             source = None
             for rec in reader.recordings:
                 source = RecordingSource(os.path.relpath(rec.path, self.root)[: -len(MANIFEST_SUFFIX)], folder, rec.manifest, rec.batches)
-        self._heads[path] = _Head(key, mtime, source, damaged)
+        return _Head(key, mtime, source, damaged)
 
     def _read_clips(self, metas: list[tuple[str, str]]) -> None:
         files: dict[str, tuple[_Key, ClipMeta | None, str | None]] = {}
@@ -204,13 +245,14 @@ class Listing:
                 except (OSError, ValueError) as exc:
                     cached = (stat[0], None, str(exc))
             files[path] = cached
-        self._clip_files = files
-        self._clips, self._clips_of = [], {}
+        clips: list[tuple[str, ClipMeta]] = []
+        clips_of: dict[tuple[str, Any], list[tuple[str, ClipMeta]]] = {}
         for path, (_, meta, _) in files.items():
             if meta is not None:
                 folder = os.path.dirname(path)
-                self._clips.append((folder, meta))
-                self._clips_of.setdefault((folder, meta.get("episode_id")), []).append((folder, meta))
+                clips.append((folder, meta))
+                clips_of.setdefault((folder, meta.get("episode_id")), []).append((folder, meta))
+        self._clip_files, self._clips, self._clips_of = files, clips, clips_of
 
     def _head(self, recording: str) -> _Head:
         for head in self._heads.values():
@@ -222,7 +264,11 @@ class Listing:
         """A recording by name, its head manifest read again if it changed (the folder walked if it is not known)."""
         path = os.path.join(self.root, name + MANIFEST_SUFFIX)
         if path in self._heads:
-            self._read_head(path, known_head=True)
+            head = self._read_head(path, known_head=True)
+            heads = {p: h for p, h in self._heads.items() if p != path}  # a new dict: others may be iterating this one
+            if head is not None:
+                heads[path] = head
+            self._heads = heads
         else:
             self.refresh()
         return self._head(name)
@@ -234,29 +280,34 @@ class Listing:
             try:
                 self._batches[key] = [summary_of(raw) for raw in files.load(entry, src.manifest)]
             except TraceError as exc:
-                damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, entry["fn"]), self.root), str(exc)))
+                if not evicted(src, entry):  # evicted by the disk budget since its manifest was read: not damage
+                    damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, entry["fn"]), self.root), str(exc)))
                 return None  # not cached: a batch being repaired is read again
         return self._batches[key]
 
     def pieces(self, head: _Head) -> list[Where]:
-        """The recording's episodes, stitched once per version of its manifest."""
+        """The recording's episodes, stitched once per version of its manifest (by one thread: the others asking
+        for them wait for it; requests for other things do not)."""
         if head.pieces is not None:
             return head.pieces
         src = head.source
         if src is None:
             return []
-        files = BatchFiles(src.directory, verify=False)
-        damaged: list[Damaged] = []
-        try:
-            kept = [e for e in src.batches if self._summaries(src, files, e, damaged) is not None]
-            pieces = build(src, kept, lambda e: self._summaries(src, files, e, damaged) or [],
-                           lambda e, why: damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, e["fn"]), self.root), why)))
-            for piece in pieces:
-                if piece.summary["ended_by"] is None:  # its last part continues: has something come after it?
-                    settle(piece, files)
-        finally:
-            files.close()
-        head.pieces, head.piece_damaged = pieces, damaged
+        with head.stitching:
+            if head.pieces is not None:
+                return head.pieces  # stitched by the thread this one waited for
+            files = BatchFiles(src.directory, verify=False)
+            damaged: list[Damaged] = []
+            try:
+                kept = [e for e in src.batches if self._summaries(src, files, e, damaged) is not None]
+                pieces = build(src, kept, lambda e: self._summaries(src, files, e, damaged) or [],
+                               lambda e, why: damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, e["fn"]), self.root), why)))
+                for piece in pieces:
+                    if piece.summary["ended_by"] is None:  # its last part continues: has something come after it?
+                        settle(piece, files)
+            finally:
+                files.close()
+            head.piece_damaged, head.pieces = damaged, pieces
         return pieces
 
     def piece(self, recording: str, episode_id: int, first_step: int | None) -> Where | None:
@@ -277,15 +328,45 @@ class Listing:
                     return found, meta
         return None
 
-    def episode_rows(self, head: _Head, state: str | None = None) -> list[dict]:
-        """The index's rows of a recording's episodes, with ``live`` set on the one still being recorded."""
+    def first_pieces(self, head: _Head, count: int) -> list[Where] | None:
+        """The recording's first ``count`` episodes in recording order, stitched from as few of its first batches as
+        hold them (each batch's summaries cached as ``pieces`` caches them): a first page of a recording of 100,000
+        batches without reading them all. None when the recording holds no more than ``count`` (then its pages are
+        cut from ``pieces``)."""
+        src = head.source
+        if src is None or head.pieces is not None:
+            return None
+        files = BatchFiles(src.directory, verify=False)
+        damaged: list[Damaged] = []  # listed by the full stitch (``pieces``), which reads these batches again
+        kept: list[BatchEntry] = []
+        started = 0  # episodes begun in the kept batches
+        try:
+            for entry in src.batches:
+                if self._summaries(src, files, entry, damaged) is None:
+                    continue
+                kept.append(entry)
+                started += entry["len"] - (len(kept) > 1 and joins(kept[-2:])[1])
+                if started > count:  # the next episode has begun: the first count are whole
+                    pieces = build(src, kept, lambda e: self._summaries(src, files, e, damaged) or [])[:count]
+                    for piece in pieces:
+                        if piece.summary["ended_by"] is None:
+                            settle(piece, files)
+                    return pieces
+        finally:
+            files.close()
+        return None
+
+    def episode_rows(self, head: _Head, state: str | None = None, pieces: list[Where] | None = None) -> list[dict]:
+        """The index's rows of a recording's episodes (``pieces``: only these, the first of them), with ``live`` set
+        on the one still being recorded."""
         assert head.source is not None
         src, rows = head.source, []
-        pieces = self.pieces(head)
+        some = pieces is not None
+        pieces = self.pieces(head) if pieces is None else pieces
         for k, piece in enumerate(pieces):
             s = piece.summary
             clip = self.clip_for(src, s["episode_id"], s["first_step"] + s["length"])
-            live = state == State.RECORDING and k == len(pieces) - 1 and s["ended_by"] is None
+            live = state == State.RECORDING and k == len(pieces) - 1 and s["ended_by"] is None and not some
             rows.append({"recording": src.name, **s, "clip": clip[1]["name"] if clip else None, "live": live,
                          **self.verdicts.episode(src.name, s["episode_id"])})
         return rows

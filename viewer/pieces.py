@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -20,11 +20,11 @@ from envrec.errors import TraceError
 from envrec.export.sources import RecordingSource
 from envrec.formats.clip_meta import ClipMeta
 from envrec.formats.part_checks import part_of
-from envrec.formats.trace_format import BatchEntry
+from envrec.formats.trace_format import MANIFEST_SUFFIX, BatchEntry, read_manifest, recording_batches
 from envrec.read.batch_files import BatchFiles
 from envrec.read.stitch import joins, recording_ended, settled
 
-__all__ = ["NotFound", "Where", "build", "clip_json", "settle", "summary_of"]
+__all__ = ["NotFound", "Where", "build", "clip_json", "evicted", "settle", "summary_of"]
 
 
 class NotFound(LookupError):
@@ -39,6 +39,7 @@ class Where:
     parts: list[tuple[BatchEntry, int]]  # each part's batch and place in it
     summary: dict[str, Any]
     after: BatchEntry | None = None  # the batch after its last part's (how it ended: stitch.settled)
+    spans: list[dict[str, Any]] = field(default_factory=list)  # each part's own summary (length, return, first_step)
 
 
 def summary_of(raw: dict) -> dict[str, Any]:
@@ -56,6 +57,7 @@ def summary_of(raw: dict) -> dict[str, Any]:
 def _extend(piece: Where, entry: BatchEntry, s: dict[str, Any]) -> None:
     """Add the next part (``s``, the first record of ``entry``) to a piece of an episode."""
     piece.parts.append((entry, 0))
+    piece.spans.append(s)
     t = piece.summary
     t["length"] += s["length"]
     total = t["return"] + s["return"] if t["return"] is not None and s["return"] is not None else None
@@ -86,7 +88,7 @@ def build(src: RecordingSource, kept: list[BatchEntry], summaries: Callable[[Bat
             if i == 0 and joined and pieces and _follows(pieces[-1].summary, s, entry, broken):
                 _extend(pieces[-1], entry, s)
             else:
-                pieces.append(Where(src, [(entry, i)], dict(s, parts=1)))
+                pieces.append(Where(src, [(entry, i)], dict(s, parts=1), spans=[s]))
             pieces[-1].after = kept[k + 1] if k + 1 < len(kept) else None
     return pieces
 
@@ -102,6 +104,21 @@ def settle(piece: Where, files: BatchFiles) -> None:
         return  # listed damaged when its plots are asked for
     last = settled(last, piece.source.manifest, entry, piece.after)
     piece.summary.update(ended_by=last.ended_by, complete=last.complete)
+
+
+def evicted(src: RecordingSource, entry: BatchEntry) -> bool:
+    """Whether a batch the index listed was evicted since by the recording's disk budget (``max_bytes``): a file of
+    it is gone and the recording's head manifest, read again, no longer names it. Evicted is not damaged."""
+    if all(os.path.exists(os.path.join(src.directory, entry[k])) for k in ("fn", "bin") if k in entry):
+        return False
+    prefix = src.manifest.get("prefix")
+    if not isinstance(prefix, str):
+        return False
+    try:
+        named = {e["fn"] for e in recording_batches(src.directory, read_manifest(os.path.join(src.directory, prefix + MANIFEST_SUFFIX)))}
+    except (OSError, TraceError, KeyError, TypeError):
+        return False
+    return entry["fn"] not in named
 
 
 def clip_json(root: str, folder: str, meta: ClipMeta) -> dict[str, Any]:

@@ -1,13 +1,15 @@
-"""Time series for plots: flattened per-step values, downsampled to min/max per pixel column."""
+"""Time series for plots: a field's dimensions numbered (``Layout``), values downsampled to min/max per pixel column
+as they stream in (``Downsampler``)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_SERIES", "Columns", "downsample"]
+__all__ = ["MAX_SERIES", "Downsampler", "Layout", "downsample"]
 
 MAX_SERIES = 16  # action/observation dimensions offered per plot
 
@@ -19,68 +21,103 @@ def _json_numbers(a: np.ndarray) -> list[float | None]:
 
 
 def downsample(values: np.ndarray, width: int) -> dict[str, Any]:
-    """``{"x": first step of each column, "min": [...], "max": [...]}``, at most ``width`` columns.
-
-    Up to ``2 * width`` values are sent as they are (min == max); beyond, each
-    column holds the min and max of its steps, so a spike of one step still
-    shows in a 100,000-step episode.
-    """
+    """``{"x": first step of each column, "min": [...], "max": [...]}``, at most ``width`` columns (``Downsampler``
+    fed all of ``values`` at once)."""
     v = np.asarray(values, dtype=np.float64).reshape(-1)
-    n = len(v)
-    if n <= 2 * width:
-        same = _json_numbers(v)
-        return {"x": list(range(n)), "min": same, "max": same, "bucket": 1}
-    size = math.ceil(n / width)
-    cols = math.ceil(n / size)
-    padded = np.full(cols * size, np.nan)
-    padded[:n] = np.where(np.isfinite(v), v, np.nan)
-    grid = padded.reshape(cols, size)
-    empty = np.all(np.isnan(grid), axis=1)
-    with np.errstate(all="ignore"):
-        lo = np.where(empty, np.nan, np.nanmin(np.where(np.isnan(grid), np.inf, grid), axis=1))
-        hi = np.where(empty, np.nan, np.nanmax(np.where(np.isnan(grid), -np.inf, grid), axis=1))
-    return {"x": list(range(0, cols * size, size)), "min": _json_numbers(lo), "max": _json_numbers(hi), "bucket": size}
+    d = Downsampler(len(v), width)
+    d.add(v)
+    return d.result()
 
 
-class Columns:
-    """The numeric dimensions of a recorded field (Dict/Tuple leaves flattened, text skipped), one value per row.
+class Downsampler:
+    """A series of ``n`` values downsampled to at most ``width`` columns, fed a block at a time (``add``), so a
+    100,000-step episode is plotted without holding its values.
 
-    Built without copying: dimension ``i`` is read only when asked for, so an
-    image observation's 100,800 dimensions cost nothing until one is plotted.
+    Up to ``2 * width`` values are sent as they are (min == max); beyond, each column holds the min and max of its
+    steps, so a spike of one step still shows. Values that are not finite leave a gap (null).
+
+    Args:
+        n: how many values will come (more are ignored; fewer leave the rest null).
+        width: the most columns.
     """
 
-    def __init__(self, value: Any, rows: int) -> None:
-        self._leaves: list[tuple[str, np.ndarray]] = []
-        self._add(value, rows, "")
-        self.count = sum(a.shape[1] for _, a in self._leaves)
+    def __init__(self, n: int, width: int) -> None:
+        self.n = max(0, int(n))
+        self.at = 0
+        self.size = 1 if self.n <= 2 * width else math.ceil(self.n / width)
+        cols = math.ceil(self.n / self.size) if self.n else 0
+        self._lo = np.full(cols, np.nan)
+        self._hi = self._lo if self.size == 1 else np.full(cols, np.nan)
 
-    def _add(self, value: Any, rows: int, prefix: str) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                self._add(v, rows, f"{prefix}{k}.")
-        elif isinstance(value, tuple):
-            for i, v in enumerate(value):
-                self._add(v, rows, f"{prefix}{i}.")
-        elif not isinstance(value, list):  # a list is a text leaf
-            a = np.asarray(value)[:rows]
-            width = int(np.prod(a.shape[1:], dtype=np.int64))  # not reshape(n, -1): an episode of 0 steps has 0 rows
-            self._leaves.append((prefix.rstrip("."), a.reshape(len(a), width)))
+    def add(self, values: Any) -> None:
+        """The next values of the series, in order."""
+        v = np.asarray(values, dtype=np.float64).reshape(-1)[: self.n - self.at]
+        if not len(v):
+            return
+        v = np.where(np.isfinite(v), v, np.nan)
+        if self.size == 1:
+            self._lo[self.at:self.at + len(v)] = v
+        else:
+            col = (self.at + np.arange(len(v))) // self.size
+            starts = np.concatenate(([0], np.flatnonzero(np.diff(col)) + 1))
+            cols = col[starts]
+            with np.errstate(all="ignore"):
+                self._lo[cols] = np.fmin(self._lo[cols], np.fmin.reduceat(v, starts))
+                self._hi[cols] = np.fmax(self._hi[cols], np.fmax.reduceat(v, starts))
+        self.at += len(v)
 
-    def _find(self, i: int) -> tuple[str, np.ndarray, int]:
+    def result(self) -> dict[str, Any]:
+        """``{"x": first value of each column, "min": [...], "max": [...], "bucket": values per column}``."""
+        lo = _json_numbers(self._lo)
+        hi = lo if self.size == 1 else _json_numbers(self._hi)
+        return {"x": list(range(0, len(lo) * self.size, self.size)), "min": lo, "max": hi, "bucket": self.size}
+
+
+class Layout:
+    """The numeric dimensions of a recorded field (Dict/Tuple leaves flattened in order, text leaves skipped),
+    numbered as the plots number them, from the leaves' shapes alone: nothing is read.
+
+    Args:
+        value: the field: an array, or a dict/tuple of them (lists are text leaves); any leaf ``shape_of`` knows.
+        shape_of: a leaf's shape, rows first (``BatchFiles.leaf_shape``).
+    """
+
+    def __init__(self, value: Any, shape_of: Callable[[Any], tuple[int, ...]] = np.shape) -> None:
+        self.names: list[str] = []
+        self.widths: list[int] = []
+        for name, leaf in _leaves(value, ""):
+            self.names.append(name)
+            self.widths.append(int(np.prod(shape_of(leaf)[1:], dtype=np.int64)))
+        self.count = sum(self.widths)
+
+    @staticmethod
+    def leaves(value: Any) -> list[Any]:
+        """The numeric leaves of a field, in the order the dimensions are numbered."""
+        return [leaf for _, leaf in _leaves(value, "")]
+
+    def find(self, i: int) -> tuple[int, int]:
+        """(leaf, column within it) of dimension ``i``; IndexError when there is none."""
         if not 0 <= i < self.count:
             raise IndexError(f"dimension {i} out of range: there are {self.count}")
-        for name, a in self._leaves:
-            if i < a.shape[1]:
-                return name, a, i
-            i -= a.shape[1]
+        for k, width in enumerate(self.widths):
+            if i < width:
+                return k, i
+            i -= width
         raise IndexError(i)  # pragma: no cover  (count is the sum of the widths)
 
     def label(self, i: int) -> str:
-        name, a, j = self._find(i)
-        if a.shape[1] == 1:
-            return name or "value"
-        return f"{name}[{j}]"
+        k, j = self.find(i)
+        if self.widths[k] == 1:
+            return self.names[k] or "value"
+        return f"{self.names[k]}[{j}]"
 
-    def column(self, i: int) -> np.ndarray:
-        _, a, j = self._find(i)
-        return a[:, j]
+
+def _leaves(value: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, f"{prefix}{k}.")
+    elif isinstance(value, tuple):
+        for i, v in enumerate(value):
+            yield from _leaves(v, f"{prefix}{i}.")
+    elif not isinstance(value, list) and value is not None:  # a list is a text leaf
+        yield prefix.rstrip("."), value

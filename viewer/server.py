@@ -18,10 +18,15 @@ A folder may be a stranger's, so the server trusts nothing in it:
   the loopback addresses when bound to one of them or to all addresses, and each ``allow_hosts`` name
   (``envrec view --allow-host``), so a web page elsewhere cannot read
   recordings through DNS rebinding.
-* Each connection times out after ``REQUEST_TIMEOUT_S`` without a byte, and
-  at most ``MAX_CONNECTIONS`` are served at once; more are closed unanswered.
+* A request line and its headers must arrive whole within
+  ``connections.REQUEST_DEADLINE_S`` (a deadline per request, not per byte),
+  and an answer the client does not read times out after ``WRITE_TIMEOUT_S``.
+  At most ``connections.MAX_CONNECTIONS`` connections are held
+  (``MAX_PER_CLIENT`` from one address); a new one takes the slot of the one
+  that has waited longest for its request, else it is closed unanswered
+  (``envrec.viewer.connections``): slow clients cannot starve the others.
 
-The JSON: ``/api/index`` (each recording's summary and live state:
+The JSON: ``/api/health`` (``{"ok": true}``, at once: no folder read), ``/api/index`` (each recording's summary and live state:
 ``Catalog.summary``), ``/api/episodes?recording=R&offset=0&limit=100&sort=-length``
 and ``/api/clips?offset=&limit=&sort=`` (pages: ``Catalog.episodes``,
 ``Catalog.clips``), ``/api/episode?recording=R&episode=N`` (plot data). A bad
@@ -38,6 +43,7 @@ browsers need to seek in an MP4. ``refused`` counts what each check refused.
 from __future__ import annotations
 
 import collections
+import io
 import ipaddress
 import json
 import logging
@@ -53,8 +59,9 @@ from envrec.errors import ConfigError, TraceError
 from envrec.formats.inside import open_inside
 
 from .catalog import Catalog, NotFound
+from .connections import REQUEST_DEADLINE_S, DeadlineReader, Slots
 from .live import STALE_AFTER_S
-from .step_view import image_layout, observation_png, parse_step_query, step_json
+from .step_view import image_layout, parse_step_query
 
 __all__ = ["CLIP_TYPES", "ViewerServer"]
 
@@ -68,8 +75,7 @@ PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
             "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 DATA_CSP = "default-src 'none'; sandbox; frame-ancestors 'none'"
 CHUNK = 1 << 16
-REQUEST_TIMEOUT_S = 20.0  # an idle connection (or one sending a byte at a time) frees its thread this late
-MAX_CONNECTIONS = 16  # served at once: a browser opens ~6 per host; more are closed unanswered
+WRITE_TIMEOUT_S = 20.0  # an answer (a chunk of a clip) the client does not read frees its thread this late
 DEFAULT_PAGE = 100  # rows of a page of episodes or clips when the request does not say
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -90,6 +96,8 @@ class ViewerServer(ThreadingHTTPServer):
     """
 
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog: a burst of connections is accepted (and judged by Slots) at once,
+    # not left to the kernel's SYN retries (1 s, 3 s, ...) behind socketserver's default of 5
 
     def __init__(self, root: str | os.PathLike, host: str = "127.0.0.1", port: int = 0,
                  allow_hosts: list[str] | tuple[str, ...] = (), stale_after_s: float = STALE_AFTER_S) -> None:
@@ -101,7 +109,7 @@ class ViewerServer(ThreadingHTTPServer):
         self.host_names = _host_names(host, str(self.server_address[0]), allow_hosts)
         self.refused: collections.Counter[str] = collections.Counter()  # check -> requests it refused
         self._refused_lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.slots = Slots()
         self._thread: threading.Thread | None = None
 
     @property
@@ -128,7 +136,10 @@ class ViewerServer(ThreadingHTTPServer):
         logger.info("envrec view: refused (%s)", check)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        admitted, dropped = self.slots.admit(request, str(client_address[0]))
+        for _ in range(dropped):
+            self.refuse("slow")  # waited longest for its request: closed for a newcomer
+        if not admitted:
             self.refuse("connections")
             self.shutdown_request(request)
             return
@@ -138,7 +149,7 @@ class ViewerServer(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self.slots.release(request)
 
 
 def _bracketed(host: str) -> str:
@@ -161,7 +172,31 @@ def _host_names(given: str, bound: str, allow: list[str] | tuple[str, ...]) -> f
 class _Handler(BaseHTTPRequestHandler):
     server: ViewerServer
     protocol_version = "HTTP/1.1"
-    timeout = REQUEST_TIMEOUT_S
+    timeout = WRITE_TIMEOUT_S
+    deadline_s = REQUEST_DEADLINE_S
+
+    def setup(self) -> None:
+        super().setup()
+        self._reader = DeadlineReader(self.connection)
+        self.rfile = io.BufferedReader(self._reader)
+
+    def handle_one_request(self) -> None:
+        self._reader.start(self.deadline_s)
+        self.server.slots.waiting(self.connection)
+        try:
+            super().handle_one_request()  # answers a read or write that timed out by closing the connection
+        except OSError:  # dropped for a newcomer (its socket shut down) or reset while answered
+            self.close_connection = True
+        if self._reader.timed_out and self._reader.received:
+            self.server.refuse("deadline")  # part of a request came, not all of it in time
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        # its request line and headers came whole
+        self.server.slots.busy(self.connection)
+        self.connection.settimeout(self.timeout)  # the answer's writes
+        return True
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s %s", self.address_string(), format % args)
@@ -187,6 +222,8 @@ class _Handler(BaseHTTPRequestHandler):
                     raise NotFound(raw_path)
                 kind = STATIC_TYPES.get(os.path.splitext(name)[1], "application/octet-stream")
                 self._send_file(os.path.join(STATIC_DIR, name), head, kind, PAGE_CSP)
+            elif raw_path == "/api/health":  # answers at once, whatever the catalog is reading
+                self._send_json({"ok": True, "root": self.server.root}, head)
             elif raw_path == "/api/index":
                 self._send_json(self.server.catalog.summary(), head)
             elif raw_path == "/api/episodes":
@@ -232,23 +269,23 @@ class _Handler(BaseHTTPRequestHandler):
         return self.server.catalog.episode(recording, episode, width, dims, first_step)
 
     def _step(self, q: dict[str, list[str]]) -> dict[str, Any]:
-        """One step's values and info (``envrec.viewer.step_view``)."""
+        """One step's values and info (``envrec.viewer.episode_read``: only the part that holds it is read)."""
         recording, episode, step, first_step, dims = parse_step_query(q)
-        ep, _ = self.server.catalog.open(recording, episode, first_step)
+        reader, _ = self.server.catalog.open(recording, episode, first_step)
         try:
-            return step_json(ep, step, dims or [])
+            return reader.step(step, dims or [])
         except LookupError as exc:
             raise NotFound(str(exc)) from None
 
     def _observation_png(self, q: dict[str, list[str]]) -> bytes:
         """One step's image observation as a PNG; NotFound when the recording's observations are not images."""
         recording, episode, step, first_step, _ = parse_step_query(q)
-        ep, manifest = self.server.catalog.open(recording, episode, first_step)
+        reader, manifest = self.server.catalog.open(recording, episode, first_step)
         layout = image_layout(manifest.get("observation_space"))
         if layout is None:
             raise NotFound(f"the observations of {recording!r} are not images (a uint8 Box HxW or HxWxC, C in 1, 3, 4)")
         try:
-            return observation_png(ep, step, layout)
+            return reader.frame(step, layout)
         except LookupError as exc:
             raise NotFound(str(exc)) from None
 

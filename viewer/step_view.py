@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from .series import MAX_SERIES, Columns
+from .series import MAX_SERIES
 
-__all__ = ["MAX_INFO_CHARS", "MAX_INFO_KEYS", "action_space_json", "image_layout", "observation_png", "parse_step_query",
-           "step_json"]
+__all__ = ["MAX_INFO_CHARS", "MAX_INFO_KEYS", "action_space_json", "encode_png", "image_layout", "info_texts", "number",
+           "parse_step_query"]
 
 MAX_INFO_KEYS = 64  # keys of one step's info sent to the page; the rest are counted, not sent
 MAX_INFO_CHARS = 240  # characters of one info value's text (and of its key's)
@@ -90,15 +90,8 @@ def parse_step_query(q: Mapping[str, list[str]]) -> tuple[str, int, int, int | N
     return recording, episode, step, first_step, dims
 
 
-def _row(ep: Any, step: int) -> int:
-    """Row ``step`` of the episode's observations; LookupError when it was not read."""
-    row = step - ep.first_step
-    if not 0 <= row <= ep.length:
-        raise LookupError(f"no step {step}: this episode's observations are {ep.first_step}..{ep.first_step + ep.length}")
-    return row
-
-
-def _number(v: Any) -> float | int | bool | None:
+def number(v: Any) -> float | int | bool | None:
+    """A one-value array (or scalar) as a JSON number; None when it is not one, or not finite."""
     v = np.asarray(v).reshape(-1)
     if v.size != 1:
         return None
@@ -116,50 +109,6 @@ def info_texts(info: Any) -> dict[str, Any]:
         key = k if isinstance(k, str) else _REPR.repr(k)
         out.append([key[:MAX_INFO_CHARS], _REPR.repr(v)[:MAX_INFO_CHARS]])
     return {"items": out, "keys": len(items), "truncated": len(items) > MAX_INFO_KEYS}
-
-
-def step_json(ep: Any, step: int, dims: list[int]) -> dict[str, Any]:
-    """One step's values: reward, return so far (of the steps read), action (each action dimension), flags, the chosen
-    observation dimensions, the info.
-
-    Args:
-        ep: the episode (``envrec.read.batch_files.Episode``).
-        step: the observation index (``ep.first_step`` .. ``ep.first_step + ep.length``).
-        dims: observation dimensions to send (``Columns`` numbering, as the plots').
-    """
-    row = _row(ep, step)
-    observations = Columns(ep.observations, ep.length + 1)
-    bad = [d for d in dims if not 0 <= d < observations.count]
-    if bad:
-        raise LookupError(f"observation dimensions {bad}: there are 0..{observations.count - 1}")
-    out: dict[str, Any] = {"step": step, "reward": None, "return": 0.0, "actions": [], "terminated": None, "truncated": None}
-    if row > 0:  # the step that led to this observation
-        actions = Columns(ep.actions, ep.length)
-        rewards = np.asarray(ep.rewards[:row], np.float64)
-        out.update(reward=_number(rewards[-1]), terminated=bool(ep.terminations[row - 1]),
-                   **{"return": _number(rewards.sum())},
-                   truncated=bool(ep.truncations[row - 1]),
-                   actions=[{"label": actions.label(i), "value": _number(actions.column(i)[row - 1])}
-                            for i in range(min(actions.count, MAX_SERIES))])
-    out["observations"] = [{"dim": d, "label": observations.label(d), "value": _number(observations.column(d)[row])}
-                           for d in dims]
-    out["info"] = info_texts(ep.infos[row]) if row < len(ep.infos) else info_texts({})
-    return out
-
-
-def observation_png(ep: Any, step: int, layout: Mapping[str, int]) -> bytes:
-    """Observation ``step`` of an image episode as a PNG (8 bits per channel, no filter, zlib level ``PNG_LEVEL``).
-
-    Args:
-        ep: the episode; its observations an array of ``uint8`` frames.
-        step: the observation index.
-        layout: ``image_layout`` of its observation space.
-    """
-    frame = np.asarray(ep.observations[_row(ep, step)])
-    h, w, c = layout["height"], layout["width"], layout["channels"]
-    if frame.dtype != np.uint8 or frame.size != h * w * c:
-        raise LookupError(f"observation {step} is not a {h}x{w}x{c} uint8 image")
-    return encode_png(frame.reshape(h, w, c))
 
 
 def encode_png(frame: np.ndarray) -> bytes:

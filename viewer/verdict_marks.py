@@ -53,19 +53,20 @@ class VerdictMarks:
     def scan(self, sources: Sequence[RecordingSource], damaged: list[Damaged]) -> None:
         """Read (or keep) the verdict file of every recording in ``sources``; unreadable ones join ``damaged``."""
         per_folder = Counter(src.directory for src in sources)
-        self._recordings = {}
+        recordings: dict[str, _Verified] = {}
         for src in sources:
             prefix = src.manifest.get("prefix")
             rel = os.path.relpath(src.directory, self.root)
             folder = self.given if rel == "." else os.path.join(self.given, rel)
             several = per_folder[src.directory] > 1
             if not isinstance(prefix, str):
-                self._recordings[src.name] = _Verified(None, None, folder, None)
+                recordings[src.name] = _Verified(None, None, folder, None)
                 continue
             vf, error = self._read(src.directory, prefix)
             if error is not None:
                 damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, prefix + VERDICT_SUFFIX), self.root), error))
-            self._recordings[src.name] = _Verified(vf, error, folder, prefix if several else None)
+            recordings[src.name] = _Verified(vf, error, folder, prefix if several else None)
+        self._recordings = recordings  # swapped in whole: other threads read the one before meanwhile
 
     def _read(self, directory: str, prefix: str) -> tuple[VerdictFile | None, str | None]:
         """The verdict file (None when there is none) and what is wrong with it (None when nothing)."""

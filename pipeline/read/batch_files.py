@@ -24,7 +24,7 @@ import os
 import struct
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,7 @@ from ..formats.trace_format import BatchEntry, Manifest
 __all__ = ["BatchFiles", "Episode", "Part", "SavedState", "TraceError"]
 
 DECODED_CACHE_BYTES = 256 << 20  # decompressed arrays kept for episodes read again
+BLOCK_BYTES = 8 << 20  # rows handed out at once by blocks(): two default compression chunks
 
 _KNOWN_KEYS = frozenset({
     "observations", "actions", "rewards", "terminations", "truncations", "infos", "episode_id",
@@ -275,6 +276,96 @@ class BatchFiles:
             for key in _ARRAY_FIELDS:
                 _codecs(raws[0].get(key), key, out)
         return out
+
+    # -- a long record read a few rows at a time (envrec.viewer) ---------------------------------------
+    def fields(self, manifest: Manifest, raw: dict) -> dict[str, Any]:
+        """The array fields of a raw record (``load``), Dict/Tuple nesting rebuilt as ``episode`` rebuilds it, but
+        nothing decompressed: each leaf a read-only view of its file or a compressed array, which ``rows`` and
+        ``blocks`` read a few rows at a time (``leaf_shape`` gives its shape). Keys: ``observations``, ``actions``,
+        ``rewards``, ``terminations``, ``truncations`` (None when the record has none)."""
+        return {
+            "observations": _shape(raw["observations"], manifest.get("observation_space")),
+            "actions": _shape(raw["actions"], manifest.get("action_space")),
+            "rewards": raw["rewards"], "terminations": raw.get("terminations"), "truncations": raw.get("truncations"),
+        }
+
+    @staticmethod
+    def leaf_shape(leaf: Any) -> tuple[int, ...]:
+        """The shape of a leaf of ``fields``: its rows first."""
+        return tuple(leaf.desc["shape"]) if isinstance(leaf, _Packed) else tuple(np.shape(leaf))
+
+    def rows(self, leaf: Any, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of a leaf of ``fields`` (clipped to its rows): a view of a raw array, or of a
+        compressed one only the chunks that hold them, decompressed; ``TraceError`` naming it when they do not."""
+        if not isinstance(leaf, _Packed):
+            return np.asarray(leaf)[max(0, start):max(0, stop)]
+        o, where = leaf.desc, leaf.where
+        shape, dtype = tuple(o["shape"]), np.dtype(o["dtype"])
+        start, stop = max(0, start), min(stop, shape[0])
+        if stop <= start:
+            return np.empty((0, *shape[1:]), dtype)
+        row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+        first_row = stored_at = 0
+        picked: list = []
+        for rows, nbytes in o["chunks"]:
+            if first_row + rows > start and first_row < stop:
+                if not picked:
+                    run_row, run_at = first_row, stored_at
+                picked.append((rows, nbytes))
+            elif picked:
+                break
+            first_row += rows
+            stored_at += nbytes
+        out = np.empty((sum(r for r, _ in picked), *shape[1:]), dtype)
+        begin = o["npyoff"] + run_at
+        with memoryview(self._map(o["npyfile"], where)) as whole, whole[begin:begin + sum(n for _, n in picked)] as stored:
+            try:
+                decompress_into(out.data.cast("B"), stored, o["codec"], picked, row_bytes, o.get("filter"))
+            except Exception as exc:  # the codecs' errors have no common base class
+                raise TraceError(f"{where}: a {o['codec']} array at offset {o['npyoff']} of {o['npyfile']} does not "
+                                 f"decompress: {exc}") from exc
+        out.flags.writeable = False
+        return out[start - run_row:stop - run_row]
+
+    def blocks(self, leaf: Any, max_bytes: int | None = None) -> Iterator[np.ndarray]:
+        """A leaf of ``fields`` in consecutive blocks of rows, about ``max_bytes`` each (default ``BLOCK_BYTES``; a
+        compressed one: whole chunks, at least one): a long part read without holding it."""
+        max_bytes = BLOCK_BYTES if max_bytes is None else max_bytes
+        shape = self.leaf_shape(leaf)
+        n = shape[0] if shape else 0
+        if isinstance(leaf, _Packed):
+            spans, start, size = [], 0, 0
+            row_bytes = np.dtype(leaf.desc["dtype"]).itemsize * int(np.prod(shape[1:], dtype=np.int64))
+            for rows, _ in leaf.desc["chunks"]:
+                size += rows
+                if size * row_bytes >= max_bytes:
+                    spans.append((start, start + size))
+                    start, size = start + size, 0
+            if size:
+                spans.append((start, start + size))
+        else:
+            row_bytes = np.asarray(leaf).dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+            step = max(1, max_bytes // max(1, row_bytes))
+            spans = [(a, min(n, a + step)) for a in range(0, n, step)]
+        for a, b in spans:
+            yield self.rows(leaf, a, b)
+
+    def chunk_of(self, leaf: Any, i: int) -> tuple[int, int]:
+        """(first, end) rows of the stored chunk of a leaf of ``fields`` that holds row ``i`` (a raw array's row is
+        its own chunk): what ``rows`` decompresses for row ``i`` anyway, to be kept by a reader that moves row by row."""
+        if not isinstance(leaf, _Packed):
+            return i, i + 1
+        first = 0
+        for rows, _ in leaf.desc["chunks"]:
+            if i < first + rows:
+                return first, first + rows
+            first += rows
+        return i, i + 1  # past the end: rows() gives nothing there
+
+    def info(self, raw: dict, i: int) -> Any:
+        """Info ``i`` of a raw record (``load``) decoded, alone; ``{}`` when the record has no such info."""
+        infos = raw.get("infos") or []
+        return _decode(infos[i], raw, f"infos[{i}]") if 0 <= i < len(infos) else {}
 
     def close(self) -> None:
         """Forget the memory maps and decoded arrays (arrays handed out keep theirs alive)."""

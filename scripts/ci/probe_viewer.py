@@ -9,8 +9,8 @@ outside), serves it, and sends one table of hostile requests per check:
 * ``type``: files of the folder that are not clips (HTML, SVG, XHTML, JS, ...);
 * ``host``: ``Host`` headers naming another site (DNS rebinding), with the
   server bound to 0.0.0.0 and one ``--allow-host`` name;
-* ``connections``: idle connections beyond ``MAX_CONNECTIONS``;
-* ``timeout``: how long an idle connection holds a thread (``REQUEST_TIMEOUT_S``).
+* ``connections``: idle connections beyond ``connections.MAX_PER_CLIENT`` (all from 127.0.0.1), sent at once;
+* ``timeout``: how long an idle connection holds a thread (``connections.REQUEST_DEADLINE_S``).
 
 It prints, per check, the requests sent, how many the check refused (the
 server's own ``refused`` counter) and how many returned the outside file's
@@ -28,8 +28,7 @@ import time
 import gymnasium as gym
 
 import envrec
-from envrec.viewer import ViewerServer
-from envrec.viewer import server as server_module
+from envrec.viewer import ViewerServer, connections
 
 SECRET = b"SECRET-OUTSIDE-THE-FOLDER"
 PAGE = b"<html><script>fetch('/api/pwned')</script></html>"
@@ -86,11 +85,11 @@ def main() -> None:
             assert _get(port, f"/files/{clip}", f"viewer.example:{port}")[0] == 200  # the allowed name works
             extra = 8
             connected = time.monotonic()
-            idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(server_module.MAX_CONNECTIONS)]
-            time.sleep(0.5)
+            idle = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(connections.MAX_PER_CLIENT)]
+            time.sleep(0.1)  # younger than DROP_AFTER_S: none of them is dropped for a newcomer
             over = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(extra)]
             answered = sum(s.recv(1) != b"" for s in over)
-            rows.append(("connections", server_module.MAX_CONNECTIONS + extra, server.refused["connections"], answered))
+            rows.append(("connections", connections.MAX_PER_CLIENT + extra, server.refused["connections"], answered))
             idle[0].recv(1)
             held = time.monotonic() - connected
             for s in idle + over:
@@ -100,7 +99,7 @@ def main() -> None:
     print(f"{'check':12} {'sent':>5} {'refused':>8} {'got through':>12}")
     for check, sent, refused, leaked in rows:
         print(f"{check:12} {sent:5d} {refused:8d} {leaked:12d}")
-    print(f"an idle connection was closed {held:.1f} s after it connected (REQUEST_TIMEOUT_S = {server_module.REQUEST_TIMEOUT_S:g})")
+    print(f"an idle connection was closed {held:.1f} s after it connected (REQUEST_DEADLINE_S = {connections.REQUEST_DEADLINE_S:g})")
 
 
 if __name__ == "__main__":
