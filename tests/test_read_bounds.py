@@ -179,6 +179,7 @@ def test_an_export_of_no_step_writes_a_dataset_of_no_row(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["out", "rec"]
 
 
+@pytest.mark.slow
 def test_a_verdict_file_of_206000_episodes_is_read_back(tmp_path):
     verdicts = [Verdict("cp", i, i, "reproduced", steps=500, start="seed") for i in range(206_000)]
     path = write_verdicts(tmp_path, "cp", verdicts, atol=0.0, infos=False)

@@ -173,6 +173,7 @@ def test_every_name_in_a_folder_is_never_imported_through_the_api(base, tmp_path
     assert snapshot and all("cannot_replay" in o or o == ["reproduced"] for o in snapshot)
 
 
+@pytest.mark.slow
 def test_verify_and_render_in_a_process_started_in_the_folders_parent(base, tmp_path):
     """The command line, its working directory the folder's parent (``sys.path[0]``, as ``python -m envrec``):
     every field replay hands to code, each of the planted names."""

@@ -67,6 +67,7 @@ def read_pairs(folder) -> dict[int, list[int]]:
     return counters
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("n_threads", [4, 8])
 def test_every_step_of_every_thread_is_recorded_whole(tmp_path, interleaved, n_threads):
     steps = 1500
@@ -137,7 +138,7 @@ def test_close_from_another_thread_mid_stream(tmp_path, interleaved):
     assert stats["steps_committed"] == sum(done.values()) and stats["records_dropped"] == 0
 
 
-@pytest.mark.parametrize("worker", ["slow", "hung"])
+@pytest.mark.parametrize("worker", ["slow", pytest.param("hung", marks=pytest.mark.slow)])
 def test_close_from_another_thread_ends_a_wait_for_room(tmp_path, worker):
     """A thread blocked on a full ring: a live worker gives it room and its step is kept; a hung one's wait is refused
     after the grace (ClosedError there, counted nowhere as sent) and close still returns within its bounds."""

@@ -20,7 +20,7 @@ from envrec.viewer.connections import Slots
 
 from .support.episodes import record_cartpole
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.xdist_group("serial")]  # answers timed against deadlines
 
 SLOW_SOCKETS = 32
 DEADLINE_S = 2.0  # the server's request deadline in these tests
@@ -83,6 +83,7 @@ class _Tricklers:
             s.close()
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("reconnect", [False, True], ids=["once", "reconnecting"])
 def test_sockets_trickling_headers_are_closed_at_the_deadline_and_a_browser_is_served_meanwhile(tmp_path, monkeypatch, reconnect):
     monkeypatch.setattr(server_module._Handler, "deadline_s", DEADLINE_S)

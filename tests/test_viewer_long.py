@@ -54,6 +54,7 @@ def parted(tmp_path_factory):
     return folder, ep
 
 
+@pytest.mark.variants
 @pytest.mark.parametrize("block_bytes", [8 << 20, 5000], ids=["whole-parts", "blocks-of-a-few-chunks"])
 def test_plots_of_an_episode_in_parts_are_those_of_the_stitched_episode(parted, monkeypatch, block_bytes):
     from envrec.read import batch_files

@@ -27,7 +27,7 @@ from envrec.viewer.pieces import NotFound
 
 from .support.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.xdist_group("serial")]  # answers timed against QUICK_S
 
 BATCHES = 5000
 QUICK_S = 0.75  # an answer that waited for no listing (loaded machines included)
@@ -46,9 +46,10 @@ def _many_batches(folder, n: int) -> None:
     first = manifest["batches"][0]
     entries = []
     for k in range(n):
-        entry = dict(first, first=k, fn=f"many.ep{k:09d}.json")
+        entry = dict(first, first=k, fn=f"many.ep{k:09d}.json", bin=f"many.ep{k:09d}.bin")  # names never repeat
         if k:
             os.link(os.path.join(folder, first["fn"]), os.path.join(folder, entry["fn"]))
+            os.link(os.path.join(folder, first["bin"]), os.path.join(folder, entry["bin"]))
         entries.append(entry)
     manifest["batches"] = entries
     with open(path, "w") as f:
