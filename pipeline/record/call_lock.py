@@ -35,11 +35,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 from ..contract.ring import RingWriter
 
-__all__ = ["CLOSE_GRACE_S", "take_for_close"]
+__all__ = ["CLOSE_GRACE_S", "held_for_close", "take_for_close"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,3 +71,18 @@ def take_for_close(recorder: _Closable, ring: RingWriter) -> None:
         ring.refuse_waits(False)  # close's own CLOSE record may wait for room
     waited = time.monotonic() - started + CLOSE_GRACE_S
     logger.warning("envrec: close() waited %.1f s for another thread's call in progress to give up its wait", waited)
+
+
+@contextmanager
+def held_for_close(recorder: _Closable, ring: RingWriter) -> Iterator[None]:
+    """``take_for_close``, then the body (the recorder's own closing), then the lock released.
+
+    Args:
+        recorder: the recorder being closed (its ``_lock`` and ``_closing``).
+        ring: its stream's ring, whose waits for room are refused after the grace.
+    """
+    take_for_close(recorder, ring)
+    try:
+        yield
+    finally:
+        recorder._lock.release()

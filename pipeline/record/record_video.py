@@ -17,7 +17,7 @@ from ..formats.trace_format import PREFIX, check_prefix
 from ..option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
 from ..options import StreamOptions
 from ..supervision.stream import warn_start_method
-from .call_lock import take_for_close
+from .call_lock import held_for_close
 from .clip_triggers import ClipKeeper, KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
 from .headless import headless_display
 from .video_recorder import ClipCallback, VideoRecorder
@@ -291,13 +291,10 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         From another thread: a step in progress is finished first (``envrec.record.call_lock``).
         """
         try:
-            take_for_close(self, self.recorder._stream.ring)
-            try:
+            with held_for_close(self, self.recorder._stream.ring):
                 if self.recording:
                     self.stop_recording()
                 self.recorder.close()
-            finally:
-                self._lock.release()
         finally:
             super().close()
 

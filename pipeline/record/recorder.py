@@ -38,7 +38,7 @@ from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
 from ..supervision.stats import CallTimes, summary_line
 from ..supervision.stream import Stream, warn_start_method
-from .call_lock import take_for_close
+from .call_lock import held_for_close
 from .commit_watch import BatchCallback, CommitWatcher
 from .leftovers import remove_checkpoints, remove_dead_recordings, remove_leftovers
 from .oversized import info_that_fits
@@ -399,11 +399,8 @@ class TraceRecorder:
         """
         if self._stream.closed or self._stream.left_behind_by_fork:
             return self._stream.worker.summary
-        take_for_close(self, self._stream.ring)
-        try:
+        with held_for_close(self, self._stream.ring):
             return self._close()
-        finally:
-            self._lock.release()
 
     def _close(self) -> dict | None:
         if self._stream.closed:

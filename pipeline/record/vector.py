@@ -40,7 +40,7 @@ from ..options import StreamOptions
 from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
 from ..supervision.stream import RawRecord, Stream, warn_start_method
-from .call_lock import take_for_close
+from .call_lock import held_for_close
 from .clip_triggers import KeepIf, capped_cubic_video_schedule
 from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
 
@@ -243,12 +243,9 @@ class RecordVectorTrace(VectorWrapper):
     def close(self, **kwargs) -> None:
         try:
             if not self._stream.closed and not self._stream.left_behind_by_fork:
-                take_for_close(self, self._stream.ring)
-                try:
+                with held_for_close(self, self._stream.ring):
                     unregister_closer(self)
                     self._stream.close()
-                finally:
-                    self._lock.release()
         finally:
             self.env.close(**kwargs)
 

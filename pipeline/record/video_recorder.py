@@ -42,7 +42,7 @@ from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import RawRecord, RingRecord, Stream, warn_start_method
-from .call_lock import take_for_close
+from .call_lock import held_for_close
 from .clip_state import ClipState, delete_clip_files, mark_discarded, renamed_method, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
 from .packer import FrameRecord, frame_packer
@@ -447,11 +447,8 @@ class VideoRecorder:
         """
         if self._stream.closed or self._stream.left_behind_by_fork:
             return self._stream.worker.summary
-        take_for_close(self, self._stream.ring)
-        try:
+        with held_for_close(self, self._stream.ring):
             return self._close()
-        finally:
-            self._lock.release()
 
     def _close(self) -> dict | None:
         if self._stream.closed:
