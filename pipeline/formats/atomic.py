@@ -19,7 +19,7 @@ try:  # ISA-L's CRC-32: the same values as zlib's, ~4x as fast (measured: 7 vs 1
 except ImportError:  # pragma: no cover - a platform without an isal wheel
     from zlib import crc32
 
-__all__ = ["TMP_SUFFIX", "commit_file", "discard_file", "file_crc32", "fsync_dir", "open_new", "process_alive", "remove_stale_tmp", "tmp_path_for", "write_atomic"]
+__all__ = ["TMP_SUFFIX", "commit_file", "discard_file", "file_crc32", "fsync_dir", "open_new", "process_alive", "remove_stale_tmp", "stream_crc32", "tmp_path_for", "write_atomic"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -84,12 +84,17 @@ def write_atomic(path: str, data: bytes) -> None:
 
 def file_crc32(path: str, chunk_bytes: int = 1 << 20) -> int:
     """CRC-32 of a file's bytes (zlib's polynomial), read in chunks into one reused buffer."""
+    with open(path, "rb", buffering=0) as f:
+        return stream_crc32(f, chunk_bytes)
+
+
+def stream_crc32(f: IO[bytes], chunk_bytes: int = 1 << 20) -> int:
+    """CRC-32 of what is left to read of the open file ``f`` (see ``file_crc32``)."""
     crc = 0
     buf = bytearray(chunk_bytes)
     view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
-            crc = crc32(view[:n], crc)
+    while n := f.readinto(buf):  # type: ignore[attr-defined]  # a binary file
+        crc = crc32(view[:n], crc)
     return crc
 
 
@@ -106,20 +111,22 @@ def process_alive(pid: int) -> bool:
 
 
 def remove_stale_tmp(folder: str, prefix: str = "", finished: Collection[int] = (),
-                     finals: Collection[str] | None = None) -> list[str]:
+                     finals: Collection[str] | None = None, expect: tuple[int, int] | None = None) -> list[str]:
     """Remove temporary files of ours whose writing process is gone (or in ``finished``: known to write no
     more, e.g. a failed worker still exiting); return their names.
 
     Only files of our own making go: named ``.<prefix>...<pid>.tmp`` (with ``finals``, the final name must
     end with one of them), a regular file (not a symlink, a FIFO or a folder) owned by this user; anything
-    else is left alone. Removed relative to the folder opened once (``OwnFolder``).
+    else is left alone. Removed relative to the folder opened once (``OwnFolder``); ``expect``: the identity
+    of the folder the recorder opened, nothing is removed from another one found at ``folder``.
     """
+    from ..errors import RecordError
     from .ownfolder import OwnFolder
 
     removed: list[str] = []
     try:
-        own = OwnFolder(folder)
-    except OSError:
+        own = OwnFolder(folder, expect=expect)
+    except (OSError, RecordError):
         return removed
     with own:
         for name in own.listdir():

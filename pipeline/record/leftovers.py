@@ -54,27 +54,35 @@ def _remove_regular(own: OwnFolder, name: str) -> bool:
         return False
 
 
-def remove_checkpoints(folder: str, prefix: str) -> None:
+def remove_checkpoints(folder: str, prefix: str, folder_id: tuple[int, int] | None = None) -> None:
+    """Remove the recording's checkpoints (``folder_id``: the folder the recorder opened, see ``remove_leftovers``)."""
     try:
-        own = OwnFolder(folder, trace_file_names(prefix))
-    except OSError:
+        own = OwnFolder(folder, trace_file_names(prefix), expect=folder_id)
+    except (OSError, RecordError):
         return
     with own:
         for name in checkpoint_names(prefix):
             _remove_regular(own, name)
 
 
-def remove_leftovers(folder: str, prefix: str, finished: tuple[int, ...] = ()) -> list[str]:
+def remove_leftovers(folder: str, prefix: str, finished: tuple[int, ...] = (),
+                     folder_id: tuple[int, int] | None = None) -> list[str]:
     """Remove the serializers' temporary files (of dead writers, or of ``finished`` ones: failed, still
-    exiting), their checkpoints and the batch files the manifest does not name; return the names removed."""
-    removed = remove_stale_tmp(folder, prefix, finished)
-    remove_checkpoints(folder, prefix)
+    exiting), their checkpoints and the batch files the manifest does not name; return the names removed.
+    ``folder_id``: the identity of the folder the recorder opened; another folder found at ``folder`` (swapped
+    for a symlink since) is left alone."""
+    removed = remove_stale_tmp(folder, prefix, finished, expect=folder_id)
+    remove_checkpoints(folder, prefix, folder_id)
     try:
         entries = recording_batches(folder, read_manifest(os.path.join(folder, manifest_name(prefix))))
     except (OSError, ValueError, KeyError):
         return removed  # no manifest to judge by (the serializer never wrote one): batch files stay
     named = {n for e in entries for n in (e["fn"], e.get("bin")) if n}
-    with OwnFolder(folder, trace_file_names(prefix)) as own:
+    try:
+        own = OwnFolder(folder, trace_file_names(prefix), expect=folder_id)
+    except (OSError, RecordError):
+        return removed
+    with own:
         removed += [name for name in unnamed_batch_files(folder, prefix, named) if _remove_regular(own, name)]
     return removed
 

@@ -17,10 +17,11 @@ from typing import Any, Self
 
 from ..contract.faults import NO_FAULT, FaultSpec, from_env
 from ..contract.protocol import SerializerConfig, Status
-from ..errors import ClosedError, ConfigError, RecordTooLargeError
+from ..errors import ClosedError, ConfigError, RecordError, RecordTooLargeError
 from ..formats.atomic import remove_stale_tmp
 from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
+from ..formats.ownfolder import OwnFolder, folder_identity
 from ..formats.replay_fields import SNAPSHOT_INFO_KEY
 from ..formats.schema import describe_space
 from ..formats.trace_format import (
@@ -30,7 +31,7 @@ from ..formats.trace_format import (
     manifest_document,
     manifest_name,
     read_manifest,
-    write_manifest,
+    write_manifest_into,
 )
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, check_options, optional
 from ..options import StreamOptions
@@ -84,27 +85,33 @@ def check_max_bytes(max_bytes: int | None, unit_bytes: int, unit: str = "batch_b
         )
 
 
-def record_failure_in_manifest(path: str, reason: str, *, only_if_missing: bool = False, **document: Any) -> None:
+def record_failure_in_manifest(path: str, reason: str, *, only_if_missing: bool = False,
+                               folder_id: tuple[int, int] | None = None, **document: Any) -> None:
     """Say in a manifest why its recording stopped (its batches stay as the last worker committed them).
 
     When no serializer ever wrote the manifest, the env process writes one
     with no batches (``document``: the fields of ``manifest_document``) and
     the reason, which ``TraceReader`` quotes. ``only_if_missing``: leave an
-    existing manifest to its worker (while one may still write it). Never
+    existing manifest to its worker (while one may still write it). The
+    manifest is written relative to its folder opened once, under its own
+    name only; ``folder_id``: the folder the recorder opened, nothing is written
+    into another one found at its path (``envrec.formats.ownfolder``). Never
     raises: it is logged.
     """
+    folder, name = os.path.split(path)
     try:
-        try:
-            if only_if_missing and os.path.exists(path):
+        with OwnFolder(folder or ".", lambda n: n == name, expect=folder_id) as own:
+            try:
+                if only_if_missing and own.lstat(name) is not None:
+                    return
+                manifest = read_manifest(path)
+            except FileNotFoundError:
+                manifest = manifest_document(**document)
+            if manifest.get("error"):
                 return
-            manifest = read_manifest(path)
-        except FileNotFoundError:
-            manifest = manifest_document(**document)
-        if manifest.get("error"):
-            return
-        manifest["error"] = reason
-        write_manifest(path, manifest)
-    except (OSError, ValueError) as exc:
+            manifest["error"] = reason
+            write_manifest_into(own, name, manifest)
+    except (OSError, ValueError, RecordError) as exc:
         logger.error("envrec: could not record the failure in %s: %s", path, exc)
 
 
@@ -193,11 +200,12 @@ class TraceRecorder:
         }
         remove_stale_tmp(self.directory, self.prefix)
         remove_dead_recordings(self.directory, keep=self.prefix)  # of recordings killed with their workers
+        self._folder_id = folder_identity(self.directory)
 
         self._cfg = cfg = SerializerConfig(
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),
             faults=faults or from_env() or NO_FAULT, compression=compression, max_bytes=max_bytes,
-            commit_interval=commit_interval, env=env_description,
+            commit_interval=commit_interval, env=env_description, folder_id=self._folder_id,
         )
         self._stream = Stream(
             "serializer",
@@ -414,7 +422,7 @@ class TraceRecorder:
         finally:
             if self._stream.worker.exitcode != 0 or self._stream.broken is not None:
                 self._remove_leftovers()
-            remove_checkpoints(self.directory, self.prefix)  # the last serializer is gone: no successor will need it
+            remove_checkpoints(self.directory, self.prefix, self._folder_id)  # the last serializer is gone: no successor will need it
             if self._stream.broken is not None:
                 self._record_failure_in_manifest(self._stream.broken)
         if self._commits is not None:
@@ -429,7 +437,7 @@ class TraceRecorder:
 
     def _remove_leftovers(self, finished: tuple[int, ...] = ()) -> None:
         """What dead serializers left and no successor will use (``finished``: a failed one still exiting)."""
-        removed = remove_leftovers(self.directory, self.prefix, finished)
+        removed = remove_leftovers(self.directory, self.prefix, finished, self._folder_id)
         if removed:
             logger.info("envrec: removed %d unfinished file(s) of the failed serializer: %s", len(removed), ", ".join(removed))
 
@@ -440,6 +448,7 @@ class TraceRecorder:
         record_failure_in_manifest(
             self.manifest_path, reason, only_if_missing=only_if_missing, prefix=cfg.prefix, env_id=cfg.env_id,
             observation_space=cfg.observation_space, action_space=cfg.action_space, settings=cfg.settings, env=cfg.env,
+            folder_id=self._folder_id,
         )
 
     def _env_stats(self) -> dict[str, Any]:
