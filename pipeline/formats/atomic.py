@@ -12,7 +12,10 @@ import contextlib
 import os
 import stat
 from collections.abc import Collection
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .ownfolder import OwnFolder
 
 try:  # ISA-L's CRC-32: the same values as zlib's, ~4x as fast (measured: 7 vs 1.8 GB/s)
     from isal.isal_zlib import crc32
@@ -111,25 +114,25 @@ def process_alive(pid: int) -> bool:
 
 
 def remove_stale_tmp(folder: str, prefix: str = "", finished: Collection[int] = (),
-                     finals: Collection[str] | None = None, expect: tuple[int, int] | None = None) -> list[str]:
+                     finals: Collection[str] | None = None, own: OwnFolder | None = None) -> list[str]:
     """Remove temporary files of ours whose writing process is gone (or in ``finished``: known to write no
     more, e.g. a failed worker still exiting); return their names.
 
     Only files of our own making go: named ``.<prefix>...<pid>.tmp`` (with ``finals``, the final name must
     end with one of them), a regular file (not a symlink, a FIFO or a folder) owned by this user; anything
-    else is left alone. Removed relative to the folder opened once (``OwnFolder``); ``expect``: the identity
-    of the folder the recorder opened, nothing is removed from another one found at ``folder``.
+    else is left alone. Removed relative to the folder opened once (``OwnFolder``): ``own``, the recorder's
+    (left open; ``folder`` is then not opened again), or ``folder`` opened for this call.
     """
-    from ..errors import RecordError
     from .ownfolder import OwnFolder
 
     removed: list[str] = []
-    try:
-        own = OwnFolder(folder, expect=expect)
-    except (OSError, RecordError):
-        return removed
-    with own:
-        for name in own.listdir():
+    if own is None:
+        try:
+            opened = OwnFolder(folder)
+        except OSError:
+            return removed
+    with opened if own is None else contextlib.nullcontext(own) as at:
+        for name in at.listdir():
             if not (name.startswith(f".{prefix}." if prefix else ".") and name.endswith(TMP_SUFFIX)):
                 continue
             final, _, pid_text = name[1 : -len(TMP_SUFFIX)].rpartition(".")
@@ -139,10 +142,10 @@ def remove_stale_tmp(folder: str, prefix: str = "", finished: Collection[int] = 
             if pid not in finished and (pid == os.getpid() or process_alive(pid)):  # ours, or a live writer's
                 continue
             try:
-                st = own.lstat(name)
+                st = at.lstat(name)
                 if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
                     continue
-                if own.unlink(name):
+                if at.unlink(name):
                     removed.append(name)
             except OSError:
                 pass

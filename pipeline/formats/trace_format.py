@@ -66,6 +66,7 @@ __all__ = [
     "ndarray_descriptor",
     "position_after",
     "read_manifest",
+    "read_manifest_in",
     "segment_document",
     "segment_name",
     "trace_file_names",
@@ -217,7 +218,17 @@ def read_manifest(path: str) -> Manifest:
     files: a symlink is not followed."""
     folder, name = os.path.split(path)
     with open_inside(folder or ".", name, name) as f:
-        doc = check_manifest(parse_json(f.read(), name), name)
+        return _manifest_of(f.read(), name)
+
+
+def read_manifest_in(own: OwnFolder, name: str) -> Manifest:
+    """``read_manifest`` of ``name`` in a folder opened once (a regular file, not through a symlink)."""
+    with own.open_read(name) as f:
+        return _manifest_of(f.read(), name)
+
+
+def _manifest_of(data: bytes, name: str) -> Manifest:
+    doc = check_manifest(parse_json(data, name), name)
     if doc.get("format") == FORMAT_NAME and doc.get("version", FORMAT_VERSION) > FORMAT_VERSION:
         raise TraceError(f"{name} has format version {doc['version']}, newer than this envrec reads")
     return doc  # type: ignore[return-value]  # checked by check_manifest as far as readers rely on it
