@@ -26,7 +26,7 @@ from envrec.formats.trace_format import (
     BatchEntry,
     Manifest,
     manifest_document,
-    read_manifest,
+    read_manifest_in,
     recording_batches,
     segment_document,
     segment_name,
@@ -165,7 +165,7 @@ class ManifestWriter:
         while self.named.bytes > max_bytes and self.named.batches > 1:
             if self.first_segment < self.next_segment:
                 k = self.first_segment
-                entries = read_manifest(self._segment_path(k))["batches"]
+                entries = read_manifest_in(self.own, segment_name(self.prefix, k))["batches"]
                 while entries and self.named.bytes > max_bytes and self.named.batches > 1:
                     doomed.append(self._forget(entries.pop(0), run))
                 if entries:
@@ -214,9 +214,6 @@ class ManifestWriter:
     def all_entries(self) -> list[BatchEntry]:
         head: Manifest = {"prefix": self.prefix, **self.head_fields()}
         return recording_batches(self.folder, head)
-
-    def _segment_path(self, k: int) -> str:
-        return os.path.join(self.folder, segment_name(self.prefix, k))
 
 
 def _unlink(own: OwnFolder, name: str) -> None:
