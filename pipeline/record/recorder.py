@@ -207,9 +207,7 @@ class TraceRecorder:
         }
         remove_stale_tmp(self.directory, self.prefix)
         remove_dead_recordings(self.directory, keep=self.prefix)  # of recordings killed with their workers
-        # the folder opened once: the serializers check they open the same one (folder_id), and what the env
-        # process writes and removes in it (a failure's manifest, leftovers) goes there, whatever is at its path
-        self._own = OwnFolder(self.directory, trace_file_names(self.prefix))
+        self._own = OwnFolder(self.directory, trace_file_names(self.prefix))  # opened once: see _record_failure_in_manifest
         self._folder_id = self._own.identity
 
         self._cfg = cfg = SerializerConfig(
@@ -454,7 +452,9 @@ class TraceRecorder:
 
     def _record_failure_in_manifest(self, reason: str, only_if_missing: bool = False) -> None:
         """The reason in the manifest; ``only_if_missing`` when the stream breaks (a serializer that never
-        started wrote none), always at close."""
+        started wrote none), always at close. The recorder's folder is opened once (``_own``): the serializers
+        check they open the same one (``folder_id``), and what the env process writes and removes there (this
+        manifest, leftovers, checkpoints) goes into it, whatever is at its path by then."""
         cfg = self._cfg
         record_failure_in_manifest(
             self.manifest_path, reason, only_if_missing=only_if_missing, prefix=cfg.prefix, env_id=cfg.env_id,
