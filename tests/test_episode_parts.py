@@ -23,7 +23,9 @@ from envrec.bench.variants import FrameEnv
 from envrec.contract.faults import FaultSpec
 from envrec.contract.records import TraceLayout
 from envrec.formats.compression import parse_compression
+from envrec.formats.ownfolder import OwnFolder
 from envrec.formats.schema import describe_space
+from envrec.formats.trace_format import trace_file_names
 from envrec.workers.batch_writer import BatchWriter
 from envrec.workers.episode_fields import EpisodeFields
 
@@ -362,8 +364,9 @@ def test_a_parts_last_row_is_read_back_from_where_it_went(tmp_path, compression)
     that wrote none of the chunk) the last chunk decompressed."""
     obs_space = spaces.Dict({"img": OBS, "vec": spaces.Box(-1, 1, (3,), np.float32)})
     obs, act = describe_space(obs_space), describe_space(ACT)
-    fields = EpisodeFields(str(tmp_path), "lr", TraceLayout.from_specs(obs, act), obs, act, parse_compression(compression))
-    batch = BatchWriter(str(tmp_path), "lr", 0)
+    own = OwnFolder(str(tmp_path), trace_file_names("lr"))
+    fields = EpisodeFields(own, "lr", TraceLayout.from_specs(obs, act), obs, act, parse_compression(compression))
+    batch = BatchWriter(own, "lr", 0)
     try:
         fields.start_episode(batch.bin_size)
         img, vec = fields.sinks[("observations", "img")], fields.sinks[("observations", "vec")]
@@ -382,3 +385,4 @@ def test_a_parts_last_row_is_read_back_from_where_it_went(tmp_path, compression)
     finally:
         batch.abort()
         fields.close()
+        own.close()

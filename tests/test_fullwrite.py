@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from envrec.formats.fullwrite import pwrite_all, write_all, writev_all
-from envrec.formats.trace_format import checkpoint_names
+from envrec.formats.ownfolder import OwnFolder
+from envrec.formats.trace_format import checkpoint_names, trace_file_names
 from envrec.workers.checkpoint import Checkpoint, CheckpointFile, read_checkpoint
 from envrec.workers.spill import Spill, append_file
 
@@ -123,7 +124,8 @@ def test_a_checkpoint_counts_only_once_whole(tmp_path, monkeypatch):
     folder, prefix = str(tmp_path), "p"
     a, b = (tmp_path / n for n in checkpoint_names(prefix))
     assert read_checkpoint(folder, prefix) is None
-    cpf = CheckpointFile(folder, prefix)
+    own = OwnFolder(folder, trace_file_names(prefix))
+    cpf = CheckpointFile(own, prefix)
     real = os.pwrite
     monkeypatch.setattr(os, "pwrite", lambda fd, data, off: (_ for _ in ()).throw(OSError(errno.EIO, "injected")))
     with pytest.raises(OSError):
@@ -142,7 +144,7 @@ def test_a_checkpoint_counts_only_once_whole(tmp_path, monkeypatch):
     assert found.checkpoint.cursor == 200 and found.slot == 1
     cpf.close()
     # A successor numbers on and never writes over the newest whole one.
-    succ = CheckpointFile(folder, prefix)
+    succ = CheckpointFile(own, prefix)
     succ.continue_after(found)
     b_before = b.read_bytes()
     succ.write(_cp(250))
@@ -154,13 +156,15 @@ def test_a_checkpoint_counts_only_once_whole(tmp_path, monkeypatch):
         assert read_checkpoint(folder, prefix).checkpoint.cursor == 200
         a.write_bytes(good)
     succ.discard()
+    own.close()
     assert not a.exists() and not b.exists()
 
 
 def test_a_checkpoint_of_another_version_is_refused(tmp_path):
-    cpf = CheckpointFile(str(tmp_path), "p")
-    cpf.write(_cp(1, version=99))
-    cpf.close()
+    with OwnFolder(str(tmp_path), trace_file_names("p")) as own:
+        cpf = CheckpointFile(own, "p")
+        cpf.write(_cp(1, version=99))
+        cpf.close()
     with pytest.raises(ValueError, match="version 99"):
         read_checkpoint(str(tmp_path), "p")
 

@@ -55,9 +55,11 @@ ONCE = [
     Fault(S, "fsync", "batch", 1, "EIO"),
     Fault(S, "fsync", "manifest", 3, "ENOSPC"),
     Fault(S, "fsync", "folder", 2, "EIO"),
-    Fault(S, "rename", "batch", 1, "ENOSPC"),
-    Fault(S, "rename", "batch", 2, "EIO"),  # the .bin is in place already, the .json is not
-    Fault(S, "rename", "manifest", 2, "ENOSPC"),
+    # the serializer's openat and renameat are relative to its folder opened once: matched by the bare names of
+    # the row's role (see trace_paths), counted as they were by path
+    Fault(S, "renameat", "batch", 1, "ENOSPC"),
+    Fault(S, "renameat", "batch", 2, "EIO"),  # the .bin is in place already, the .json is not
+    Fault(S, "renameat", "manifest", 2, "ENOSPC"),
     # the encoder's openat and renameat are relative to its folder opened once: matched by that descriptor, the
     # folder's own open (at its start) the 1st openat; per clip the remuxed video's, then the metadata's
     Fault(E, "openat", "folder", 3, "EIO"),  # the first metadata
@@ -72,7 +74,7 @@ PERSISTENT = [
     Fault(S, "openat", "batch", 1, "EIO", True),
     Fault(S, "write", "batch", 1, "EIO", True),
     Fault(S, "fsync", "folder", 1, "EIO", True),
-    Fault(S, "rename", "manifest", 2, "ENOSPC", True),
+    Fault(S, "renameat", "manifest", 2, "ENOSPC", True),
     Fault(E, "openat", "folder", 3, "ENOSPC", True),
     Fault(E, "write", "meta", 1, "EIO", True),
     Fault(E, "fsync", "video", 1, "ENOSPC", True),

@@ -15,7 +15,8 @@ back to its checkpoint lands on a frame boundary and goes on with new frames.
 
 A batch becomes visible only through ``commit()``: both files fsynced and
 moved into place, the folder fsynced; the manifest (written by the caller)
-is the last to name it.
+is the last to name it. Every file is created, moved and read back relative
+to the recording's folder opened once (``envrec.formats.ownfolder``).
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from envrec.formats.atomic import TMP_SUFFIX, commit_file, discard_file, file_crc32, fsync_dir, open_new, tmp_path_for
+from envrec.formats.atomic import TMP_SUFFIX, stream_crc32
 from envrec.formats.compression import JSON_ZST_SUFFIX, json_compressor
 from envrec.formats.fullwrite import writev_all
+from envrec.formats.ownfolder import OwnFolder
 from envrec.formats.trace_format import BatchEntry, batch_names
 
 if TYPE_CHECKING:
@@ -45,15 +47,15 @@ ALIGN = 8
 class BatchWriter:
     """One batch being written: temporary ``.bin`` and ``.json`` in the output folder."""
 
-    def __init__(self, folder: str, prefix: str, first_episode: int, head_part: dict | None = None,
+    def __init__(self, own: OwnFolder, prefix: str, first_episode: int, head_part: dict | None = None,
                  compress_json: bool = False) -> None:
         """Args:
-            folder, prefix: where, and the recording's prefix.
+            own, prefix: the recording's folder (opened once) and its prefix.
             first_episode: the index of its first record's episode.
             head_part: ``{"index", "first_step"}`` when its first record continues an episode (a part p >= 1).
             compress_json: write the batch's JSON as zstd frames (``.json.zst``).
         """
-        self.folder = folder
+        self.own = own
         self.first = first_episode
         self.head_part = head_part
         self.continues = False  # its last record is a part continued in the next batch
@@ -61,10 +63,13 @@ class BatchWriter:
         self._zstd: Any = json_compressor() if compress_json else None
         self._frame: Any = None  # the zstd frame being written (a compressobj)
         self.json_name += JSON_ZST_SUFFIX if compress_json else ""
-        self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
-        self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
-        self.bin = open_new(self.bin_tmp, "w+b", buffering=FILE_BUFFER_BYTES)  # read too: a part's last row (read_bin)
-        self.json = open_new(self.json_tmp, "wb", buffering=FILE_BUFFER_BYTES)
+        self.bin_tmp, self.json_tmp = own.tmp_name(self.bin_name), own.tmp_name(self.json_name)
+        self.bin = _create(own, self.bin_tmp, "w+b")  # read too: a part's last row (read_bin)
+        try:
+            self.json = _create(own, self.json_tmp, "wb")
+        except BaseException:
+            own.discard(self.bin, self.bin_tmp)
+            raise
         self.bin_size = 0
         self.json_size = 0
         self.episodes = 0
@@ -73,25 +78,26 @@ class BatchWriter:
         self._write_json(b'{"episodes": [')
 
     @classmethod
-    def reopen(cls, folder: str, prefix: str, state: dict) -> BatchWriter:
+    def reopen(cls, own: OwnFolder, prefix: str, state: dict) -> BatchWriter:
         """The batch a dead serializer was writing, cut back to its last checkpoint (see ``state``)."""
         self = cls.__new__(cls)
-        self.folder = folder
+        self.own = own
         self.first = state["first"]
         self.head_part, self.continues = state.get("head_part"), state.get("continues", False)
         self.json_name, self.bin_name = batch_names(prefix, self.first, self.head_part["index"] if self.head_part else 0)
         self._zstd = json_compressor() if state.get("json_zst") else None
         self._frame = None
         self.json_name += JSON_ZST_SUFFIX if self._zstd is not None else ""
-        self.bin_tmp = tmp_path_for(os.path.join(folder, self.bin_name))
-        self.json_tmp = tmp_path_for(os.path.join(folder, self.json_name))
+        self.bin_tmp, self.json_tmp = own.tmp_name(self.bin_name), own.tmp_name(self.json_name)
         for old, final, new in (
             (state["bin_tmp"], self.bin_name, self.bin_tmp),
             (state["json_tmp"], self.json_name, self.json_tmp),
         ):
-            os.replace(_find_batch_file(folder, old, final), new)
-        self.bin = open(self.bin_tmp, "r+b", buffering=FILE_BUFFER_BYTES)
-        self.json = open(self.json_tmp, "r+b", buffering=FILE_BUFFER_BYTES)
+            found = _find_batch_file(own, own.name_of(old), final)
+            if found != new:
+                own.replace(found, new)
+        self.bin = own.open_existing(self.bin_tmp, "r+b", buffering=FILE_BUFFER_BYTES)
+        self.json = own.open_existing(self.json_tmp, "r+b", buffering=FILE_BUFFER_BYTES)
         self.bin_size, self.json_size = state["bin_size"], state["json_size"]
         for f, size in ((self.bin, self.bin_size), (self.json, self.json_size)):
             f.truncate(size)
@@ -107,8 +113,8 @@ class BatchWriter:
         self.json.flush()
         return {
             "first": self.first,
-            "bin_tmp": self.bin_tmp,
-            "json_tmp": self.json_tmp,
+            "bin_tmp": os.path.join(self.own.path, self.bin_tmp),  # paths, as checkpoints have always said
+            "json_tmp": os.path.join(self.own.path, self.json_tmp),
             "bin_size": self.bin_size,
             "json_size": self.json_size,
             "episodes": self.episodes,
@@ -230,11 +236,11 @@ class BatchWriter:
         self._end_frame()
         self.bin.flush()
         fault("commit:bin-written")
-        commit_file(self.bin, self.bin_tmp, os.path.join(self.folder, self.bin_name), sync_dir=False)
+        self.own.commit(self.bin, self.bin_tmp, self.bin_name, sync_dir=False)
         fault("commit:bin")
-        commit_file(self.json, self.json_tmp, os.path.join(self.folder, self.json_name), sync_dir=False)
+        self.own.commit(self.json, self.json_tmp, self.json_name, sync_dir=False)
         fault("commit:json")
-        fsync_dir(self.folder)
+        self.own.fsync()
         entry: BatchEntry = {
             "first": self.first,
             "len": self.episodes,
@@ -244,8 +250,8 @@ class BatchWriter:
             "json_bytes": self.json_size,
             "bin_bytes": self.bin_size,
             "array_bytes": self.array_bytes,
-            "json_crc32": file_crc32(os.path.join(self.folder, self.json_name)),
-            "bin_crc32": file_crc32(os.path.join(self.folder, self.bin_name)),
+            "json_crc32": self._crc32(self.json_name),
+            "bin_crc32": self._crc32(self.bin_name),
         }
         if self.head_part:
             entry["head_part"] = self.head_part
@@ -253,21 +259,32 @@ class BatchWriter:
             entry["continues"] = True
         return entry
 
+    def _crc32(self, name: str) -> int:
+        with self.own.open_read(name) as f:
+            return stream_crc32(f)
+
     def abort(self) -> None:
         """Drop the batch: close and remove its temporary files."""
-        discard_file(self.bin, self.bin_tmp)
-        discard_file(self.json, self.json_tmp)
+        self.own.discard(self.bin, self.bin_tmp)
+        self.own.discard(self.json, self.json_tmp)
 
 
-def _find_batch_file(folder: str, tmp: str, final: str) -> str:
+def _create(own: OwnFolder, tmp: str, mode: str) -> Any:
+    """This process's temporary file ``tmp``, new: a file of the same name (a dead process of the same pid's) is
+    removed first; a symlink planted there is removed too, never written through (``O_EXCL|O_NOFOLLOW``)."""
+    own.unlink(tmp)
+    return own.open_new(tmp, mode, buffering=FILE_BUFFER_BYTES)
+
+
+def _find_batch_file(own: OwnFolder, tmp: str, final: str) -> str:
     """Where a checkpointed batch file is now: its temporary name, one a failed successor gave it, or its
     final name (its writer died inside a commit, before the manifest named the batch)."""
-    if os.path.exists(tmp):
+    if own.lstat(tmp) is not None:
         return tmp
-    for name in os.listdir(folder):
+    for name in own.listdir():
         if name.startswith(f".{final}.") and name.endswith(TMP_SUFFIX):
-            return os.path.join(folder, name)
-    return os.path.join(folder, final)
+            return name
+    return final
 
 
 def _fill(shape: Any, by_key: dict) -> Any:

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 from envrec.formats.fullwrite import pwrite_all
 from envrec.formats.ownfolder import OwnFolder
-from envrec.formats.trace_format import BatchEntry, checkpoint_names, trace_file_names
+from envrec.formats.trace_format import BatchEntry, checkpoint_names
 
 __all__ = ["CHECKPOINT_VERSION", "Checkpoint", "CheckpointFile", "Found", "read_checkpoint"]
 
@@ -101,9 +101,14 @@ class CheckpointFile:
     rename cost 0.26-0.35 ms here); a short write is completed (``pwrite_all``), a failed one raises.
     """
 
-    def __init__(self, folder: str, prefix: str) -> None:
-        self.paths = [os.path.join(folder, name) for name in checkpoint_names(prefix)]
-        self._prefix = prefix
+    def __init__(self, own: OwnFolder, prefix: str) -> None:
+        """Args:
+            own: the recording's folder opened once: the slots are opened and removed relative to it.
+            prefix: the recording's.
+        """
+        self.own = own
+        self.names = checkpoint_names(prefix)
+        self.paths = [os.path.join(own.path, name) for name in self.names]
         self._fds: list[int | None] = [None, None]
         self._seq = 0
         self._live = 1  # the slot holding the newest whole checkpoint: the next one goes to the other
@@ -116,8 +121,9 @@ class CheckpointFile:
         slot = 1 - self._live
         fd = self._fds[slot]
         if fd is None:
-            # O_NOFOLLOW: a symlink planted at a slot's name is refused (the worker fails loudly), never written through
-            fd = self._fds[slot] = os.open(self.paths[slot], os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            # a symlink (or anything but a regular file) planted at a slot's name is refused (the worker fails
+            # loudly), never written through
+            fd = self._fds[slot] = self.own.open_fd(self.names[slot], os.O_WRONLY | os.O_CREAT)
         pwrite_all(fd, encode(cp, self._seq + 1), 0)  # bytes after it, from a longer one before, are ignored
         self._seq += 1
         self._live = slot
@@ -131,10 +137,8 @@ class CheckpointFile:
     def discard(self) -> None:
         """No successor can come: the checkpoint has no reader left."""
         self.close()
-        folder = os.path.dirname(self.paths[0])
-        with OwnFolder(folder, trace_file_names(self._prefix)) as own:
-            for path in self.paths:
-                own.unlink(os.path.basename(path))
+        for name in self.names:
+            self.own.unlink(name)
 
 
 def read_checkpoint(folder: str, prefix: str) -> Found | None:

@@ -16,8 +16,8 @@ import os
 from typing import Any
 
 from envrec.contract.records import TraceLayout
-from envrec.formats.atomic import discard_file, tmp_path_for
 from envrec.formats.compression import Compression
+from envrec.formats.ownfolder import OwnFolder
 from envrec.formats.schema import Leaf
 
 from .field_sinks import ArrayField, ChunkPacker, JsonField
@@ -38,9 +38,9 @@ def _structure(spec: dict, key: tuple) -> Any:
 class EpisodeFields:
     """Every field of an episode, keyed by ``("observations", *path)`` and so on; owns the spill files."""
 
-    def __init__(self, folder: str, prefix: str, layout: TraceLayout, obs_spec: dict, act_spec: dict,
+    def __init__(self, own: OwnFolder, prefix: str, layout: TraceLayout, obs_spec: dict, act_spec: dict,
                  compression: Compression | None) -> None:
-        self.folder, self.prefix = folder, prefix
+        self.own, self.prefix = own, prefix  # the spills are created and removed relative to the folder opened once
         self.arrays: list[ArrayField] = []
         self.jsons: list[JsonField] = []
         self.spills: list[tuple[Spill, str]] = []  # (spill, path), in creation order (checkpoints rely on it)
@@ -79,8 +79,8 @@ class EpisodeFields:
         return any(f.packer is not None for f in self.arrays)
 
     def _spill(self) -> Spill:
-        path = tmp_path_for(os.path.join(self.folder, f"{self.prefix}.spill{len(self.spills)}"))
-        f = Spill(path)
+        path = os.path.join(self.own.path, self.own.tmp_name(f"{self.prefix}.spill{len(self.spills)}"))
+        f = Spill(path, self.own)
         self.spills.append((f, path))
         return f
 
@@ -123,5 +123,6 @@ class EpisodeFields:
     def close(self) -> None:
         """Close and remove every spill file."""
         for f, path in self.spills:
-            discard_file(f, path)
+            f.close()
+            self.own.discard(None, os.path.basename(path))
         self.spills.clear()

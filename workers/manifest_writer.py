@@ -13,7 +13,6 @@ files are deleted (a successor deletes what an interrupted eviction left).
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
@@ -27,13 +26,12 @@ from envrec.formats.trace_format import (
     BatchEntry,
     Manifest,
     manifest_document,
-    read_manifest,
+    read_manifest_in,
     recording_batches,
     segment_document,
     segment_name,
-    trace_file_names,
     unnamed_batch_files,
-    write_manifest,
+    write_manifest_into,
 )
 
 from .poison_log import PoisonLog
@@ -60,10 +58,18 @@ class Totals:
 
 
 class ManifestWriter:
-    """The batches a recording names, kept as segments plus the head's list."""
+    """The batches a recording names, kept as segments plus the head's list.
 
-    def __init__(self, folder: str, prefix: str, fault: Callable[[str], None] = lambda name: None) -> None:
-        self.folder = folder
+    Args:
+        own: the recording's folder opened once (``trace_file_names``): every file this writer writes or removes,
+            relative to it, of the recording's naming only.
+        prefix: the recording's.
+        fault: the fault points (see envrec.contract.faults).
+    """
+
+    def __init__(self, own: OwnFolder, prefix: str, fault: Callable[[str], None] = lambda name: None) -> None:
+        self.own = own
+        self.folder = own.path
         self.prefix = prefix
         self.fault = fault
         self.batches: list[BatchEntry] = []  # the head's: the segment being filled
@@ -94,8 +100,8 @@ class ManifestWriter:
             "poisoned": self.poisoned.entries,
         }
 
-    def write_head(self, path: str, cfg: SerializerConfig, orphan_steps: int, **doc) -> None:
-        """Write the head manifest at ``path``: ``cfg``'s recording, the counters, this writer's keys and
+    def write_head(self, name: str, cfg: SerializerConfig, orphan_steps: int, **doc) -> None:
+        """Write the head manifest ``name``: ``cfg``'s recording, the counters, this writer's keys and
         ``doc`` (``complete``, ``closed_cleanly``, ``stats``, ``error``, ``terminated_by``: see ``manifest_document``)."""
         counters = {**asdict(self.named), "orphan_steps": orphan_steps, "records_poisoned": self.poisoned.count}
         manifest = manifest_document(
@@ -104,7 +110,7 @@ class ManifestWriter:
         )
         manifest.update(self.head_fields())
         manifest["writer"]["env_pid"] = os.getppid()  # the env process that started this worker
-        write_manifest(path, manifest)
+        write_manifest_into(self.own, name, manifest)
 
     def figures(self) -> dict[str, int]:
         """What was committed, evictions included, for the serializer's summary."""
@@ -137,7 +143,8 @@ class ManifestWriter:
     def add(self, entry: BatchEntry) -> None:
         """Name a committed batch (the caller writes the head next)."""
         if len(self.batches) >= SEGMENT_BATCHES:
-            write_manifest(self._segment_path(self.next_segment), segment_document(self.prefix, self.next_segment, self.batches))
+            name = segment_name(self.prefix, self.next_segment)
+            write_manifest_into(self.own, name, segment_document(self.prefix, self.next_segment, self.batches))
             self.fault("commit:segment")
             self.next_segment += 1
             self.batches = []
@@ -158,11 +165,11 @@ class ManifestWriter:
         while self.named.bytes > max_bytes and self.named.batches > 1:
             if self.first_segment < self.next_segment:
                 k = self.first_segment
-                entries = read_manifest(self._segment_path(k))["batches"]
+                entries = read_manifest_in(self.own, segment_name(self.prefix, k))["batches"]
                 while entries and self.named.bytes > max_bytes and self.named.batches > 1:
                     doomed.append(self._forget(entries.pop(0), run))
                 if entries:
-                    write_manifest(self._segment_path(k), segment_document(self.prefix, k, entries))
+                    write_manifest_into(self.own, segment_name(self.prefix, k), segment_document(self.prefix, k, entries))
                 else:
                     dropped_segments.append(k)
                     self.first_segment += 1
@@ -198,7 +205,7 @@ class ManifestWriter:
         for entry in self.all_entries():
             named.update(n for n in (entry["fn"], entry.get("bin")) if n)
         seg_file = re.compile(re.escape(self.prefix) + r"\.m(\d{6})\.manifest\.json$")
-        removed = [n for n in os.listdir(self.folder) if (m := seg_file.match(n)) and int(m.group(1)) < self.first_segment]
+        removed = [n for n in self.own.listdir() if (m := seg_file.match(n)) and int(m.group(1)) < self.first_segment]
         removed += unnamed_batch_files(self.folder, self.prefix, named)
         for name in removed:
             _unlink(self.own, name)
@@ -207,14 +214,6 @@ class ManifestWriter:
     def all_entries(self) -> list[BatchEntry]:
         head: Manifest = {"prefix": self.prefix, **self.head_fields()}
         return recording_batches(self.folder, head)
-
-    @functools.cached_property
-    def own(self) -> OwnFolder:
-        """The recording's folder opened once: every file this writer removes, of the recording's naming only."""
-        return OwnFolder(self.folder, trace_file_names(self.prefix))
-
-    def _segment_path(self, k: int) -> str:
-        return os.path.join(self.folder, segment_name(self.prefix, k))
 
 
 def _unlink(own: OwnFolder, name: str) -> None:

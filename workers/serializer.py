@@ -3,7 +3,14 @@
 It keeps one episode open at a time (see ``batch_writer`` for how its fields
 stream to disk), closes a batch once it reaches the target size or the commit
 interval (an open episode cut into parts: see ``episode_parts``), and after
-each batch rewrites the manifest atomically: a reader sees complete batches."""
+each batch rewrites the manifest atomically: a reader sees complete batches.
+
+Every file it writes, moves or removes (batches, manifest and segments,
+checkpoints, spills, their temporary files) is one of the recording's own
+names (``PREFIX.*``, ``.PREFIX.*``), relative to the recording's folder opened
+once at its start (``envrec.formats.ownfolder``): a symlink planted at a name
+is refused, and a folder swapped for another (or a symlink) mid-recording
+changes nothing, the recording goes on in the folder it opened."""
 
 from __future__ import annotations
 
@@ -17,9 +24,9 @@ import numpy as np
 from envrec.contract.protocol import CheckpointingHandler, Kind, SerializerConfig, Status, StatusSink
 from envrec.contract.records import TraceLayout
 from envrec.contract.ring_reader import RUN, RecordRun
-from envrec.errors import RecordError
 from envrec.formats.atomic import remove_stale_tmp
-from envrec.formats.trace_format import BatchEntry, manifest_name, read_manifest
+from envrec.formats.ownfolder import OwnFolder
+from envrec.formats.trace_format import BatchEntry, manifest_name, read_manifest, trace_file_names
 
 from .batch_writer import BatchWriter
 from .checkpoint import Checkpoint, CheckpointFile, read_checkpoint
@@ -50,15 +57,17 @@ class Serializer(CheckpointingHandler):
     def __init__(self, cfg: SerializerConfig, status: StatusSink | None = None) -> None:
         super().__init__(cfg, status)
         self.layout = TraceLayout.from_specs(cfg.observation_space, cfg.action_space)
+        # every file, relative to it (see above); FolderChanged when it is not the folder the env process opened
+        self.own = OwnFolder(cfg.folder, trace_file_names(cfg.prefix), expect=cfg.folder_id)
         self.manifest_path = os.path.join(cfg.folder, manifest_name(cfg.prefix))
-        self.fields = EpisodeFields(cfg.folder, cfg.prefix, self.layout, cfg.observation_space, cfg.action_space, cfg.compression)
+        self.fields = EpisodeFields(self.own, cfg.prefix, self.layout, cfg.observation_space, cfg.action_space, cfg.compression)
         self._wire_handlers()
         self._runs = StepRunWriter.for_layout(self.layout, self.fields, cfg.faults)
         obs_keys = [k for k in self.layout.reset_sections() if k[0] == "observations"]
         self.parts = EpisodeParts(self.fields, obs_keys, cfg.batch_bytes, cfg.commit_interval)
         self.batch: BatchWriter | None = None
         self.faults = cfg.faults.injector()
-        self.manifest = ManifestWriter(cfg.folder, cfg.prefix, self.faults.point)
+        self.manifest = ManifestWriter(self.own, cfg.prefix, self.faults.point)
         self.commits = self.commit_us = 0  # batch commits, and microseconds spent in them
         self.episode_open = False
         self.episodes_written = self.steps_total = self.records = self.orphan_steps = 0
@@ -67,7 +76,7 @@ class Serializer(CheckpointingHandler):
         self.error: str | None = None
         self._since_checkpoint = 0
         self._checkpoint_at = 0.0
-        self._cp_file = CheckpointFile(cfg.folder, cfg.prefix)
+        self._cp_file = CheckpointFile(self.own, cfg.prefix)
         self.position = 0  # ring position where the record being handled starts
         self._cp_in_episode = False  # the last checkpoint needs the open episode's spill data
         self.suspect = cfg.suspect  # the record its predecessor failed on (see envrec.contract.protocol.Suspect)
@@ -124,7 +133,7 @@ class Serializer(CheckpointingHandler):
             self.records, self.steps_total = cp.records, cp.steps_total
             self.orphan_steps, self.episodes_written = cp.orphan_steps, cp.episodes_written
             if cp.batch is not None:
-                self.batch = BatchWriter.reopen(self.cfg.folder, self.cfg.prefix, cp.batch)
+                self.batch = BatchWriter.reopen(self.own, self.cfg.prefix, cp.batch)
                 self.parts.batch_opened()
             self.episode_open, self._ep = cp.episode_open, self.parts.resume_ep(cp.ep)
             self.fields.restore(cp.arrays, cp.jsons, cp.filters)
@@ -137,9 +146,7 @@ class Serializer(CheckpointingHandler):
             # dropping the predecessor's spills (a successor of ours may need them until then).
             self.checkpoint(self.resume_cursor, pending=pending)  # still pending until our manifest is written
             for old_path, _ in cp.spills:  # the checkpoint's paths: of this recording's naming, in its folder, only
-                if os.path.dirname(old_path) != self.cfg.folder:
-                    raise RecordError(f"the checkpoint names a spill outside the recording's folder: {old_path!r}")
-                self.manifest.own.unlink(os.path.basename(old_path))
+                self.own.unlink(self.own.name_of(old_path))
         else:
             self.episodes_written = self.manifest.named.episodes + self.manifest.evicted.episodes
         remove_stale_tmp(self.cfg.folder, self.cfg.prefix)  # what the dead worker left and nothing needs
@@ -195,6 +202,7 @@ class Serializer(CheckpointingHandler):
 
     def discard_checkpoint(self) -> None:
         self._cp_file.discard()
+        self.own.close()  # the worker's last word on the folder
 
     def _handle(self, rec) -> bool:
         self.faults.point("record")
@@ -231,7 +239,7 @@ class Serializer(CheckpointingHandler):
     def _open_episode(self, head_part: dict | None) -> None:
         """Start the open episode's fields (or its next part's, ``head_part``: then in a batch of its own)."""
         if self.batch is None:
-            self.batch = BatchWriter(self.cfg.folder, self.cfg.prefix, self.episodes_written, head_part,
+            self.batch = BatchWriter(self.own, self.cfg.prefix, self.episodes_written, head_part,
                                      compress_json=self.fields.compressed)
             self.parts.batch_opened()
         self.batch.pad_bin()
@@ -371,7 +379,7 @@ class Serializer(CheckpointingHandler):
             self.batch.abort()
             self.batch = None
         if clean and self._recorded_nothing():
-            self.manifest.own.unlink(os.path.basename(self.manifest_path))
+            self.own.unlink(os.path.basename(self.manifest_path))
         else:
             self.write_manifest(complete=True, clean=clean, terminated_by=terminated_by)
         self.fields.close()
@@ -413,6 +421,6 @@ class Serializer(CheckpointingHandler):
     def write_manifest(self, complete: bool, clean: bool = True, terminated_by: str | None = None) -> None:
         stats = {"env_process": self.env_stats, "serializer": {**self.summary(), "process": resources()}} if complete else None
         self.manifest.write_head(
-            self.manifest_path, self.cfg, orphan_steps=self.orphan_steps, complete=complete, closed_cleanly=clean,
+            os.path.basename(self.manifest_path), self.cfg, orphan_steps=self.orphan_steps, complete=complete, closed_cleanly=clean,
             stats=stats, error=self.error, terminated_by=terminated_by,
         )

@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterator
 
 from envrec.formats.fullwrite import pwrite_all, write_all
+from envrec.formats.ownfolder import OwnFolder
 
 __all__ = ["MEMORY_BYTES", "Spill", "append_file"]
 
@@ -47,11 +48,23 @@ def append_file(src_fd: int, dst_fd: int, n: int) -> None:
 
 
 class Spill:
-    """One field's data for the open episode: a temporary file plus its tail in memory."""
+    """One field's data for the open episode: a temporary file plus its tail in memory.
 
-    def __init__(self, path: str) -> None:
+    Args:
+        path: the spill file (created, or emptied).
+        own: the recording's folder opened once, which ``path`` is in: the file is created and a predecessor's
+            read relative to it, by one of the recording's own names (``envrec.formats.ownfolder``).
+    """
+
+    def __init__(self, path: str, own: OwnFolder | None = None) -> None:
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)  # never through a link
+        self._own = own
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC
+        if own is not None:
+            self._fd = own.open_fd(own.name_of(path), flags, 0o666)  # never through a link, a regular file only
+        else:  # a spill of its own (tools, tests): its folder opened for this one file
+            with OwnFolder(os.path.dirname(path) or ".") as folder:
+                self._fd = folder.open_fd(os.path.basename(path), flags, 0o666)
         self._tail = bytearray()
         self._in_file = 0  # bytes of the content that are in the file (the tail follows them)
 
@@ -76,7 +89,7 @@ class Spill:
         checkpoint counted them) and nothing else; OSError if that file is shorter."""
         self.rewind()
         os.lseek(self._fd, 0, os.SEEK_SET)
-        with open(path, "rb") as src:
+        with open(path, "rb") if self._own is None else self._own.open_read(self._own.name_of(path)) as src:
             append_file(src.fileno(), self._fd, size)
         self._in_file = size
 

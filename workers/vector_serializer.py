@@ -71,6 +71,7 @@ class VectorSerializer(Handler):
                     cfg.folder, f"{cfg.prefix}.env{i}", cfg.observation_space, cfg.action_space, cfg.batch_bytes,
                     cfg.env_id, {**cfg.settings, "sub_env": i}, checkpoints=False,
                     compression=cfg.compression, max_bytes=cfg.max_bytes, commit_interval=cfg.commit_interval,
+                    folder_id=cfg.folder_id,
                 )
             )
             for i in range(cfg.num_envs)

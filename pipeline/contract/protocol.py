@@ -199,6 +199,9 @@ class SerializerConfig:
     suspect: Suspect | None = None  # a successor's: the record its predecessor failed on
     commit_interval: float | None = 5.0  # seconds a handled record may stay uncommitted (None: by size only)
     env: dict | None = None  # the manifest's "env": what replay needs to recreate the env (None: not known)
+    # (st_dev, st_ino) of the folder the env process opened: a serializer (a successor too) that finds another
+    # folder at ``folder`` (swapped for a symlink since) writes nothing (see envrec.formats.ownfolder)
+    folder_id: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,7 @@ class VectorSerializerConfig:
     max_bytes: int | None = None
     faults: FaultSpec = NO_FAULT  # injected on purpose, for tests: at "start" only (see envrec.contract.faults)
     commit_interval: float | None = 5.0  # as SerializerConfig's
+    folder_id: tuple[int, int] | None = None  # as SerializerConfig's
 
 
 @dataclass(frozen=True)

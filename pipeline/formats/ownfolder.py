@@ -32,7 +32,7 @@ from typing import IO, Any, Self
 
 from ..errors import RecordError
 
-__all__ = ["FolderChanged", "OwnFolder", "plain_name"]
+__all__ = ["FolderChanged", "OwnFolder", "folder_identity", "plain_name"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _NEW_FLAGS = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -45,6 +45,12 @@ class FolderChanged(RecordError):
 def plain_name(name: object) -> bool:
     """Whether ``name`` is a plain file name of a folder: no ``/``, not ``.`` or ``..``, no NUL, not empty."""
     return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
+
+
+def folder_identity(path: str) -> tuple[int, int]:
+    """The ``identity`` of the folder at ``path`` (followed if a symlink), for another process's ``expect=``."""
+    with OwnFolder(path) as own:
+        return own.identity
 
 
 def _untmp(name: str) -> str:
@@ -107,6 +113,14 @@ class OwnFolder:
             raise RecordError(f"{name!r} is not a file this recorder writes in {self.path}: it is left alone")
         return name
 
+    def name_of(self, path: str) -> str:
+        """The name of ``path``, a file of this folder given by its path (``os.path.join(path_of_folder, name)``,
+        as a checkpoint records it), checked as ``name``; RecordError for a path in any other folder."""
+        folder, name = os.path.split(path)
+        if folder not in ("", self.path):
+            raise RecordError(f"{path!r} is not in {self.path}: it is left alone")
+        return self.name(name)
+
     def proc_path(self, name: str) -> str:
         """A path to ``name`` through this folder's descriptor, for a child process given ``pass_fds=(fd,)``
         (ffmpeg): it names the opened folder, whatever is at ``path`` by then."""
@@ -132,6 +146,28 @@ class OwnFolder:
         fd = os.open(self.name(name), access | _NEW_FLAGS, 0o644, dir_fd=self.fd)
         try:
             return open(fd, mode, buffering=buffering, encoding=None if "b" in mode else "utf-8")
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def open_fd(self, name: str, flags: int, mode: int = 0o644) -> int:
+        """A raw descriptor of ``name`` opened with ``flags`` (``O_NOFOLLOW|O_CLOEXEC`` added: a symlink at the
+        name is refused) relative to the folder; one that is not a regular file is refused too."""
+        fd = os.open(self.name(name), flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=self.fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise RecordError(f"{name} in {self.path} is not a regular file: it is not written")
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def open_existing(self, name: str, mode: str = "r+b", buffering: int = -1) -> IO[bytes]:
+        """``name``, a regular file already there, opened for reading and writing (not through a symlink)."""
+        fd = self.open_fd(name, os.O_RDWR)
+        try:
+            return open(fd, mode, buffering=buffering)
         except BaseException:
             os.close(fd)
             raise

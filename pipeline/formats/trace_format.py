@@ -45,6 +45,7 @@ from ..errors import ConfigError, TraceError
 from ..option_checks import Accepts
 from .atomic import write_atomic
 from .inside import open_inside
+from .ownfolder import OwnFolder
 from .trace_checks import check_manifest, parse_json, safe_prefix
 
 __all__ = [
@@ -65,11 +66,13 @@ __all__ = [
     "ndarray_descriptor",
     "position_after",
     "read_manifest",
+    "read_manifest_in",
     "segment_document",
     "segment_name",
     "trace_file_names",
     "unnamed_batch_files",
     "write_manifest",
+    "write_manifest_into",
 ]
 
 FORMAT_NAME = "envrec.trace"
@@ -193,8 +196,19 @@ def ndarray_descriptor(shape, dtype: str, npyfile: str, offset: int, size: int) 
 
 
 def write_manifest(path: str, doc: Manifest) -> None:
-    """The one writer of manifests and segments: strict JSON, replaced atomically."""
-    write_atomic(path, json.dumps(doc, allow_nan=False, indent=1).encode("utf-8"))
+    """A manifest or segment written at ``path`` (strict JSON, replaced atomically), for tools and tests; a
+    recorder writes its own into its folder opened once (``write_manifest_into``)."""
+    write_atomic(path, manifest_bytes(doc))
+
+
+def write_manifest_into(own: OwnFolder, name: str, doc: Manifest) -> None:
+    """The recorders' writer of manifests and segments: ``name`` in the folder opened once (one of the
+    recording's own names, or ``RecordError``), strict JSON, replaced atomically (``OwnFolder.write_atomic``)."""
+    own.write_atomic(name, manifest_bytes(doc))
+
+
+def manifest_bytes(doc: Manifest) -> bytes:
+    return json.dumps(doc, allow_nan=False, indent=1).encode("utf-8")
 
 
 def read_manifest(path: str) -> Manifest:
@@ -204,7 +218,17 @@ def read_manifest(path: str) -> Manifest:
     files: a symlink is not followed."""
     folder, name = os.path.split(path)
     with open_inside(folder or ".", name, name) as f:
-        doc = check_manifest(parse_json(f.read(), name), name)
+        return _manifest_of(f.read(), name)
+
+
+def read_manifest_in(own: OwnFolder, name: str) -> Manifest:
+    """``read_manifest`` of ``name`` in a folder opened once (a regular file, not through a symlink)."""
+    with own.open_read(name) as f:
+        return _manifest_of(f.read(), name)
+
+
+def _manifest_of(data: bytes, name: str) -> Manifest:
+    doc = check_manifest(parse_json(data, name), name)
     if doc.get("format") == FORMAT_NAME and doc.get("version", FORMAT_VERSION) > FORMAT_VERSION:
         raise TraceError(f"{name} has format version {doc['version']}, newer than this envrec reads")
     return doc  # type: ignore[return-value]  # checked by check_manifest as far as readers rely on it

@@ -23,13 +23,15 @@ Only names of the recording's own making are removed (``PREFIX.*`` and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+from collections.abc import Iterator
 
 from ..errors import ConfigError, RecordError
 from ..formats.atomic import process_alive, remove_stale_tmp
-from ..formats.ownfolder import OwnFolder
+from ..formats.ownfolder import OwnFolder, folder_identity
 from ..formats.trace_format import (
     MANIFEST_SUFFIX,
     check_prefix,
@@ -54,29 +56,57 @@ def _remove_regular(own: OwnFolder, name: str) -> bool:
         return False
 
 
-def remove_checkpoints(folder: str, prefix: str) -> None:
-    try:
-        own = OwnFolder(folder, trace_file_names(prefix))
-    except OSError:
-        return
-    with own:
-        for name in checkpoint_names(prefix):
-            _remove_regular(own, name)
+def remove_checkpoints(folder: str, prefix: str, own: OwnFolder | None = None) -> None:
+    """Remove the recording's checkpoints (``own``: the recorder's folder opened once, see ``remove_leftovers``)."""
+    with _opened(folder, prefix, own) as at:
+        if at is not None:
+            for name in checkpoint_names(prefix):
+                _remove_regular(at, name)
 
 
-def remove_leftovers(folder: str, prefix: str, finished: tuple[int, ...] = ()) -> list[str]:
+def remove_leftovers(folder: str, prefix: str, finished: tuple[int, ...] = (), own: OwnFolder | None = None) -> list[str]:
     """Remove the serializers' temporary files (of dead writers, or of ``finished`` ones: failed, still
-    exiting), their checkpoints and the batch files the manifest does not name; return the names removed."""
-    removed = remove_stale_tmp(folder, prefix, finished)
-    remove_checkpoints(folder, prefix)
-    try:
-        entries = recording_batches(folder, read_manifest(os.path.join(folder, manifest_name(prefix))))
-    except (OSError, ValueError, KeyError):
-        return removed  # no manifest to judge by (the serializer never wrote one): batch files stay
-    named = {n for e in entries for n in (e["fn"], e.get("bin")) if n}
-    with OwnFolder(folder, trace_file_names(prefix)) as own:
-        removed += [name for name in unnamed_batch_files(folder, prefix, named) if _remove_regular(own, name)]
+    exiting), their checkpoints and the batch files the manifest does not name; return the names removed.
+
+    ``own``: the recorder's folder opened once (left open): what is removed is removed from it, whatever is
+    at ``folder`` by now; the batch files are judged by the manifest at ``folder``, so they are left alone
+    when another folder is found there (swapped for a symlink since). Without it, ``folder`` is opened here.
+    """
+    removed = remove_stale_tmp(folder, prefix, finished, own=own)
+    remove_checkpoints(folder, prefix, own)
+    with _opened(folder, prefix, own) as at:
+        if at is None or (own is not None and not _still_at(own, folder)):
+            return removed
+        try:
+            entries = recording_batches(folder, read_manifest(os.path.join(folder, manifest_name(prefix))))
+        except (OSError, ValueError, KeyError):
+            return removed  # no manifest to judge by (the serializer never wrote one): batch files stay
+        named = {n for e in entries for n in (e["fn"], e.get("bin")) if n}
+        removed += [name for name in unnamed_batch_files(folder, prefix, named) if _remove_regular(at, name)]
     return removed
+
+
+@contextlib.contextmanager
+def _opened(folder: str, prefix: str, own: OwnFolder | None) -> Iterator[OwnFolder | None]:
+    """``own`` as it is (left open), or ``folder`` opened for the recording's names (None: it cannot be)."""
+    if own is not None:
+        yield own
+        return
+    try:
+        opened = OwnFolder(folder, trace_file_names(prefix))
+    except OSError:
+        yield None
+        return
+    with opened:
+        yield opened
+
+
+def _still_at(own: OwnFolder, folder: str) -> bool:
+    """Whether ``folder`` is still the folder ``own`` opened."""
+    try:
+        return folder_identity(folder) == own.identity
+    except OSError:
+        return False
 
 
 def _dead_recording(folder: str, name: str) -> str | None:

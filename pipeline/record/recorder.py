@@ -17,10 +17,11 @@ from typing import Any, Self
 
 from ..contract.faults import NO_FAULT, FaultSpec, from_env
 from ..contract.protocol import SerializerConfig, Status
-from ..errors import ClosedError, ConfigError, RecordTooLargeError
+from ..errors import ClosedError, ConfigError, RecordError, RecordTooLargeError
 from ..formats.atomic import remove_stale_tmp
 from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
+from ..formats.ownfolder import OwnFolder
 from ..formats.replay_fields import SNAPSHOT_INFO_KEY
 from ..formats.schema import describe_space
 from ..formats.trace_format import (
@@ -30,7 +31,9 @@ from ..formats.trace_format import (
     manifest_document,
     manifest_name,
     read_manifest,
-    write_manifest,
+    read_manifest_in,
+    trace_file_names,
+    write_manifest_into,
 )
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, check_options, optional
 from ..options import StreamOptions
@@ -84,27 +87,38 @@ def check_max_bytes(max_bytes: int | None, unit_bytes: int, unit: str = "batch_b
         )
 
 
-def record_failure_in_manifest(path: str, reason: str, *, only_if_missing: bool = False, **document: Any) -> None:
+def record_failure_in_manifest(path: str, reason: str, *, only_if_missing: bool = False, own: OwnFolder | None = None,
+                               folder_id: tuple[int, int] | None = None, **document: Any) -> None:
     """Say in a manifest why its recording stopped (its batches stay as the last worker committed them).
 
     When no serializer ever wrote the manifest, the env process writes one
     with no batches (``document``: the fields of ``manifest_document``) and
     the reason, which ``TraceReader`` quotes. ``only_if_missing``: leave an
-    existing manifest to its worker (while one may still write it). Never
-    raises: it is logged.
+    existing manifest to its worker (while one may still write it). The
+    manifest is read and written relative to its folder opened once
+    (``envrec.formats.ownfolder``): ``own``, the recorder's (left open), or the
+    folder of ``path`` opened here, which must be ``folder_id`` when given
+    (nothing is written into another folder found at the path). Never raises:
+    it is logged.
     """
+    folder, name = os.path.split(path)
     try:
+        opened = own or OwnFolder(folder or ".", lambda n: n == name, expect=folder_id)
         try:
-            if only_if_missing and os.path.exists(path):
+            try:
+                if only_if_missing and opened.lstat(name) is not None:
+                    return
+                manifest = read_manifest_in(opened, name)
+            except FileNotFoundError:
+                manifest = manifest_document(**document)
+            if manifest.get("error"):
                 return
-            manifest = read_manifest(path)
-        except FileNotFoundError:
-            manifest = manifest_document(**document)
-        if manifest.get("error"):
-            return
-        manifest["error"] = reason
-        write_manifest(path, manifest)
-    except (OSError, ValueError) as exc:
+            manifest["error"] = reason
+            write_manifest_into(opened, name, manifest)
+        finally:
+            if own is None:
+                opened.close()
+    except (OSError, ValueError, RecordError) as exc:
         logger.error("envrec: could not record the failure in %s: %s", path, exc)
 
 
@@ -193,11 +207,13 @@ class TraceRecorder:
         }
         remove_stale_tmp(self.directory, self.prefix)
         remove_dead_recordings(self.directory, keep=self.prefix)  # of recordings killed with their workers
+        self._own = OwnFolder(self.directory, trace_file_names(self.prefix))  # opened once: see _record_failure_in_manifest
+        self._folder_id = self._own.identity
 
         self._cfg = cfg = SerializerConfig(
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),
             faults=faults or from_env() or NO_FAULT, compression=compression, max_bytes=max_bytes,
-            commit_interval=commit_interval, env=env_description,
+            commit_interval=commit_interval, env=env_description, folder_id=self._folder_id,
         )
         self._stream = Stream(
             "serializer",
@@ -411,9 +427,10 @@ class TraceRecorder:
         finally:
             if self._stream.worker.exitcode != 0 or self._stream.broken is not None:
                 self._remove_leftovers()
-            remove_checkpoints(self.directory, self.prefix)  # the last serializer is gone: no successor will need it
+            remove_checkpoints(self.directory, self.prefix, self._own)  # the last serializer is gone: no successor will need it
             if self._stream.broken is not None:
                 self._record_failure_in_manifest(self._stream.broken)
+            self._own.close()
         if self._commits is not None:
             self._commits.poll(self.stats()["batches"])  # the last batches, committed by close
         logger.info("envrec: trace of %d episode(s) in %s: %s", self._episode + 1, self.manifest_path, summary_line(self.stats()))
@@ -426,17 +443,20 @@ class TraceRecorder:
 
     def _remove_leftovers(self, finished: tuple[int, ...] = ()) -> None:
         """What dead serializers left and no successor will use (``finished``: a failed one still exiting)."""
-        removed = remove_leftovers(self.directory, self.prefix, finished)
+        removed = remove_leftovers(self.directory, self.prefix, finished, self._own)
         if removed:
             logger.info("envrec: removed %d unfinished file(s) of the failed serializer: %s", len(removed), ", ".join(removed))
 
     def _record_failure_in_manifest(self, reason: str, only_if_missing: bool = False) -> None:
         """The reason in the manifest; ``only_if_missing`` when the stream breaks (a serializer that never
-        started wrote none), always at close."""
+        started wrote none), always at close. The recorder's folder is opened once (``_own``): the serializers
+        check they open the same one (``folder_id``), and what the env process writes and removes there (this
+        manifest, leftovers, checkpoints) goes into it, whatever is at its path by then."""
         cfg = self._cfg
         record_failure_in_manifest(
             self.manifest_path, reason, only_if_missing=only_if_missing, prefix=cfg.prefix, env_id=cfg.env_id,
             observation_space=cfg.observation_space, action_space=cfg.action_space, settings=cfg.settings, env=cfg.env,
+            own=self._own,
         )
 
     def _env_stats(self) -> dict[str, Any]:

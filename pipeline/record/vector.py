@@ -33,6 +33,7 @@ from ..contract.protocol import Kind, VectorSerializerConfig
 from ..errors import ClosedError, ConfigError, RecordError
 from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
+from ..formats.ownfolder import folder_identity
 from ..formats.schema import describe_space, leaf_values, leaves
 from ..formats.trace_format import PREFIX, check_prefix, default_prefix, manifest_name
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Accepts, check_options, int_in, optional
@@ -146,6 +147,7 @@ class RecordVectorTrace(VectorWrapper):
              "compression": compression.describe() if compression is not None else None, "max_bytes": max_bytes,
              "commit_interval": commit_interval},
             compression=compression, max_bytes=max_bytes, commit_interval=commit_interval,
+            folder_id=folder_identity(self.directory),
         )
         self._stream = Stream(
             "vector serializer", cfg, opts, ring_bytes=ring_bytes, where=self.directory,
@@ -237,7 +239,7 @@ class RecordVectorTrace(VectorWrapper):
             record_failure_in_manifest(
                 os.path.join(self.directory, manifest_name(prefix)), reason, only_if_missing=True, prefix=prefix,
                 env_id=self._cfg.env_id, observation_space=self._obs_spec, action_space=self._act_spec,
-                settings=self._cfg.settings,
+                settings=self._cfg.settings, folder_id=self._cfg.folder_id,
             )
 
     def close(self, **kwargs) -> None:

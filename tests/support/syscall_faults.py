@@ -73,18 +73,26 @@ class Fault:
 
 
 def trace_paths(folder: str, prefix: str, batches: int = 16, spills: int = 8) -> dict[str, list[str]]:
-    """The serializer's files by role (see workers/serializer.py, batch_writer.py, checkpoint.py)."""
+    """The serializer's files by role (see workers/serializer.py, batch_writer.py, checkpoint.py).
+
+    The serializer opens, creates and renames them relative to its folder opened once (``OwnFolder``:
+    ``openat`` and ``renameat`` on that descriptor, with the bare name), so each role lists every file twice:
+    by its bare name (matched in ``openat``/``renameat``) and by its path (matched through the file's own
+    descriptor: ``write``, ``pwrite64``, ``fsync``). Each row still counts the calls of its role alone."""
     f = folder
     batch = []
     for k in range(batches):
         stem = f"{prefix}.ep{k:09d}"
-        batch += [f"{f}/.{stem}.bin.{PID}.tmp", f"{f}/.{stem}.json.{PID}.tmp", f"{f}/{stem}.bin", f"{f}/{stem}.json"]
-    return {
-        "checkpoint": [f"{f}/.{prefix}.checkpoint.a.json", f"{f}/.{prefix}.checkpoint.b.json"],
+        batch += [f".{stem}.bin.{PID}.tmp", f".{stem}.json.{PID}.tmp", f"{stem}.bin", f"{stem}.json"]
+    names = {
+        "checkpoint": [f".{prefix}.checkpoint.a.json", f".{prefix}.checkpoint.b.json"],
         "batch": batch,
-        "manifest": [f"{f}/.{prefix}.manifest.json.{PID}.tmp", f"{f}/{prefix}.manifest.json"],
-        "spill": [f"{f}/.{prefix}.spill{i}.{PID}.tmp" for i in range(spills)],
-        "folder": [f],  # the folder's own fsync after a rename
+        "manifest": [f".{prefix}.manifest.json.{PID}.tmp", f"{prefix}.manifest.json"],
+        "spill": [f".{prefix}.spill{i}.{PID}.tmp" for i in range(spills)],
+    }
+    return {
+        **{role: [*files, *(f"{f}/{n}" for n in files)] for role, files in names.items()},
+        "folder": [f],  # the folder's own fsync after a rename (its descriptor opened once)
     }
 
 
