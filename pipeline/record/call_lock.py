@@ -35,13 +35,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..contract.ring import RingWriter
 
-__all__ = ["CLOSE_GRACE_S", "held_for_close", "take_for_close"]
+if TYPE_CHECKING:
+    from ..supervision.stream import Stream
+
+__all__ = ["CLOSE_GRACE_S", "close_once", "held_for_close", "take_for_close"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,3 +89,20 @@ def held_for_close(recorder: _Closable, ring: RingWriter) -> Iterator[None]:
         yield
     finally:
         recorder._lock.release()
+
+
+def close_once(recorder: _Closable, stream: Stream, close: Callable[[], dict | None]) -> dict | None:
+    """A recorder's ``close()``: ``close`` run once, under the lock (``held_for_close``); harmless when repeated,
+    from another thread, or in a forked child (the stream's summary then).
+
+    Args:
+        recorder: the recorder being closed (its ``_lock`` and ``_closing``).
+        stream: its stream.
+        close: the recorder's own closing, run when the stream is still open once the lock is held.
+    """
+    if stream.closed or stream.left_behind_by_fork:
+        return stream.worker.summary
+    with held_for_close(recorder, stream.ring):
+        if stream.closed:
+            return stream.worker.summary  # closed by another thread while this one waited
+        return close()

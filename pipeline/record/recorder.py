@@ -41,7 +41,7 @@ from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
 from ..supervision.stats import CallTimes, summary_line
 from ..supervision.stream import Stream, warn_start_method
-from .call_lock import held_for_close
+from .call_lock import close_once
 from .commit_watch import BatchCallback, CommitWatcher
 from .leftovers import remove_checkpoints, remove_dead_recordings, remove_leftovers
 from .oversized import info_that_fits
@@ -413,14 +413,9 @@ class TraceRecorder:
         From another thread: a call in progress is finished first, later ones raise ``ClosedError``
         (``envrec.record.call_lock``).
         """
-        if self._stream.closed or self._stream.left_behind_by_fork:
-            return self._stream.worker.summary
-        with held_for_close(self, self._stream.ring):
-            return self._close()
+        return close_once(self, self._stream, self._close)
 
     def _close(self) -> dict | None:
-        if self._stream.closed:
-            return self._stream.worker.summary  # closed by another thread while this one waited
         unregister_closer(self)
         try:
             summary = self._stream.close(final_stats=self._env_stats())

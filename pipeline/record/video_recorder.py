@@ -42,7 +42,7 @@ from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import RawRecord, RingRecord, Stream, warn_start_method
-from .call_lock import held_for_close
+from .call_lock import close_once
 from .clip_state import ClipState, delete_clip_files, mark_discarded, renamed_method, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
 from .packer import FrameRecord, frame_packer
@@ -445,14 +445,9 @@ class VideoRecorder:
         From another thread: a call in progress is finished first, later ones raise ``ClosedError``
         (``envrec.record.call_lock``).
         """
-        if self._stream.closed or self._stream.left_behind_by_fork:
-            return self._stream.worker.summary
-        with held_for_close(self, self._stream.ring):
-            return self._close()
+        return close_once(self, self._stream, self._close)
 
     def _close(self) -> dict | None:
-        if self._stream.closed:
-            return self._stream.worker.summary  # closed by another thread while this one waited
         unregister_closer(self)
         clip, self.clip = self.clip, None
         if clip is not None:
