@@ -247,21 +247,28 @@ def test_an_env_that_hangs_is_given_up_on_and_killed():
     # the conftest fixture fails this test if the probe's interpreter were still alive
 
 
-@pytest.mark.xdist_group("serial")
-def test_ctrl_c_ends_the_doctor_at_once_and_kills_its_probes():
+def _ctrl_c_after(delay: float) -> tuple[int, str, str, float]:
+    """A doctor whose env hangs, sent SIGINT ``delay`` s after its checks started: its exit status, output, and how
+    long it took to end after the signal."""
     proc = subprocess.Popen([sys.executable, "-m", "envrec", "doctor", "--only", "env,ffmpeg", "--env", env_id("Hangs")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
     try:
         first = proc.stdout.readline()  # the versions line: the checks have started
         assert first.startswith("INFO  versions"), first
-        time.sleep(2.0)
+        time.sleep(delay)
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
+        return proc.returncode, out, err, time.monotonic() - started
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == 130 and "interrupted" in err and time.monotonic() - started < 15, (out, err)
+
+
+@pytest.mark.xdist_group("serial")
+def test_ctrl_c_ends_the_doctor_at_once_and_kills_its_probes():
+    code, out, err, took = _ctrl_c_after(2.0)
+    assert code == 130 and "interrupted" in err and took < 15, (out, err)
     # the env probe (asleep in its constructor) is gone: the conftest fixture fails a test that leaves it
 
 
@@ -270,18 +277,8 @@ def test_ctrl_c_ends_the_doctor_at_once_and_kills_its_probes():
 def test_ctrl_c_at_any_point_of_the_checks_ends_the_doctor():
     """Ctrl-C while the probes start, run, and the checks' threads make new ones: each time the doctor ends at once."""
     for delay in (0.0, 0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0):
-        proc = subprocess.Popen([sys.executable, "-m", "envrec", "doctor", "--only", "env,ffmpeg", "--env", env_id("Hangs")],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
-        try:
-            assert proc.stdout.readline().startswith("INFO  versions")
-            time.sleep(delay)
-            started = time.monotonic()
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=30)
-        finally:
-            proc.kill()
-            proc.wait()
-        assert proc.returncode == 130 and "interrupted" in err and time.monotonic() - started < 15, (delay, out, err)
+        code, out, err, took = _ctrl_c_after(delay)
+        assert code == 130 and "interrupted" in err and took < 15, (delay, out, err)
 
 
 SIGINT_IN_A_THREAD = """
