@@ -35,6 +35,7 @@ __all__ = [
     "BOOL",
     "CALLABLE",
     "FOLDER",
+    "MAPPING",
     "NON_NEGATIVE_INT",
     "POSITIVE_INT",
     "POSITIVE_NUMBER",
@@ -104,6 +105,7 @@ NON_NEGATIVE_INT = int_in(0, what="an integer >= 0")
 POSITIVE_NUMBER = Accepts("a positive number", lambda v: _is_number(v) and v > 0)
 CALLABLE = Accepts("callable", callable)
 STR = Accepts("a string", lambda v: isinstance(v, str))
+MAPPING = Accepts("a dict", lambda v: isinstance(v, dict))
 FOLDER = Accepts("a folder's path (a string or os.PathLike)", lambda v: isinstance(v, str | os.PathLike))
 
 

@@ -8,11 +8,12 @@ forward by name; the two are merged, keywords winning.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
-from .option_checks import BOOL, NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_NUMBER, accepts, check_fields, one_of, optional
+from .option_checks import BOOL, FOLDER, MAPPING, NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_NUMBER, accepts, check_fields, one_of, optional
 
 __all__ = ["BACKPRESSURE_POLICIES", "StreamOptions"]
 
@@ -50,6 +51,16 @@ class StreamOptions:
             judges a worker hung.
         timing: time every call (the ``call_*`` stats; 0.1-1 µs a call).
             Default True.
+        ship_to: ship what is committed to this URL (any fsspec URL:
+            ``s3://bucket/run``, ``gs://``, ``az://``, ``file://``, or a
+            mounted folder's path) as it goes: see docs/cluster.md. The
+            recorder's prefix gets ``.HOST.PID.TIME.RAND`` appended, so every
+            recorder of a job has an id of its own under the URL. Default
+            None: nothing is shipped.
+        storage_options: passed to fsspec for ``ship_to`` (``key``,
+            ``secret``, ``endpoint_url``, ``client_kwargs``...). Default None:
+            the store's environment and configuration chains
+            (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``~/.aws``...).
 
     Raises:
         ConfigError: a field of the wrong type or out of range, naming the
@@ -73,6 +84,10 @@ class StreamOptions:
     hang_timeout_s: float | None = field(default=60.0, metadata=accepts(optional(POSITIVE_NUMBER)))
     # time every call (stats call_*); 0.1-1 µs a call
     timing: bool = field(default=True, metadata=accepts(BOOL))
+    # ship what is committed to this URL (fsspec), as it goes
+    ship_to: str | os.PathLike | None = field(default=None, metadata=accepts(optional(FOLDER)))
+    # fsspec's options for ship_to (credentials, endpoint)
+    storage_options: dict[str, Any] | None = field(default=None, metadata=accepts(optional(MAPPING)))
 
     def __post_init__(self) -> None:
         check_fields(self)

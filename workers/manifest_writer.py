@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from envrec.contract.protocol import SerializerConfig, Status, StatusSink
 from envrec.formats.ownfolder import OwnFolder
+from envrec.formats.shipped import batch_key
 from envrec.formats.trace_format import (
     SEGMENT_BATCHES,
     BatchEntry,
@@ -77,6 +78,7 @@ class ManifestWriter:
         self.next_segment = 0
         self.named = Totals()  # what the manifest names now
         self.evicted = Totals()  # what disk budgets deleted
+        self.held_for_shipping = 0  # bytes over max_bytes kept for the shipper (see evict)
         self.poisoned = PoisonLog()  # records skipped as poison
 
     # -- state ---------------------------------------------------------------
@@ -134,6 +136,7 @@ class ManifestWriter:
         status(Status.COMMITS, commits)
         status(Status.COMMIT_US, commit_us)
         status(Status.POISONED, self.poisoned.count)
+        status(Status.HELD_FOR_SHIPPING, self.held_for_shipping)
 
     def names(self, fn: str) -> bool:
         """Whether the head's list names the batch ``fn`` (where a pending batch would be)."""
@@ -152,29 +155,38 @@ class ManifestWriter:
         self.named.add(entry)
 
     # -- disk budget -----------------------------------------------------------
-    def evict(self, max_bytes: int, write_head: Callable[[], None]) -> Totals:
+    def evict(self, max_bytes: int, write_head: Callable[[], None], shipped: set[str] | None = None) -> Totals:
         """Delete the oldest whole batches until what is named fits in ``max_bytes`` (the newest stays).
 
         The manifest stops naming them first (a segment rewritten without
-        them, or the head written), then their files go. Returns what was
-        evicted by this call.
+        them, or the head written), then their files go. With ``shipped``
+        (the shipper's ledger: shipping is on), eviction stops at the first
+        batch not in it, and ``held_for_shipping`` says how many bytes over
+        the budget wait for the shipper. Returns what was evicted by this call.
         """
         run = Totals()
         doomed: list[BatchEntry] = []
         dropped_segments: list[int] = []
+        evictable = (lambda e: True) if shipped is None else (lambda e: batch_key(e) in shipped)
         while self.named.bytes > max_bytes and self.named.batches > 1:
             if self.first_segment < self.next_segment:
                 k = self.first_segment
                 entries = read_manifest_in(self.own, segment_name(self.prefix, k))["batches"]
-                while entries and self.named.bytes > max_bytes and self.named.batches > 1:
+                n = len(entries)
+                while entries and self.named.bytes > max_bytes and self.named.batches > 1 and evictable(entries[0]):
                     doomed.append(self._forget(entries.pop(0), run))
-                if entries:
+                if entries and len(entries) < n:
                     write_manifest_into(self.own, segment_name(self.prefix, k), segment_document(self.prefix, k, entries))
-                else:
+                elif not entries:
                     dropped_segments.append(k)
                     self.first_segment += 1
-            else:
+                if entries:
+                    break
+            elif evictable(self.batches[0]):
                 doomed.append(self._forget(self.batches.pop(0), run))
+            else:
+                break
+        self.held_for_shipping = max(0, self.named.bytes - max_bytes) if shipped is not None else 0
         if not doomed:
             return run
         write_head()

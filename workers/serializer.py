@@ -26,6 +26,7 @@ from envrec.contract.records import TraceLayout
 from envrec.contract.ring_reader import RUN, RecordRun
 from envrec.formats.atomic import remove_stale_tmp
 from envrec.formats.ownfolder import OwnFolder
+from envrec.formats.ship_ledger import read_ledger
 from envrec.formats.trace_format import BatchEntry, manifest_name, read_manifest, trace_file_names
 
 from .batch_writer import BatchWriter
@@ -360,7 +361,8 @@ class Serializer(CheckpointingHandler):
         self.write_manifest(complete=False)
         self.faults.point("commit:done")
         if self.cfg.max_bytes is not None:
-            self.manifest.evict(self.cfg.max_bytes, lambda: self.write_manifest(complete=False))
+            shipped = read_ledger(self.manifest.own, self.cfg.ship_ledger) if self.cfg.ship_ledger else None
+            self.manifest.evict(self.cfg.max_bytes, lambda: self.write_manifest(complete=False), shipped)
         self.commits += 1
         self.commit_us += round((time.perf_counter() - t0) * 1e6)
         self._publish_commits()

@@ -107,6 +107,8 @@ class Status(IntEnum):
     POISONED = 22  # records skipped because they made a worker fail every time (quarantined)
     # restarts in a row (a trace serializer that hands over, see envrec.supervision.stream)
     BATCHES_INHERITED = 23  # batches committed when this worker took over its ring (a predecessor's pending one included)
+    # shipping (a trace recorder with ship_to)
+    HELD_FOR_SHIPPING = 24  # bytes beyond max_bytes kept because their batches are not shipped yet (at the last commit)
 
 
 @dataclass(frozen=True)

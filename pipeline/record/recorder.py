@@ -24,6 +24,7 @@ from ..formats.infos import pack_info
 from ..formats.ownfolder import OwnFolder
 from ..formats.replay_fields import SNAPSHOT_INFO_KEY
 from ..formats.schema import describe_space
+from ..formats.shipped import unique_suffix
 from ..formats.trace_format import (
     PREFIX,
     check_prefix,
@@ -39,6 +40,7 @@ from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR
 from ..options import StreamOptions
 from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
+from ..supervision.shipper import ShipTargets, shipper_for
 from ..supervision.stats import CallTimes, summary_line
 from ..supervision.stream import Stream, warn_start_method
 from .call_lock import close_once
@@ -188,7 +190,7 @@ class TraceRecorder:
         check_max_bytes(max_bytes, batch_bytes)
         compression = parse_compression(compression)
         self.directory = check_folder(directory)
-        self.prefix = self._choose_prefix(name_prefix)
+        self.prefix = self._choose_prefix(name_prefix, opts.ship_to is not None)
         obs_spec, act_spec = describe_space(observation_space), describe_space(action_space)
         self._packer = TracePacker(obs_spec, act_spec)
         smallest = self._packer.min_step_bytes()
@@ -214,7 +216,9 @@ class TraceRecorder:
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),
             faults=faults or from_env() or NO_FAULT, compression=compression, max_bytes=max_bytes,
             commit_interval=commit_interval, env=env_description, folder_id=self._folder_id,
+            ship_ledger=self.prefix if opts.ship_to is not None else None,
         )
+        self._shipper = shipper_for(opts, self.directory, self._folder_id, ShipTargets(prefixes=(self.prefix,)))
         self._stream = Stream(
             "serializer",
             cfg,
@@ -231,17 +235,30 @@ class TraceRecorder:
         self._closing = False
         self.infos_too_large = 0  # steps recorded with their info marked (envrec.record.oversized)
         self._commits = CommitWatcher(self.directory, self.manifest_path, on_batch_committed) if on_batch_committed else None
+        self._held_warned = False
+        if self._shipper is not None:
+            self._wait_for_shipper()
         register_closer(self)
 
-    def _choose_prefix(self, name_prefix: str | None) -> str:
+    def _wait_for_shipper(self) -> None:
+        """The shipper's check of the store; a ConfigError closes what was started (nothing was recorded)."""
+        assert self._shipper is not None
+        try:
+            self._shipper.wait_ready()
+        except ConfigError:
+            self._stream.close()
+            self._own.close()
+            raise
+
+    def _choose_prefix(self, name_prefix: str | None, shipping: bool = False) -> str:
         if name_prefix is not None:
-            prefix = check_prefix(name_prefix)
+            prefix = check_prefix(f"{name_prefix}.{unique_suffix()}" if shipping else name_prefix)
             path = os.path.join(self.directory, manifest_name(prefix))
             if os.path.exists(path):
                 raise ConfigError(f"{path} exists: choose another name_prefix or folder so no recording is overwritten")
             return prefix
         while True:
-            prefix = default_prefix()
+            prefix = f"{default_prefix()}.{unique_suffix()}" if shipping else default_prefix()
             if not os.path.exists(os.path.join(self.directory, manifest_name(prefix))):
                 return prefix
 
@@ -377,9 +394,20 @@ class TraceRecorder:
             "commits": s.status(Status.COMMITS),
             "commit_us_total": s.status(Status.COMMIT_US),
         }
+        if self._shipper is not None:
+            out |= self._shipper.stats() | {"bytes_held_for_shipping": self._held_for_shipping()}
         if s.closed and s.broken is not None:
             out.update(self._committed_from_manifest())  # the last worker's words may not be the last commit's
         return out
+
+    def _held_for_shipping(self) -> int:
+        """Bytes over ``max_bytes`` the budget keeps for the shipper (warned once: shipping falls behind)."""
+        held = self._stream.status(Status.HELD_FOR_SHIPPING)
+        if held and not self._held_warned:
+            self._held_warned = True
+            logger.warning("envrec: shipping falls behind the disk budget: %d bytes over max_bytes wait in %s until "
+                           "they are shipped (bytes_held_for_shipping)", held, self.directory)
+        return held
 
     def _committed_from_manifest(self) -> dict[str, int]:
         """A broken recording's figures, from its manifest: what was committed, and the records lost.
@@ -426,6 +454,8 @@ class TraceRecorder:
             if self._stream.broken is not None:
                 self._record_failure_in_manifest(self._stream.broken)
             self._own.close()
+            if self._shipper is not None:
+                self._shipper.finish()  # everything committed is in the manifest now: shipped within the deadline
         if self._commits is not None:
             self._commits.poll(self.stats()["batches"])  # the last batches, committed by close
         logger.info("envrec: trace of %d episode(s) in %s: %s", self._episode + 1, self.manifest_path, summary_line(self.stats()))

@@ -121,7 +121,8 @@ class WorkerProcess:
     that died at once) when the interpreter could not even be executed.
     """
 
-    def __init__(self, role: str, main: str, config: Any, ring: RingSpec, fds: tuple[int, ...]) -> None:
+    def __init__(self, role: str, main: str, config: Any, ring: RingSpec | None, fds: tuple[int, ...],
+                 module: str = "envrec.workers") -> None:
         self.role = role
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self.start_error: str | None = None
@@ -134,7 +135,7 @@ class WorkerProcess:
         report_r, report_w = os.pipe()
         out_r, out_w = os.pipe()
         python = python_executable()
-        argv = [python, "-P", "-m", "envrec.workers", main, f"--config-fd={config_fd}", f"--report-fd={report_w}"]
+        argv = [python, "-P", "-m", module, main, f"--config-fd={config_fd}", f"--report-fd={report_w}"]
         try:
             with _blocked_in_this_thread(LATCHED_SIGNALS):
                 self._proc = subprocess.Popen(

@@ -1,0 +1,102 @@
+"""``python -m envrec.ship --config-fd=N --report-fd=M``: a recorder's shipper process.
+
+Started by the env side (``envrec.supervision.shipper``) through the same
+launcher as the workers, never by hand (``envrec ship`` is the command for
+that). It checks the store (a ConfigError-worthy problem is reported as
+``("error", message)`` and ends it), says ``("ready", None)``, then ships as the
+recording goes (``envrec.ship.follow``). It finishes — everything committed
+shipped, within the deadline — when its control pipe closes (the recorder
+closed, or the env process died) or on SIGTERM; SIGINT is ignored, as
+workers ignore it. Credentials reach it in the pickled config only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+from multiprocessing.connection import Connection
+
+from ..errors import ConfigError
+from ..formats.ownfolder import FolderChanged, OwnFolder
+from ..formats.store import Store, is_transient
+from .config import ShipConfig, ShipLaunch, ship_deadline_s
+from .counters import ShipCounter, ShipCounters
+from .follow import follow
+from .recording import RecordingShipper, ShipConflict, live_origin
+from .shipping import FolderShipping
+
+_terminated = False
+
+
+def _on_sigterm(signum: int, _frame: object) -> None:
+    global _terminated
+    _terminated = True
+
+
+def _control_closed(fd: int) -> bool:
+    """Whether the env process closed its end of the control pipe (close(), or it died)."""
+    if fd < 0:
+        return False
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable) and os.read(fd, 64) == b""
+
+
+def _probe(shipping: FolderShipping, cfg: ShipConfig, parent_pid: int) -> None:
+    """Check the store once: the recorder's first id claimed (a write), or the URL listed."""
+    prefixes = cfg.targets.prefixes or ()
+    if prefixes and not cfg.targets.family:
+        shipper = shipping.recordings[prefixes[0]] = RecordingShipper(shipping.store, shipping.own, prefixes[0])
+        shipper.claim(live_origin(socket.gethostname(), parent_pid, prefixes[0]))
+    else:
+        shipping.store.list("")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m envrec.ship")
+    parser.add_argument("role", choices=["shipper"])
+    parser.add_argument("--config-fd", type=int, required=True)
+    parser.add_argument("--report-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    with os.fdopen(args.config_fd, "rb") as f:
+        _main, launch, _ring, parent_pid = pickle.load(f)
+    assert isinstance(launch, ShipLaunch)
+    cfg: ShipConfig = launch.config
+    conn = Connection(args.report_fd, readable=False)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGUSR1, lambda *_: None)  # the parent-death signal, if any: the control pipe tells
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+    counters = ShipCounters(launch.counters_fd)
+    try:
+        store = Store(cfg.url, cfg.storage_options)
+        own = OwnFolder(cfg.folder, expect=cfg.folder_id)  # it writes only ledgers (envrec.formats.ship_ledger)
+        shipping = FolderShipping(store, own, cfg.targets, counters)
+        _probe(shipping, cfg, parent_pid)
+    except (ConfigError, ShipConflict, FolderChanged) as exc:
+        conn.send(("error", str(exc)))
+        raise SystemExit(2) from None
+    except Exception as exc:
+        if not is_transient(exc):
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+            raise SystemExit(2) from None
+        counters[ShipCounter.STORE_UNREACHABLE] = 1
+        logging.getLogger("envrec.ship").warning("envrec: %s does not answer (%s): shipping starts when it does",
+                                                 store.display, exc)
+    counters[ShipCounter.READY] = 1
+    conn.send(("ready", None))
+    done = follow(shipping, lambda: _terminated or _control_closed(launch.control_fd) or os.getppid() != parent_pid,
+                  ship_deadline_s())
+    counters[ShipCounter.DONE] = int(done)
+    conn.send(("done", counters.snapshot()))
+    raise SystemExit(0 if done else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""What a shipper process is told when it starts (pickled by the env process, as workers' configs are)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..formats.store import redact
+from .shipping import ShipTargets
+
+__all__ = ["DEADLINE_ENV_VAR", "SHIP_DEADLINE_S", "ShipConfig", "ShipLaunch", "ship_deadline_s"]
+
+SHIP_DEADLINE_S = 25.0  # after close() or SIGTERM: what is left unshipped this long after stays local
+DEADLINE_ENV_VAR = "ENVREC_SHIP_DEADLINE_S"
+
+
+def ship_deadline_s() -> float:
+    """``SHIP_DEADLINE_S``, or ``ENVREC_SHIP_DEADLINE_S`` from the environment when it is a positive number."""
+    try:
+        value = float(os.environ.get(DEADLINE_ENV_VAR, ""))
+    except ValueError:
+        return SHIP_DEADLINE_S
+    return value if value > 0 else SHIP_DEADLINE_S
+
+
+@dataclass(frozen=True)
+class ShipConfig:
+    """A recorder's shipper.
+
+    Args:
+        folder: the local folder it ships from.
+        url: where to (an fsspec URL or a path).
+        storage_options: fsspec's options (credentials stay in the pickled config: never on a command line).
+        targets: which recordings and clips.
+        folder_id: the folder's (st_dev, st_ino) as the recorder opened it.
+    """
+
+    folder: str
+    url: str
+    storage_options: dict[str, Any] | None = None
+    targets: ShipTargets = field(default_factory=ShipTargets)
+    folder_id: tuple[int, int] | None = None
+
+    @property
+    def url_display(self) -> str:
+        return redact(self.url)
+
+
+@dataclass(frozen=True)
+class ShipLaunch:
+    """A shipper process's start: its config and the descriptors it inherits (valid at these numbers in it)."""
+
+    config: ShipConfig
+    counters_fd: int  # the memfd of its ShipCounters
+    control_fd: int  # the read end of the control pipe: end of file when the env process closes or dies
