@@ -82,6 +82,7 @@ _EXPORTS = {
     "Compression": ".formats.compression",
     "StreamOptions": ".options",
     "TraceReader": ".read.reader",
+    "open_dataset": ".read.dataset",
     "Episode": ".read.reader",
     "TraceError": ".read.reader",
     "scan_recorded_traces": ".read.reader",
@@ -108,6 +109,7 @@ if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr
     from .formats.ffmpeg import VideoSettings  # noqa: F401
     from .formats.infos import Unrepresentable  # noqa: F401
     from .options import StreamOptions  # noqa: F401
+    from .read.dataset import open_dataset  # noqa: F401
     from .read.reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401
     from .record.clip_triggers import EpisodeOutcome  # noqa: F401
     from .record.record_trace import RecordTrace, RecordVideo  # noqa: F401

@@ -13,7 +13,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import ConfigError
-from .option_checks import BOOL, FOLDER, MAPPING, NON_NEGATIVE_INT, POSITIVE_INT, POSITIVE_NUMBER, accepts, check_fields, one_of, optional
+from .option_checks import (
+    BOOL,
+    FOLDER,
+    MAPPING,
+    NON_NEGATIVE_INT,
+    POSITIVE_INT,
+    POSITIVE_NUMBER,
+    accepts,
+    check_fields,
+    one_of,
+    optional,
+)
 
 __all__ = ["BACKPRESSURE_POLICIES", "StreamOptions"]
 

@@ -27,7 +27,10 @@ MAY_IMPORT = {
     # replay loads the namespace of an env id as envrec record does (envrec.env_ids), never a module a folder names
     "envrec.replay": ("envrec.read", "envrec.record", "envrec.formats", "envrec.supervision", "envrec.env_ids"),
     "envrec.sb3": ("envrec.record", "envrec.supervision", "envrec.formats"),
-    "envrec.log": ("envrec.formats",),  # the loggers take a clip's file and metadata, nothing of the recorders
+    "envrec.log": ("envrec.formats",),
+    "envrec.read": ("envrec.formats",),
+    # the shipper: what is on disk, read as readers read it; never the env side
+    "envrec.ship": ("envrec.formats", "envrec.read"),  # the loggers take a clip's file and metadata, nothing of the recorders
     # envrec doctor checks what every other room does, with their own calls; never the worker side or the public face
     "envrec.doctor": ("envrec.contract", "envrec.formats", "envrec.record", "envrec.supervision", "envrec.read",
                       "envrec.replay", "envrec.env_ids", "envrec.options"),

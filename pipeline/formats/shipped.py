@@ -51,10 +51,10 @@ __all__ = [
     "clip_key",
     "clip_recorder_id",
     "commit_name",
+    "data_name",
     "document_bytes",
     "host_label",
     "index_name",
-    "data_name",
     "unique_suffix",
 ]
 

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, ShipConflict, FolderChanged) as exc:
         conn.send(("error", str(exc)))
         raise SystemExit(2) from None
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001  (fsspec's and the stores' errors are many: each is told apart below)
         if not is_transient(exc):
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
             raise SystemExit(2) from None

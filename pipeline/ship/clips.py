@@ -105,7 +105,7 @@ class ClipShipper:
     def ship_clip(self, meta: ClipMeta) -> int:
         """Ship one finished clip: its video, its metadata, its commit; the bytes sent."""
         name = meta["name"]
-        files = [meta["path"]] if meta.get("path") else []
+        files: list[str] = [meta["path"]] if meta.get("path") else []  # type: ignore[list-item]
         files.append(name + META_SUFFIX)
         try:
             blobs = [(f, _read(self.own.path, f)) for f in files]

@@ -41,7 +41,7 @@ def follow(shipping: FolderShipping, finishing: Callable[[], bool], deadline_s: 
             finish_by = time.monotonic() + deadline_s
         try:
             settled = shipping.ship_pass()
-        except Exception as exc:  # the store's and fsspec's errors are many: every one is waited out and counted
+        except Exception as exc:  # noqa: BLE001  (the stores' errors are many: every one is waited out and counted)
             settled = False
             delay = _failed(shipping, exc, delay)
         else:

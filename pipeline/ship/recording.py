@@ -40,10 +40,10 @@ from ..formats.shipped import (
     host_label,
     index_name,
 )
+from ..formats.shipped_index import index_parquet, index_rows
 from ..formats.store import Store
 from ..formats.trace_format import BatchEntry, Manifest, manifest_name, read_manifest_in, recording_batches
 from ..read.batch_files import BatchFiles
-from .index import index_parquet, index_rows
 
 __all__ = ["FINAL_FIELDS", "HEAD_FIELDS", "RecordingShipper", "ShipConflict", "live_origin", "origin_of", "shipped_by"]
 

@@ -19,15 +19,14 @@ import logging
 import os
 import threading
 from typing import Any
-
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 from ..formats.store import is_url, redact
 from ..options import StreamOptions
-from ..ship.shipping import ShipTargets
 from ..ship.config import ShipConfig, ShipLaunch, ship_deadline_s
 from ..ship.counters import ShipCounter, ShipCounters
+from ..ship.shipping import ShipTargets
 from .launcher import WorkerProcess
 
 __all__ = ["MAX_SHIPPER_RESTARTS", "START_TIMEOUT_S", "ShipTargets", "ShipperHandle", "ship_stats", "shipper_for"]

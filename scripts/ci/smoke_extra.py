@@ -92,6 +92,17 @@ def smoke_ray(tmp: str) -> str:
     return f"{steps} steps read by Ray Data"
 
 
+def smoke_s3(tmp: str) -> str:
+    import s3fs
+
+    steps = _record(f"{tmp}/rec", ship_to=f"file://{tmp}/store", batch_bytes=2_000)
+    ds = envrec.open_dataset(f"file://{tmp}/store", cache_dir=f"{tmp}/cache")
+    shipped = sum(ds.episodes.column("length").to_pylist())
+    assert (ds.episodes.num_rows, shipped) == (3, steps), (ds.episodes.num_rows, shipped, steps)
+    assert s3fs.S3FileSystem(anon=True).protocol  # the S3 file system imports and builds (no store here)
+    return f"{steps} steps shipped to file:// and read back with open_dataset"
+
+
 def smoke_lz4(tmp: str) -> str:
     steps = _record(f"{tmp}/rec", compression="lz4")
     reader = envrec.TraceReader(f"{tmp}/rec")
@@ -139,7 +150,7 @@ def smoke_sb3(tmp: str) -> str:
 
 
 SMOKES: dict[str, Callable[[str], str]] = {
-    "arrow": smoke_arrow, "minari": smoke_minari, "ray": smoke_ray, "lz4": smoke_lz4, "atari": smoke_atari, "plot": smoke_plot,
+    "arrow": smoke_arrow, "minari": smoke_minari, "ray": smoke_ray, "s3": smoke_s3, "lz4": smoke_lz4, "atari": smoke_atari, "plot": smoke_plot,
     "sb3": smoke_sb3,
 }
 

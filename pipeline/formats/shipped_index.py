@@ -1,4 +1,5 @@
-"""A shipped batch's index: one row per episode record, as Parquet (``envrec.formats.shipped.INDEX_COLUMNS``)."""
+"""A shipped batch's index: one row per episode record, as Parquet (``envrec.formats.shipped.INDEX_COLUMNS``); pyarrow is
+imported only here, when shipping or reading a shipped dataset."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import ConfigError
-from ..formats.shipped import INDEX_COLUMNS
+from .shipped import INDEX_COLUMNS
 
 __all__ = ["index_parquet", "index_rows", "index_schema", "require_pyarrow"]
 
@@ -16,7 +17,7 @@ def require_pyarrow() -> Any:
     """pyarrow, or a ConfigError saying how to install it (shipping writes Parquet indexes)."""
     try:
         import pyarrow
-        import pyarrow.parquet  # noqa: F401
+        import pyarrow.parquet
     except ImportError:
         raise ConfigError("shipping and open_dataset write and read Parquet indexes: pip install 'envrec[s3]' "
                           "(or 'envrec[arrow]' for file:// and mounted folders)") from None
