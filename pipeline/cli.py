@@ -285,6 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .doctor.command import add_parser as add_doctor
     from .replay.command import add_parser as add_replay
 
+    from .ship.command import add_parser as add_ship
+
+    add_ship(sub)
     add_export(sub)
     add_view(sub)
     add_replay(sub)

@@ -202,7 +202,7 @@ class SerializerConfig:
     # (st_dev, st_ino) of the folder the env process opened: a serializer (a successor too) that finds another
     # folder at ``folder`` (swapped for a symlink since) writes nothing (see envrec.formats.ownfolder)
     folder_id: tuple[int, int] | None = None
-    # shipping is on: the recorder id whose ledger (envrec.formats.ship_ledger) max_bytes waits for
+    # shipping is on: the ledger (envrec.formats.ship_ledger) max_bytes waits for
     ship_ledger: str | None = None
 
 

@@ -1,4 +1,5 @@
-"""The local record of what a shipper shipped: ``.RECORDER.shipped`` beside the recording.
+"""The local record of what a shipper shipped: ``.RECORDER.shipped-HASH`` beside the recording, one per
+store (``HASH``: of the store's URL, so shipping one folder to two stores keeps two ledgers).
 
 One line per unit whose commit document is in the store (a batch's key
 ``epNNNNNNNNN.pPPPPPP``, a clip's ``clip.NAME``), appended by the shipper
@@ -11,6 +12,7 @@ it, so the ledger only ever lags behind the store, never leads it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from .ownfolder import OwnFolder
@@ -20,14 +22,15 @@ __all__ = ["append_ledger", "ledger_name", "read_ledger"]
 MAX_LEDGER_BYTES = 64 << 20  # ~2 million units; a bigger file is not a ledger
 
 
-def ledger_name(recorder: str) -> str:
-    return f".{recorder}.shipped"
+def ledger_name(recorder: str, url: str) -> str:
+    """The ledger of ``recorder`` shipped to ``url`` (the store's URL as ``Store.url`` has it)."""
+    return f".{recorder}.shipped-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
 
 
-def read_ledger(own: OwnFolder, recorder: str) -> set[str]:
-    """The keys the ledger of ``recorder`` lists (a last line without its newline, being written, left out)."""
+def read_ledger(own: OwnFolder, name: str) -> set[str]:
+    """The keys the ledger ``name`` lists (a last line without its newline, being written, left out)."""
     try:
-        f = own.open_read(ledger_name(recorder))
+        f = own.open_read(name)
     except FileNotFoundError:
         return set()
     with f:
@@ -36,11 +39,11 @@ def read_ledger(own: OwnFolder, recorder: str) -> set[str]:
     return {line for line in lines[:-1] if line}
 
 
-def append_ledger(own: OwnFolder, recorder: str, keys: list[str]) -> None:
-    """Add ``keys`` to the ledger, durably (one write, fsynced)."""
+def append_ledger(own: OwnFolder, name: str, keys: list[str]) -> None:
+    """Add ``keys`` to the ledger ``name``, durably (one write, fsynced)."""
     if not keys:
         return
-    fd = own.open_fd(ledger_name(recorder), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    fd = own.open_fd(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, "".join(f"{k}\n" for k in keys).encode())
         os.fsync(fd)

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError
 
-__all__ = ["Store", "StoreUnavailable", "is_transient", "is_url", "redact"]
+__all__ = ["Store", "StoreUnavailable", "is_transient", "is_url", "redact", "store_url"]
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 TMP_SUFFIX = ".shiptmp"
@@ -40,6 +40,15 @@ class StoreUnavailable(OSError):
 def is_url(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a URL (``scheme://...``) rather than a local path."""
     return isinstance(path, str) and bool(_SCHEME.match(path))
+
+
+def store_url(url: str | os.PathLike) -> str:
+    """The URL as envrec names a store: a URL without its trailing ``/``, a path (or ``file://`` URL) as an
+    absolute path."""
+    url = os.fspath(url)
+    if isinstance(url, str) and url.startswith("file://"):
+        url = url[len("file://"):] or "/"
+    return url.rstrip("/") if is_url(url) else os.path.abspath(url)
 
 
 def redact(url: str) -> str:
@@ -90,7 +99,7 @@ class Store:
                               "the store's environment (AWS_ACCESS_KEY_ID, ...), never in the URL")
         if storage_options is not None and not isinstance(storage_options, dict):
             raise ConfigError(f"storage_options must be a dict, not {type(storage_options).__name__}")
-        self.url = url.rstrip("/") if is_url(url) else os.path.abspath(url)
+        self.url = store_url(url)
         self.display = redact(self.url)
         try:
             import fsspec

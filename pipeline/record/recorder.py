@@ -24,7 +24,9 @@ from ..formats.infos import pack_info
 from ..formats.ownfolder import OwnFolder
 from ..formats.replay_fields import SNAPSHOT_INFO_KEY
 from ..formats.schema import describe_space
+from ..formats.ship_ledger import ledger_name
 from ..formats.shipped import unique_suffix
+from ..formats.store import store_url
 from ..formats.trace_format import (
     PREFIX,
     check_prefix,
@@ -216,7 +218,7 @@ class TraceRecorder:
             self.directory, self.prefix, obs_spec, act_spec, batch_bytes, env_id, dict(self.settings),
             faults=faults or from_env() or NO_FAULT, compression=compression, max_bytes=max_bytes,
             commit_interval=commit_interval, env=env_description, folder_id=self._folder_id,
-            ship_ledger=self.prefix if opts.ship_to is not None else None,
+            ship_ledger=ledger_name(self.prefix, store_url(opts.ship_to)) if opts.ship_to is not None else None,
         )
         self._shipper = shipper_for(opts, self.directory, self._folder_id, ShipTargets(prefixes=(self.prefix,)))
         self._stream = Stream(

@@ -18,7 +18,7 @@ from ..errors import TraceError
 from ..formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
 from ..formats.inside import open_inside
 from ..formats.ownfolder import OwnFolder
-from ..formats.ship_ledger import append_ledger, read_ledger
+from ..formats.ship_ledger import append_ledger, ledger_name, read_ledger
 from ..formats.shipped import (
     COMMIT_DIR,
     RECORDER_DOC,
@@ -76,6 +76,7 @@ class ClipShipper:
         self.shipped: set[str] = set()
         self.claimed = False
         self.damaged: set[str] = set()
+        self.ledger = ledger_name(self.remote, store.url)
 
     def name(self, *parts: str) -> str:
         return "/".join((self.remote, *parts))
@@ -91,9 +92,9 @@ class ClipShipper:
             if there.get("origin") != mine["origin"]:
                 raise ShipConflict(f"{self.store.display}/{self.remote} belongs to other clips ({there.get('origin')!r})")
         self.claimed = True
-        local = read_ledger(self.own, self.remote)
+        local = read_ledger(self.own, self.ledger)
         remote = {n[: -len(".json")] for n in self.store.list(self.name(COMMIT_DIR)) if n.endswith(".json")}
-        append_ledger(self.own, self.remote, sorted(remote - local))
+        append_ledger(self.own, self.ledger, sorted(remote - local))
         self.shipped = local | remote
 
     def pending(self, clips: dict[str, ClipMeta]) -> list[ClipMeta]:
@@ -132,7 +133,7 @@ class ClipShipper:
             there = check_commit(self.store.read(self.name(commit_name(key))), where, self.remote)
             if there.get("objects") != objects:
                 raise ShipConflict(f"{where} commits another clip than the local {name}")
-        append_ledger(self.own, self.remote, [key])
+        append_ledger(self.own, self.ledger, [key])
         self.shipped.add(key)
         return sent
 

@@ -31,16 +31,27 @@ MAX_RETRY_S = 30.0
 
 
 def follow(shipping: FolderShipping, finishing: Callable[[], bool], deadline_s: float,
-           sleep: Callable[[float], None] = time.sleep) -> bool:
-    """Ship until finished; True when everything was shipped, False when the deadline left some behind."""
+           sleep: Callable[[float], None] = time.sleep, wait_for_end: bool = True) -> bool:
+    """Ship until finished; True when everything was shipped, False when the deadline left some behind.
+
+    Args:
+        shipping: what to ship.
+        finishing: turns true when the recordings will commit nothing more (or the caller wants to stop).
+        deadline_s: how long to go on once ``finishing()``.
+        sleep: how to wait between passes.
+        wait_for_end: finish only once the recordings ended (their final manifest shipped); False: once
+            what is committed now is shipped (``envrec ship`` without ``--follow``).
+    """
     counters = shipping.counters
     delay = 0.0
     finish_by: float | None = None
     while True:
         if finish_by is None and finishing():
             finish_by = time.monotonic() + deadline_s
+        ok = False
         try:
             settled = shipping.ship_pass()
+            ok = True
         except Exception as exc:  # noqa: BLE001  (the stores' errors are many: every one is waited out and counted)
             settled = False
             delay = _failed(shipping, exc, delay)
@@ -49,7 +60,7 @@ def follow(shipping: FolderShipping, finishing: Callable[[], bool], deadline_s: 
                 logger.info("envrec: %s answers again: shipping catches up", shipping.store.display)
             counters[ShipCounter.STORE_UNREACHABLE] = 0
             delay = 0.0
-        if finish_by is not None and settled:
+        if finish_by is not None and (settled or not wait_for_end and ok and not counters[ShipCounter.PENDING]):
             return True
         if finish_by is not None and time.monotonic() >= finish_by:
             logger.warning("envrec: %d batch(es) and clip(s) not shipped to %s before the deadline (%.0f s): they stay "

@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import TraceError
 from ..formats.inside import open_inside
 from ..formats.ownfolder import OwnFolder
-from ..formats.ship_ledger import append_ledger, read_ledger
+from ..formats.ship_ledger import append_ledger, ledger_name, read_ledger
 from ..formats.shipped import (
     COMMIT_DIR,
     FINAL_DOC,
@@ -81,6 +81,7 @@ class RecordingShipper:
         self.final_shipped = False
         self.files = BatchFiles(own.path, verify=True)
         self.damaged: set[str] = set()  # keys of batches whose local files failed their checks (never shipped)
+        self.ledger = ledger_name(prefix, store.url)
 
     def name(self, *parts: str) -> str:
         return "/".join((self.prefix, *parts))
@@ -105,9 +106,9 @@ class RecordingShipper:
     def resume(self) -> None:
         """What is shipped: the local ledger, and the store's commits (a predecessor may have committed units
         it had no time to write in the ledger; they are added to it)."""
-        local = read_ledger(self.own, self.prefix)
+        local = read_ledger(self.own, self.ledger)
         remote = {n[: -len(".json")] for n in self.store.list(self.name(COMMIT_DIR)) if n.endswith(".json")}
-        append_ledger(self.own, self.prefix, sorted(remote - local))
+        append_ledger(self.own, self.ledger, sorted(remote - local))
         self.shipped = local | remote
         self.head_shipped = self.store.size(self.name(HEAD_DOC)) is not None
         self.final_shipped = self.store.size(self.name(FINAL_DOC)) is not None
@@ -182,7 +183,7 @@ class RecordingShipper:
             same = ("json_crc32", "bin_crc32", "fn")
             if any(there.get("entry", {}).get(k) != commit["entry"].get(k) for k in same):
                 raise ShipConflict(f"{where} commits another batch than the local {commit['entry']['fn']}")
-        append_ledger(self.own, self.prefix, [key])
+        append_ledger(self.own, self.ledger, [key])
         self.shipped.add(key)
 
 

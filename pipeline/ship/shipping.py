@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from ..formats.atomic import process_alive
 from ..formats.ownfolder import OwnFolder
-from ..formats.ship_ledger import ledger_name
 from ..formats.shipped import host_label
 from ..formats.store import Store
 from ..formats.trace_format import MANIFEST_SUFFIX, Manifest
@@ -155,7 +154,7 @@ class FolderShipping:
         self.counters.add(ShipCounter.CONFLICTS)
 
     def ledger_names(self) -> list[str]:
-        return [ledger_name(p) for p in self.recordings] + [ledger_name(c.remote) for c in self.clips.values()]
+        return [s.ledger for s in self.recordings.values()] + [c.ledger for c in self.clips.values()]
 
 
 def _writer_gone(manifest: Manifest) -> bool:

@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
-from ..formats.store import is_url, redact
+from ..formats.store import is_url, redact, store_url
 from ..options import StreamOptions
 from ..ship.config import ShipConfig, ShipLaunch, ship_deadline_s
 from ..ship.counters import ShipCounter, ShipCounters
@@ -66,8 +66,7 @@ def shipper_for(options: StreamOptions, folder: str, folder_id: tuple[int, int],
     if is_url(url) and (urlsplit(url).username is not None or urlsplit(url).password is not None):
         raise ConfigError(f"ship_to {redact(url)} carries credentials in the URL: pass them in storage_options or the "
                           "store's environment (AWS_ACCESS_KEY_ID, ...), never in the URL")
-    handle = ShipperHandle(ShipConfig(folder, url if is_url(url) else os.path.abspath(url), options.storage_options,
-                                      targets, folder_id))
+    handle = ShipperHandle(ShipConfig(folder, store_url(url), options.storage_options, targets, folder_id))
     handle.launch()
     return handle
 
