@@ -284,7 +284,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .doctor.command import add_parser as add_doctor
     from .replay.command import add_parser as add_replay
-
     from .ship.command import add_parser as add_ship
 
     add_ship(sub)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from envrec.errors import RecordError
 from envrec.formats.clip_meta import META_SUFFIX, is_clip_file, read_clip_meta
 from envrec.formats.ownfolder import OwnFolder
+from envrec.formats.ship_ledger import read_ledger
+from envrec.formats.shipped import clip_key
 
 __all__ = ["ClipBudget"]
 
@@ -43,8 +45,11 @@ class _Kept:
 class ClipBudget:
     """The clips one recorder has on disk, oldest first, and the limits they must keep to."""
 
-    def __init__(self, folder: OwnFolder, recorder: str, max_bytes: int | None, keep_last: int | None) -> None:
+    def __init__(self, folder: OwnFolder, recorder: str, max_bytes: int | None, keep_last: int | None,
+                 ship_ledger: str | None = None) -> None:
         self.folder = folder
+        self.ship_ledger = ship_ledger  # shipping is on: a clip not in this ledger is not deleted yet
+        self.held_for_shipping = 0  # clips the limits would delete that wait for the shipper
         self.recorder = recorder
         self.max_bytes = max_bytes
         self.keep_last = keep_last
@@ -108,10 +113,13 @@ class ClipBudget:
             return 0, 0
         self._forget_deleted()
         n = nbytes = 0
+        shipped = read_ledger(self.folder.path, self.ship_ledger) if self.ship_ledger else None
         while len(self.clips) > 1 and (
             (self.keep_last is not None and len(self.clips) > self.keep_last)
             or (self.max_bytes is not None and self.bytes > self.max_bytes)
         ):
+            if shipped is not None and clip_key(self.clips[0].meta[: -len(META_SUFFIX)]) not in shipped:
+                break
             old = self.clips.popleft()
             for name in (old.meta, old.video):
                 if name:
@@ -119,6 +127,7 @@ class ClipBudget:
             self.bytes -= old.bytes
             n += 1
             nbytes += old.bytes
+        self.held_for_shipping = _over(self) if shipped is not None else 0
         if n:
             self.evicted += n
             self.bytes_evicted += nbytes
@@ -145,6 +154,19 @@ class ClipBudget:
         if len(kept) != len(self.clips):
             self.bytes = sum(c.bytes for c in kept)
             self.clips = kept
+
+
+def _over(budget: ClipBudget) -> int:
+    """Clips beyond the limits, kept for the shipper."""
+    over_count = len(budget.clips) - budget.keep_last if budget.keep_last is not None else 0
+    over_bytes, k = budget.bytes, 0
+    if budget.max_bytes is not None:
+        for c in budget.clips:
+            if over_bytes <= budget.max_bytes:
+                break
+            over_bytes -= c.bytes
+            k += 1
+    return max(0, over_count, k)
 
 
 def _size(folder: OwnFolder, name: str) -> int:

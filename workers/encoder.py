@@ -113,7 +113,7 @@ class Encoder(Handler):
         self.takes_runs = not cfg.faults.sees_each_record("record", "frame")
         self._version: str | None = None
         self.own = OwnFolder(cfg.folder, is_clip_file, expect=cfg.folder_id)
-        self.budget = ClipBudget(self.own, cfg.recorder, cfg.max_bytes, cfg.keep_last_clips)
+        self.budget = ClipBudget(self.own, cfg.recorder, cfg.max_bytes, cfg.keep_last_clips, cfg.ship_ledger)
         self.feed = FrameFeed()
 
     # -- names ---------------------------------------------------------------

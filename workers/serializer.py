@@ -361,7 +361,7 @@ class Serializer(CheckpointingHandler):
         self.write_manifest(complete=False)
         self.faults.point("commit:done")
         if self.cfg.max_bytes is not None:
-            shipped = read_ledger(self.manifest.own, self.cfg.ship_ledger) if self.cfg.ship_ledger else None
+            shipped = read_ledger(self.manifest.own.path, self.cfg.ship_ledger) if self.cfg.ship_ledger else None
             self.manifest.evict(self.cfg.max_bytes, lambda: self.write_manifest(complete=False), shipped)
         self.commits += 1
         self.commit_us += round((time.perf_counter() - t0) * 1e6)

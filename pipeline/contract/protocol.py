@@ -238,3 +238,4 @@ class EncoderConfig:
     # (st_dev, st_ino) of the folder the env process opened: an encoder that finds another folder at ``folder``
     # (swapped for a symlink since) writes nothing (see envrec.formats.ownfolder)
     folder_id: tuple[int, int] | None = None
+    ship_ledger: str | None = None  # shipping is on: the ledger max_bytes and keep_last_clips wait for

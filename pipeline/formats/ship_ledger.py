@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import os
 
+from ..errors import TraceError
+from .inside import open_inside
 from .ownfolder import OwnFolder
 
 __all__ = ["append_ledger", "ledger_name", "read_ledger"]
@@ -27,11 +29,12 @@ def ledger_name(recorder: str, url: str) -> str:
     return f".{recorder}.shipped-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
 
 
-def read_ledger(own: OwnFolder, name: str) -> set[str]:
-    """The keys the ledger ``name`` lists (a last line without its newline, being written, left out)."""
+def read_ledger(folder: str, name: str) -> set[str]:
+    """The keys the ledger ``name`` in ``folder`` lists (a last line without its newline, being written, left
+    out); none when it is missing or not a regular file inside the folder."""
     try:
-        f = own.open_read(name)
-    except FileNotFoundError:
+        f = open_inside(folder, name, name)
+    except (FileNotFoundError, TraceError):
         return set()
     with f:
         data = f.read(MAX_LEDGER_BYTES)

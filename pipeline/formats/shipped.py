@@ -114,11 +114,19 @@ def host_label() -> str:
     return re.sub(r"[^A-Za-z0-9-]", "-", label)[:40] or "host"
 
 
+_suffixes: dict[int, str] = {}
+
+
 def unique_suffix() -> str:
     """``HOST.PID.YYYYmmddTHHMMSS.RAND``: appended to a recorder's prefix when it ships, so that recorders of
-    many nodes and runs never share an id under one URL (host and pid, the second it started, 32 random bits)."""
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    return f"{host_label()}.{os.getpid()}.{stamp}.{secrets.token_hex(4)}"
+    many nodes and runs never share an id under one URL (host and pid, the second its first recorder started,
+    32 random bits). One per process: a process's trace and clip recorders share it (the viewer pairs a trace's
+    episodes with the clips of its own process by it); their prefixes tell them apart."""
+    pid = os.getpid()
+    if pid not in _suffixes:  # keyed by pid: a forked child makes its own
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        _suffixes[pid] = f"{host_label()}.{pid}.{stamp}.{secrets.token_hex(4)}"
+    return _suffixes[pid]
 
 
 def clip_recorder_id(recorder: str) -> str:

@@ -35,11 +35,15 @@ from ..formats.atomic import remove_stale_tmp
 from ..formats.clip_meta import CLIP_FILE_SUFFIXES, ClipMeta, is_clip_file, meta_path, read_clip_meta
 from ..formats.ffmpeg import VideoSettings, find_ffmpeg
 from ..formats.ownfolder import OwnFolder
+from ..formats.ship_ledger import ledger_name
+from ..formats.shipped import clip_recorder_id
+from ..formats.store import store_url
 from ..formats.trace_format import check_prefix
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, Accepts, check_options, optional
 from ..options import StreamOptions
 from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
+from ..supervision.shipper import ShipTargets, shipper_for
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import RawRecord, RingRecord, Stream, warn_start_method
 from .call_lock import close_once
@@ -147,11 +151,16 @@ class VideoRecorder:
         self.recorder_id = f"{os.getpid()}-{time.time_ns()}-{id(self):x}"
         # Every clip file written, moved or removed relative to the folder opened now (see envrec.formats.ownfolder)
         self._own = OwnFolder(self.folder, is_clip_file)
+        remote = clip_recorder_id(self.recorder_id)
         cfg = EncoderConfig(
             self.folder, self.ffmpeg, self.backend, self.settings, env_id, faults or from_env() or NO_FAULT,
             recorder=self.recorder_id, max_bytes=max_bytes, keep_last_clips=keep_last_clips, folder_id=self._own.identity,
+            ship_ledger=ledger_name(remote, store_url(opts.ship_to)) if opts.ship_to is not None else None,
         )
+        self._shipper = None
         try:
+            self._shipper = shipper_for(opts, self.folder, self._own.identity,
+                                        ShipTargets(prefixes=(), clip_recorders=(self.recorder_id,), clip_remote=remote))
             self._stream = Stream(
                 "encoder",
                 cfg,
@@ -159,7 +168,11 @@ class VideoRecorder:
                 ring_bytes=opts.ring_or(DEFAULT_FRAME_RING_BYTES),
                 restart=RestartPolicy.fresh_per_clip(dataclasses.replace(cfg, faults=NO_FAULT)),  # a fault fires once
             )
+            if self._shipper is not None:
+                self._shipper.wait_ready()
         except BaseException:
+            if getattr(self, "_stream", None) is not None:
+                self._stream.close()
             self._own.close()
             raise
         self.times = CallTimes() if opts.timing else None
@@ -433,6 +446,8 @@ class VideoRecorder:
         }
         if self._first_frame_at is not None:
             out["encoder_fps"] = written / max(time.monotonic() - self._first_frame_at, 1e-9)
+        if self._shipper is not None:
+            out |= self._shipper.stats()
         if not s.closed:
             ffmpeg = process_facts(s.status(Status.ENCODER_PID))
             if ffmpeg:
@@ -457,6 +472,8 @@ class VideoRecorder:
             self._write_unfinished_meta(self._stream.broken)  # the worker is gone: what it left is unfinished
         self.poll()
         self._own.close()
+        if self._shipper is not None:
+            self._shipper.finish()  # every clip's metadata is written now: shipped within the deadline
         logger.info("envrec: %d clip(s) in %s: %s", self.clips_started, self.folder, summary_line(self.stats()))
         return summary
 

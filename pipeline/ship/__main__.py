@@ -25,6 +25,7 @@ from multiprocessing.connection import Connection
 from ..errors import ConfigError
 from ..formats.ownfolder import FolderChanged, OwnFolder
 from ..formats.store import Store, is_transient
+from .clips import ClipShipper
 from .config import ShipConfig, ShipLaunch, ship_deadline_s
 from .counters import ShipCounter, ShipCounters
 from .follow import follow
@@ -50,9 +51,13 @@ def _control_closed(fd: int) -> bool:
 def _probe(shipping: FolderShipping, cfg: ShipConfig, parent_pid: int) -> None:
     """Check the store once: the recorder's first id claimed (a write), or the URL listed."""
     prefixes = cfg.targets.prefixes or ()
+    clips = cfg.targets.clip_recorders or ()
     if prefixes and not cfg.targets.family:
         shipper = shipping.recordings[prefixes[0]] = RecordingShipper(shipping.store, shipping.own, prefixes[0])
         shipper.claim(live_origin(socket.gethostname(), parent_pid, prefixes[0]))
+    elif len(clips) == 1 and cfg.targets.clip_remote:
+        clip_shipper = shipping.clips[clips[0]] = ClipShipper(shipping.store, shipping.own, clips[0], cfg.targets.clip_remote)
+        clip_shipper.claim()
     else:
         shipping.store.list("")
 

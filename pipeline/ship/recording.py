@@ -106,7 +106,7 @@ class RecordingShipper:
     def resume(self) -> None:
         """What is shipped: the local ledger, and the store's commits (a predecessor may have committed units
         it had no time to write in the ledger; they are added to it)."""
-        local = read_ledger(self.own, self.ledger)
+        local = read_ledger(self.own.path, self.ledger)
         remote = {n[: -len(".json")] for n in self.store.list(self.name(COMMIT_DIR)) if n.endswith(".json")}
         append_ledger(self.own, self.ledger, sorted(remote - local))
         self.shipped = local | remote
