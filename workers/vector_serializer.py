@@ -18,6 +18,7 @@ from envrec.contract.protocol import Handler, Kind, SerializerConfig, Status, St
 from envrec.contract.records import RST, TraceLayout
 from envrec.formats.infos import unpack_info
 from envrec.formats.schema import leaf_values
+from envrec.formats.ship_ledger import ledger_name
 
 from .serializer import Serializer
 
@@ -72,6 +73,7 @@ class VectorSerializer(Handler):
                     cfg.env_id, {**cfg.settings, "sub_env": i}, checkpoints=False,
                     compression=cfg.compression, max_bytes=cfg.max_bytes, commit_interval=cfg.commit_interval,
                     folder_id=cfg.folder_id,
+                    ship_ledger=ledger_name(f"{cfg.prefix}.env{i}", cfg.ship_url) if cfg.ship_url else None,
                 )
             )
             for i in range(cfg.num_envs)

@@ -222,6 +222,7 @@ class VectorSerializerConfig:
     faults: FaultSpec = NO_FAULT  # injected on purpose, for tests: at "start" only (see envrec.contract.faults)
     commit_interval: float | None = 5.0  # as SerializerConfig's
     folder_id: tuple[int, int] | None = None  # as SerializerConfig's
+    ship_url: str | None = None  # shipping is on: each sub-env's budget waits for its ledger for this store
 
 
 @dataclass(frozen=True)

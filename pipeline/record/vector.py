@@ -35,11 +35,14 @@ from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
 from ..formats.ownfolder import folder_identity
 from ..formats.schema import describe_space, leaf_values, leaves
+from ..formats.shipped import unique_suffix
+from ..formats.store import store_url
 from ..formats.trace_format import PREFIX, check_prefix, default_prefix, manifest_name
 from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Accepts, check_options, int_in, optional
 from ..options import StreamOptions
 from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
+from ..supervision.shipper import ShipTargets, shipper_for
 from ..supervision.stream import RawRecord, Stream, warn_start_method
 from .call_lock import held_for_close
 from .clip_triggers import KeepIf, capped_cubic_video_schedule
@@ -129,6 +132,8 @@ class RecordVectorTrace(VectorWrapper):
 
         self.directory = check_folder(directory)
         self.prefix = check_prefix(name_prefix) if name_prefix else default_prefix()
+        if opts.ship_to is not None:
+            self.prefix = check_prefix(f"{self.prefix}.{unique_suffix()}")
         n = self.num_envs
         for i in range(n):
             path = os.path.join(self.directory, manifest_name(f"{self.prefix}.env{i}"))
@@ -148,12 +153,21 @@ class RecordVectorTrace(VectorWrapper):
              "commit_interval": commit_interval},
             compression=compression, max_bytes=max_bytes, commit_interval=commit_interval,
             folder_id=folder_identity(self.directory),
+            ship_url=store_url(opts.ship_to) if opts.ship_to is not None else None,
         )
+        self._shipper = shipper_for(opts, self.directory, cfg.folder_id,
+                                    ShipTargets(prefixes=tuple(self.prefix_of(i) for i in range(n))))
         self._stream = Stream(
             "vector serializer", cfg, opts, ring_bytes=ring_bytes, where=self.directory,
             restart=RestartPolicy.never(),  # it keeps no checkpoints a successor could resume from
             on_broken=self._record_failure,
         )
+        if self._shipper is not None:
+            try:
+                self._shipper.wait_ready()
+            except ConfigError:
+                self._stream.close()
+                raise
         self._steps = 0
         self._lock = threading.RLock()  # one record at a time, whole (envrec.record.call_lock)
         self._closing = False
@@ -226,7 +240,7 @@ class RecordVectorTrace(VectorWrapper):
 
     def stats(self) -> dict[str, Any]:
         """The stream's counters (every key: docs/reference.md, "Stats")."""
-        return self._stream.stats()
+        return self._stream.stats() | (self._shipper.stats() if self._shipper is not None else {})
 
     def prefix_of(self, sub_env: int) -> str:
         """The file prefix of sub-env ``sub_env``'s trace (for ``TraceReader(directory, prefix=...)``)."""
@@ -248,6 +262,8 @@ class RecordVectorTrace(VectorWrapper):
                 with held_for_close(self, self._stream.ring):
                     unregister_closer(self)
                     self._stream.close()
+                if self._shipper is not None:
+                    self._shipper.finish()
         finally:
             self.env.close(**kwargs)
 
