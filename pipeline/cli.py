@@ -84,12 +84,12 @@ def _record(args: argparse.Namespace) -> int:
             prefix = time.strftime("rl-video-%Y%m%d-%H%M%S")  # a second run must not overwrite the first's clips
             video = env = RecordVideo(
                 env, args.out, episode_trigger=lambda e: e % every == 0, name_prefix=prefix, fps=args.fps,
-                max_bytes=args.video_max_bytes, keep_last_clips=args.keep_last_clips,
+                max_bytes=args.video_max_bytes, keep_last_clips=args.keep_last_clips, ship_to=args.ship_to,
             )
         env = RecordTrace(
             env, args.out, name_prefix=args.name_prefix, batch_bytes=args.batch_bytes,
             compression=None if args.compress == "none" else args.compress, max_bytes=args.max_bytes,
-            commit_interval=args.commit_interval,
+            commit_interval=args.commit_interval, ship_to=args.ship_to,
         )
     except (ConfigError, ValueError) as exc:
         if video is not None:
@@ -143,6 +143,14 @@ def _report(args: argparse.Namespace, env, video, episodes: int, steps: int, sta
         print(f"  video: {v['clips_finished']} clip(s), {v['frames_written']} frame(s), {_human(size)}: {', '.join(clips[:4])}{' ...' if len(clips) > 4 else ''}")
         if v["broken"] or v["clips_broken"] or v["frames_dropped"]:
             problems.append(f"video broken={v['broken']}, clips broken={v['clips_broken']}, frames dropped={v['frames_dropped']}")
+    if args.ship_to is not None:
+        from .formats.store import redact
+
+        v = video.stats() if video is not None else {}
+        pending = stats.get("ship_pending", 0) + v.get("ship_pending", 0)
+        print(f"  shipped: {stats.get('ship_batches', 0)} batch(es), {v.get('ship_clips', 0)} clip(s) to {redact(args.ship_to)}")
+        if pending:
+            problems.append(f"{pending} batch(es) or clip(s) not shipped (envrec ship {env.directory} URL ships them)")
     if problems:
         print("  problems: " + "; ".join(problems), file=sys.stderr)
         return 1
@@ -232,7 +240,8 @@ def _add_record(sub) -> None:
                "  envrec record                                   CartPole-v1, 5 episodes, into ./recordings\n"
                "  envrec record --env ALE/Pong-v5 --steps 10000 --video-every 5 --max-bytes 2G\n"
                "  envrec record --env FrozenLake-v1 --render-mode ansi   text frames, as asciicast clips\n"
-               "  envrec record --env HalfCheetah-v5 --fps 20 --commit-interval 2",
+               "  envrec record --env HalfCheetah-v5 --fps 20 --commit-interval 2\n"
+               "  envrec record --ship-to s3://my-bucket/run-7            ship batches and clips as they commit",
     )
     r.add_argument("--env", default=DEFAULT_ENV, help=f"Gymnasium env id (default {DEFAULT_ENV})")
     g = r.add_mutually_exclusive_group()
@@ -256,6 +265,9 @@ def _add_record(sub) -> None:
     r.add_argument("--fps", type=_fps, default=None, help="frames per second of the clips (default: the env's render_fps)")
     r.add_argument("--video-max-bytes", type=_size, default=None, metavar="SIZE", help="disk budget of the clips; the oldest are evicted beyond it")
     r.add_argument("--keep-last-clips", type=int, default=None, metavar="N", help="keep only the newest N clips")
+    r.add_argument("--ship-to", default=None, metavar="URL",
+                   help="ship what is committed to URL as it goes (s3://bucket/run, gs://, az://, file://, a folder); "
+                        "credentials from the store's environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=_record)
 
@@ -325,6 +337,29 @@ def _bench(args: argparse.Namespace) -> int:
     return bench_main(args)
 
 
+FETCHING_COMMANDS = ("inspect", "verify", "render", "view", "export")  # they read a shipped URL through its cache
+
+
+def _fetch_shipped(args: argparse.Namespace) -> None:
+    """A shipped URL given to a reading command becomes the local cache folder of what was committed there."""
+    from .read.shipped_cache import is_shipped, local_folder
+
+    for attr in ("directory", "paths"):
+        value = getattr(args, attr, None)
+        if isinstance(value, list):
+            setattr(args, attr, [local_folder(v) if is_shipped(v) else v for v in value])
+        elif isinstance(value, str) and is_shipped(value):
+            print(f"envrec {args.command}: fetching what was shipped to {_redacted(value)} into a local cache",
+                  file=sys.stderr)
+            setattr(args, attr, local_folder(value))
+
+
+def _redacted(url: str) -> str:
+    from .formats.store import redact
+
+    return redact(url)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -333,6 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.func is _record and (args.episodes < 1 or getattr(args, "steps", 0) < 0 or getattr(args, "video_every", 0) < 0):
         parser.error("--episodes must be at least 1, --steps and --video-every at least 0")
+    if args.command in FETCHING_COMMANDS:
+        try:
+            _fetch_shipped(args)
+        except (ValueError, OSError) as exc:
+            print(f"envrec {args.command}: {exc}", file=sys.stderr)
+            return 2
     try:
         return args.func(args)
     except BrokenPipeError:  # the output went to `head` or a closed pager: not an error of ours

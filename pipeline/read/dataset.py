@@ -17,12 +17,11 @@ from collections import defaultdict
 from typing import Any
 
 from ..errors import TraceError
-from ..formats.store import is_url
 from .batch_files import Episode
 from .reader import TraceReader
 from .shipped_cache import ShippedCache
 
-__all__ = ["EPISODE_COLUMNS", "Dataset", "local_folder", "open_dataset"]
+__all__ = ["EPISODE_COLUMNS", "Dataset", "open_dataset"]
 
 EPISODE_COLUMNS = ("recorder", "episode_id", "length", "return", "ended_by", "complete", "seed", "first_step", "parts",
                    "batches")
@@ -140,18 +139,3 @@ def _stitched(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "batches": sorted({p["batch"] for p in parts}),
         })
     return out
-
-
-def local_folder(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> str:
-    """``path`` itself when it is a local folder; a shipped URL's recordings fetched into the cache otherwise."""
-    path = os.fspath(path)
-    if not is_url(path) or path.startswith("file://") and os.path.isdir(path[len("file://"):]) and not _shipped(path):
-        return path if not is_url(path) else path[len("file://"):]
-    return Dataset(path, storage_options).local()
-
-
-def _shipped(path: str) -> bool:
-    """Whether the local folder of a ``file://`` URL is a shipped run or recorder (not a recording folder)."""
-    folder = path[len("file://"):]
-    return os.path.exists(os.path.join(folder, "recorder.json")) or any(
-        os.path.exists(os.path.join(folder, n, "recorder.json")) for n in os.listdir(folder))

@@ -42,6 +42,7 @@ from typing import Any, Self
 from ..errors import ConfigError, TraceError
 from ..formats.trace_format import MANIFEST_SUFFIX, BatchEntry, Manifest, is_segment, read_manifest, recording_batches
 from .batch_files import BatchFiles, Episode, Part, SavedState
+from .shipped_cache import is_shipped, local_folder
 from .stitch import chained, check_follows, check_part_follows, joins, settled, stitch
 
 __all__ = ["ON_DAMAGED", "Damaged", "Episode", "Part", "Recording", "SavedState", "TraceError", "TraceReader", "scan_recorded_traces"]
@@ -83,7 +84,9 @@ class TraceReader:
     recording committed since.
 
     Args:
-        directory: the folder holding the recordings' files.
+        directory: the folder holding the recordings' files, or a URL recordings were shipped to (``ship_to``,
+            ``envrec ship``): every batch committed there is fetched into a local cache first
+            (``envrec.read.shipped_cache``), and again at each ``refresh()`` for the batches committed since.
         prefix: read only the recording with this file prefix. Default None: every recording in the folder.
         verify: check each batch's CRC-32 when it is first loaded (reads its files once). Default True.
         on_damaged: ``"raise"`` (the default): a damaged manifest or batch raises ``TraceError`` naming
@@ -99,7 +102,8 @@ class TraceReader:
     ) -> None:
         if on_damaged not in ON_DAMAGED:
             raise ConfigError(f"on_damaged must be one of {', '.join(map(repr, ON_DAMAGED))}, not {on_damaged!r}")
-        self.directory = os.fspath(directory)
+        self.source = os.fspath(directory)  # a folder, or a shipped URL read through its local cache
+        self.directory = local_folder(self.source) if is_shipped(self.source) else self.source
         self.prefix = prefix
         self.verify = verify
         self.on_damaged = on_damaged
@@ -112,7 +116,10 @@ class TraceReader:
         self.refresh()
 
     def refresh(self) -> None:
-        """Re-read the manifests (a recording may have committed batches since)."""
+        """Re-read the manifests (a recording may have committed batches since; from a shipped URL: fetch the
+        batches committed there since into the cache first)."""
+        if self.source != self.directory:
+            local_folder(self.source)
         for attempt in range(3):  # a file named by a head we read may be evicted before we read it: read again
             try:
                 self._read_manifests(last=attempt == 2)

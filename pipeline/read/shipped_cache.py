@@ -41,10 +41,10 @@ from ..formats.shipped import (
     check_commit,
     commit_name,
 )
-from ..formats.store import Store
+from ..formats.store import Store, is_url, store_url
 from ..formats.trace_format import BatchEntry, batch_position, manifest_document, manifest_name
 
-__all__ = ["CACHE_ENV_VAR", "RecorderCommits", "ShippedCache", "cache_root"]
+__all__ = ["CACHE_ENV_VAR", "RecorderCommits", "ShippedCache", "cache_root", "is_shipped", "local_folder"]
 
 logger = logging.getLogger(__name__)
 
@@ -236,3 +236,32 @@ def _problem(commit: Commit, local: str, size: int, data: bytes | None) -> str |
         if crc is not None and zlib.crc32(data) != crc:
             return "its CRC-32 differs from its commit's"
     return None
+
+
+def is_shipped(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a URL, or a local folder holding shipped recorders (``recorder.json`` in it or in a
+    folder of it) rather than a recording folder."""
+    path = os.fspath(path)
+    if is_url(path) and not path.startswith("file://"):
+        return True
+    folder = store_url(path)
+    if os.path.isfile(os.path.join(folder, RECORDER_DOC)):
+        return True
+    try:
+        with os.scandir(folder) as entries:
+            return any(e.is_dir(follow_symlinks=False) and os.path.isfile(os.path.join(e.path, RECORDER_DOC))
+                       for _, e in zip(range(1000), entries, strict=False))
+    except OSError:
+        return False
+
+
+def local_folder(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> str:
+    """``path`` itself for a recording folder; for a shipped URL (or a folder of shipped recorders), the cache
+    folder holding every batch and clip committed there so far, fetched now where missing."""
+    if not is_shipped(path):
+        return store_url(path) if os.fspath(path).startswith("file://") else os.fspath(path)
+    cache = ShippedCache(os.fspath(path), storage_options)
+    cache.refresh()
+    folder = cache.materialize()
+    logger.info("envrec: %s read from its local cache %s", cache.store.display, folder)
+    return folder

@@ -54,7 +54,7 @@ def ship_stats(counters: ShipCounters, restarts: int) -> dict[str, int]:
     return {key: counters[c] for key, c in _STAT_KEYS.items()} | {"ship_restarts": restarts}
 
 
-def shipper_for(options: StreamOptions, folder: str, folder_id: tuple[int, int], targets: ShipTargets) -> ShipperHandle | None:
+def shipper_for(options: StreamOptions, folder: str, folder_id: tuple[int, int] | None, targets: ShipTargets) -> ShipperHandle | None:
     """A launched shipper when ``options.ship_to`` is set (``wait_ready`` to follow), else None.
 
     Raises:
