@@ -38,6 +38,7 @@ from typing import Any
 from envrec.errors import TraceError
 from envrec.export.sources import RecordingSource, find_recordings
 from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, read_clip_meta
+from envrec.formats.shipped import shipped_suffix
 from envrec.formats.trace_format import BatchEntry
 from envrec.read.batch_files import BatchFiles
 from envrec.read.reader import Damaged
@@ -232,12 +233,13 @@ class Catalog:
     def _clip_for(self, src: RecordingSource, episode_id: int, length: int) -> tuple[str, ClipMeta] | None:
         """The clip of the episode from its reset; ``length``: its steps from the reset (first_step + steps read)."""
         homes = {src.directory, os.path.join(src.directory, "videos")}
-        for folder, meta in self._clips:
-            if folder not in homes or meta.get("episode_id") != episode_id or not meta.get("path"):
-                continue
-            if meta["name"].endswith(f"-episode-{episode_id}") or meta.get("frames_written") == length + 1:
-                return folder, meta
-        return None
+        found = [(folder, meta) for folder, meta in self._clips
+                 if folder in homes and meta.get("episode_id") == episode_id and meta.get("path")
+                 and (meta["name"].endswith(f"-episode-{episode_id}") or meta.get("frames_written") == length + 1)]
+        suffix = shipped_suffix(str(src.manifest.get("prefix") or src.name))
+        if suffix is not None and len(found) > 1:  # shipped recorders of many processes: its own process's clip
+            found = [c for c in found if suffix in c[1]["name"]] or found
+        return found[0] if found else None
 
     def _clip_json(self, folder: str, meta: ClipMeta) -> dict[str, Any]:
         return clip_json(self.root, folder, meta)

@@ -55,6 +55,7 @@ __all__ = [
     "document_bytes",
     "host_label",
     "index_name",
+    "shipped_suffix",
     "unique_suffix",
 ]
 
@@ -127,6 +128,15 @@ def unique_suffix() -> str:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         _suffixes[pid] = f"{host_label()}.{pid}.{stamp}.{secrets.token_hex(4)}"
     return _suffixes[pid]
+
+
+_SUFFIX = re.compile(r"\.([A-Za-z0-9-]+\.\d+\.\d{8}T\d{6}\.[0-9a-f]{8})(\.env\d+)?$")
+
+
+def shipped_suffix(prefix: str) -> str | None:
+    """The ``unique_suffix`` a shipping recorder's prefix ends with (before a sub-env's ``.envI``), or None."""
+    m = _SUFFIX.search(prefix)
+    return m.group(1) if m else None
 
 
 def clip_recorder_id(recorder: str) -> str:

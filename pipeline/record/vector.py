@@ -365,7 +365,9 @@ class RecordVectorVideo(VectorWrapper):
             episode_trigger = capped_cubic_video_schedule
         self.episode_trigger = episode_trigger
         self.video_length = video_length or float("inf")
-        self.name_prefix = check_prefix(name_prefix)
+        shipping = recorder_options.get("ship_to") is not None or getattr(recorder_options.get("options"), "ship_to", None)
+        # shipping: clip names unique across nodes and runs, as RecordVideo's
+        self.name_prefix = check_prefix(f"{name_prefix}.{unique_suffix()}" if shipping else name_prefix)
         self.sub_envs = tuple(sub_envs)
         self.autoreset_mode = autoreset_name(env)
         fps = fps or env.metadata.get("render_fps", 30)

@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 import zlib
 from typing import Any
 
 from ..errors import TraceError
+from ..formats.compression import JSON_ZST_SUFFIX, decompress_frames
 from ..formats.inside import open_inside
 from ..formats.ownfolder import OwnFolder
 from ..formats.ship_ledger import append_ledger, ledger_name, read_ledger
@@ -42,8 +44,8 @@ from ..formats.shipped import (
 )
 from ..formats.shipped_index import index_parquet, index_rows
 from ..formats.store import Store
+from ..formats.trace_checks import MAX_BATCH_JSON_BYTES, MAX_RATIO, JsonBudget, check_batch, parse_json
 from ..formats.trace_format import BatchEntry, Manifest, manifest_name, read_manifest_in, recording_batches
-from ..read.batch_files import BatchFiles
 
 __all__ = ["FINAL_FIELDS", "HEAD_FIELDS", "RecordingShipper", "ShipConflict", "live_origin", "origin_of", "shipped_by"]
 
@@ -79,8 +81,8 @@ class RecordingShipper:
         self.claimed = False
         self.head_shipped = False
         self.final_shipped = False
-        self.files = BatchFiles(own.path, verify=True)
         self.damaged: set[str] = set()  # keys of batches whose local files failed their checks (never shipped)
+        self._lock = threading.Lock()  # batches are shipped side by side (FolderShipping)
         self.ledger = ledger_name(prefix, store.url)
 
     def name(self, *parts: str) -> str:
@@ -143,10 +145,10 @@ class RecordingShipper:
         """Ship one committed batch; the bytes sent (0 when it was shipped already, or is damaged)."""
         key = batch_key(entry)
         try:
-            records = self.files.load(entry, manifest)
             blobs = [(entry["fn"], _read_checked(self.own.path, entry["fn"], entry["json_bytes"], entry["json_crc32"]))]
             if entry.get("bin"):
                 blobs.append((entry["bin"], _read_checked(self.own.path, entry["bin"], entry["bin_bytes"], entry["bin_crc32"])))
+            records = _records(blobs[0][1], entry, manifest)
         except FileNotFoundError:
             return 0  # evicted since the manifest was read (only a budget without shipping does that)
         except TraceError as exc:
@@ -183,8 +185,18 @@ class RecordingShipper:
             same = ("json_crc32", "bin_crc32", "fn")
             if any(there.get("entry", {}).get(k) != commit["entry"].get(k) for k in same):
                 raise ShipConflict(f"{where} commits another batch than the local {commit['entry']['fn']}")
-        append_ledger(self.own, self.ledger, [key])
-        self.shipped.add(key)
+        with self._lock:
+            append_ledger(self.own, self.ledger, [key])
+            self.shipped.add(key)
+
+
+def _records(data: bytes, entry: BatchEntry, manifest: Manifest) -> list[dict[str, Any]]:
+    """The batch's episode records, from its JSON (read once, already checked against its CRC-32), checked as a
+    reader checks them, its arrays left unread: what the index needs."""
+    what = entry["fn"]
+    if what.endswith(JSON_ZST_SUFFIX):
+        data = decompress_frames(data, min(MAX_BATCH_JSON_BYTES, MAX_RATIO * len(data)), JsonBudget(what))
+    return check_batch(parse_json(data, what), manifest, what, entry["len"])
 
 
 def _read_checked(folder: str, name: str, size: int, crc: int) -> bytes:

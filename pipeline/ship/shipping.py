@@ -15,6 +15,7 @@ import logging
 import re
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from ..formats.atomic import process_alive
@@ -30,6 +31,7 @@ __all__ = ["FolderShipping", "ShipTargets"]
 
 logger = logging.getLogger(__name__)
 
+UPLOADS = 4  # batches shipped side by side when several are pending
 _SEGMENT = re.compile(r".*\.m\d{6}" + re.escape(MANIFEST_SUFFIX) + "$")
 
 
@@ -66,6 +68,7 @@ class FolderShipping:
     recordings: dict[str, RecordingShipper] = field(default_factory=dict)
     clips: dict[str, ClipShipper] = field(default_factory=dict)
     conflicted: set[str] = field(default_factory=set)
+    pool: ThreadPoolExecutor | None = None
 
     def ship_pass(self) -> bool:
         """Ship what is committed and not shipped; True when every recording found ended and all is shipped."""
@@ -108,16 +111,25 @@ class FolderShipping:
     def _ship_recording(self, shipper: RecordingShipper, manifest: Manifest) -> int:
         """Ship the recording's head, its pending batches and (once it ended) its end; what is left pending."""
         shipper.ship_head(manifest)
-        for entry in shipper.pending(manifest):
-            before = len(shipper.shipped)
-            self.counters.add(ShipCounter.BYTES_SHIPPED, shipper.ship_batch(manifest, entry))
-            if len(shipper.shipped) > before:
-                self._shipped(ShipCounter.BATCHES_SHIPPED)
+        pending = shipper.pending(manifest)
+        before = len(shipper.shipped)
+        if len(pending) > 1:  # several batches behind (a store that came back, envrec ship): uploads side by side
+            sent = list(self._pool().map(lambda e: shipper.ship_batch(manifest, e), pending))
+        else:
+            sent = [shipper.ship_batch(manifest, e) for e in pending]
+        self.counters.add(ShipCounter.BYTES_SHIPPED, sum(sent))
+        for _ in range(len(shipper.shipped) - before):
+            self._shipped(ShipCounter.BATCHES_SHIPPED)
         self.counters[ShipCounter.DAMAGED] = sum(len(s.damaged) for s in self.recordings.values()) + \
             sum(len(s.damaged) for s in self.clips.values())
         manifest = shipper.manifest()
         shipper.ship_final(manifest)
         return len(shipper.pending(manifest))
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(UPLOADS, thread_name_prefix="envrec-ship")
+        return self.pool
 
     def _ship_clips(self) -> int:
         if self.targets.clip_recorders == ():
