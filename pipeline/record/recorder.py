@@ -126,6 +126,20 @@ def record_failure_in_manifest(path: str, reason: str, *, only_if_missing: bool 
         logger.error("envrec: could not record the failure in %s: %s", path, exc)
 
 
+def _settings(opts: StreamOptions, batch_bytes: int, ring_bytes: int, compression: Compression | None,
+              max_bytes: int | None, commit_interval: float | None) -> dict[str, Any]:
+    """The manifest's ``settings`` of a trace recording."""
+    return {
+        "batch_bytes": batch_bytes,
+        "ring_bytes": ring_bytes,
+        "backpressure": opts.backpressure,
+        "block_timeout_s": opts.block_timeout_s,
+        "compression": compression.describe() if compression is not None else None,
+        "max_bytes": max_bytes,
+        "commit_interval": commit_interval,
+    }
+
+
 class TraceRecorder:
     """Records one environment's resets and steps into ``directory`` as trace batches.
 
@@ -200,15 +214,7 @@ class TraceRecorder:
             raise ConfigError(
                 f"one step needs {smallest} bytes of ring but ring_bytes={ring_bytes}; use ring_bytes >= {4 * smallest}"
             )
-        self.settings = {
-            "batch_bytes": batch_bytes,
-            "ring_bytes": ring_bytes,
-            "backpressure": opts.backpressure,
-            "block_timeout_s": opts.block_timeout_s,
-            "compression": compression.describe() if compression is not None else None,
-            "max_bytes": max_bytes,
-            "commit_interval": commit_interval,
-        }
+        self.settings = _settings(opts, batch_bytes, ring_bytes, compression, max_bytes, commit_interval)
         remove_stale_tmp(self.directory, self.prefix)
         remove_dead_recordings(self.directory, keep=self.prefix)  # of recordings killed with their workers
         self._own = OwnFolder(self.directory, trace_file_names(self.prefix))  # opened once: see _record_failure_in_manifest

@@ -157,6 +157,23 @@ class VideoRecorder:
             recorder=self.recorder_id, max_bytes=max_bytes, keep_last_clips=keep_last_clips, folder_id=self._own.identity,
             ship_ledger=ledger_name(remote, store_url(opts.ship_to)) if opts.ship_to is not None else None,
         )
+        self._start(cfg, opts, remote)
+        self.times = CallTimes() if opts.timing else None
+        self._first_frame_at: float | None = None
+        self.clip: ClipState | None = None
+        self.clips_started = 0
+        self.frames_sent = 0
+        self.frames_dropped = 0
+        self._warned_broken = False
+        self._unreported: deque[ClipState] = deque()  # clips sent, not yet known finished
+        self._clips_seen = 0
+        self.clips_unkept = 0  # clips kept when they ended, deleted since by discard_clip
+        self._lock = threading.RLock()  # one call at a time, each frame whole (envrec.record.call_lock)
+        self._closing = False
+        register_closer(self)
+
+    def _start(self, cfg: EncoderConfig, opts: StreamOptions, remote: str) -> None:
+        """The encoder's stream and, with ``ship_to``, the shipper; nothing left running when either fails."""
         self._shipper = None
         try:
             self._shipper = shipper_for(opts, self.folder, self._own.identity,
@@ -175,19 +192,6 @@ class VideoRecorder:
                 self._stream.close()
             self._own.close()
             raise
-        self.times = CallTimes() if opts.timing else None
-        self._first_frame_at: float | None = None
-        self.clip: ClipState | None = None
-        self.clips_started = 0
-        self.frames_sent = 0
-        self.frames_dropped = 0
-        self._warned_broken = False
-        self._unreported: deque[ClipState] = deque()  # clips sent, not yet known finished
-        self._clips_seen = 0
-        self.clips_unkept = 0  # clips kept when they ended, deleted since by discard_clip
-        self._lock = threading.RLock()  # one call at a time, each frame whole (envrec.record.call_lock)
-        self._closing = False
-        register_closer(self)
 
     @property
     def closed(self) -> bool:
