@@ -13,10 +13,10 @@ import gymnasium as gym
 
 from ..errors import ConfigError
 from ..formats.ffmpeg import VideoSettings
-from ..formats.shipped import unique_suffix
 from ..formats.trace_format import PREFIX, check_prefix
 from ..option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
 from ..options import StreamOptions
+from ..supervision.shipper import shipping_name
 from ..supervision.stream import warn_start_method
 from .call_lock import held_for_close
 from .clip_triggers import ClipKeeper, KeepIf, OutcomeTracker, capped_cubic_video_schedule, decide
@@ -146,9 +146,7 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         if fps is None:
             fps = self.metadata.get("render_fps", 30)
         self.frames_per_sec: int = fps
-        shipping = StreamOptions.merge(options, stream_options).ship_to is not None
-        # shipping: clip names unique across nodes and runs, sharing the suffix of this process's trace prefixes
-        self.name_prefix: str = check_prefix(f"{name_prefix}.{unique_suffix()}" if shipping else name_prefix)
+        self.name_prefix: str = check_prefix(shipping_name(name_prefix, {**stream_options, "options": options}))
         self._video_name: str | None = None
         self.recording: bool = False
         self.recorded_frames = 0  # a count: the frames themselves go to the encoder

@@ -42,7 +42,7 @@ from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, Acc
 from ..options import StreamOptions
 from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
-from ..supervision.shipper import ShipTargets, shipper_for
+from ..supervision.shipper import ShipTargets, shipper_for, shipping_name
 from ..supervision.stream import RawRecord, Stream, warn_start_method
 from .call_lock import held_for_close
 from .clip_triggers import KeepIf, capped_cubic_video_schedule
@@ -365,9 +365,7 @@ class RecordVectorVideo(VectorWrapper):
             episode_trigger = capped_cubic_video_schedule
         self.episode_trigger = episode_trigger
         self.video_length = video_length or float("inf")
-        shipping = recorder_options.get("ship_to") is not None or getattr(recorder_options.get("options"), "ship_to", None)
-        # shipping: clip names unique across nodes and runs, as RecordVideo's
-        self.name_prefix = check_prefix(f"{name_prefix}.{unique_suffix()}" if shipping else name_prefix)
+        self.name_prefix = check_prefix(shipping_name(name_prefix, recorder_options))
         self.sub_envs = tuple(sub_envs)
         self.autoreset_mode = autoreset_name(env)
         fps = fps or env.metadata.get("render_fps", 30)

@@ -29,6 +29,7 @@ from ..option_checks import CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, in
 from ..record.clip_triggers import ClipKeeper, EpisodeOutcome, KeepIf, decide
 from ..record.headless import headless_display
 from ..record.video_recorder import ClipCallback, VideoRecorder
+from ..supervision.shipper import shipping_name
 from .adapter import check_vec_env, sub_env_attr
 
 __all__ = ["VEC_RECORD_VIDEO_OPTIONS", "ClipTally", "VecRecordVideo"]
@@ -138,7 +139,7 @@ class VecRecordVideo(VecEnvWrapper):
         self.frames_per_sec: float = fps or metadata.get("render_fps", 30)
         self.record_video_trigger = record_video_trigger
         self.video_folder = os.path.abspath(video_folder)
-        self.name_prefix = check_prefix(name_prefix)
+        self.name_prefix = check_prefix(shipping_name(name_prefix, recorder_options))
         self.video_length = video_length
         self.keep_if = keep_if
         self.step_id = 0

@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from ..formats.shipped import unique_suffix
 from ..formats.store import is_url, redact, store_url
 from ..options import StreamOptions
 from ..ship.config import ShipConfig, ShipLaunch, ship_deadline_s
@@ -29,7 +30,7 @@ from ..ship.counters import ShipCounter, ShipCounters
 from ..ship.shipping import ShipTargets
 from .launcher import WorkerProcess
 
-__all__ = ["MAX_SHIPPER_RESTARTS", "START_TIMEOUT_S", "ShipTargets", "ShipperHandle", "ship_stats", "shipper_for"]
+__all__ = ["MAX_SHIPPER_RESTARTS", "START_TIMEOUT_S", "ShipTargets", "ShipperHandle", "ship_stats", "shipper_for", "shipping_name"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,15 @@ _STAT_KEYS = {  # stats() key: counter
 
 def ship_stats(counters: ShipCounters, restarts: int) -> dict[str, int]:
     return {key: counters[c] for key, c in _STAT_KEYS.items()} | {"ship_restarts": restarts}
+
+
+def shipping_name(name_prefix: str, fields: dict[str, Any]) -> str:
+    """A clip name prefix as a video wrapper uses it: with ``ship_to`` among its stream option ``fields`` (or in
+    their ``options``), made unique across nodes and runs with this process's ``unique_suffix``, as trace
+    prefixes are (the viewer pairs a process's clips with its traces by it)."""
+    options = fields.get("options")
+    shipping = fields.get("ship_to") is not None or getattr(options, "ship_to", None) is not None
+    return f"{name_prefix}.{unique_suffix()}" if shipping else name_prefix
 
 
 def shipper_for(options: StreamOptions, folder: str, folder_id: tuple[int, int] | None, targets: ShipTargets) -> ShipperHandle | None:
