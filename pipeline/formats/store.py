@@ -13,7 +13,9 @@ S3's ``If-None-Match: *`` through s3fs's ``"xb"`` mode (GCS and Azure
 through theirs), and on a local file system a complete temporary file
 hard-linked to the name (``link`` fails when the name exists, so a reader
 never sees a partial object, and a shipper killed mid-write leaves only its
-own temporary file). It returns False when the object already existed.
+own temporary file ``.NAME.HOST.PID-THREAD.shiptmp``, which the next shipper
+of that recorder on the host removes). It returns False when the object
+already existed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import contextlib
 import os
 import re
 import socket
+import threading
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -144,7 +147,7 @@ class Store:
         except FileNotFoundError:
             return None
 
-    def list(self, name: str = "") -> list[str]:
+    def names(self, name: str = "") -> list[str]:
         """The names directly under ``name`` (relative to it), read afresh (no listing cache); [] when none."""
         path = self.path(name) if name else self.root
         with contextlib.suppress(Exception):
@@ -158,6 +161,38 @@ class Store:
                       if p.rstrip("/") != path.rstrip("/"))
 
 
+    def sweep_temporaries(self, name: str) -> list[str]:
+        """Remove, under ``name`` (a recorder's folder, local stores only), the temporary files of shippers of
+        this host that died mid-write (``.NAME.HOST.PID.shiptmp`` whose PID is gone); their names."""
+        if not self.local:
+            return []
+        host = _host()
+        removed = []
+        for folder, _, names in os.walk(self.path(name)):
+            for n in names:
+                parts = n[: -len(TMP_SUFFIX)].rsplit(".", 2) if n.startswith(".") and n.endswith(TMP_SUFFIX) else []
+                pid = parts[2].split("-")[0] if len(parts) == 3 else ""
+                if parts and parts[1] == host and pid.isdigit() and not _alive(int(pid)):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(folder, n))
+                        removed.append(n)
+        return removed
+
+
+def _host() -> str:
+    return socket.gethostname().replace(".", "-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _protocols(fs: Any) -> tuple[str, ...]:
     proto = fs.protocol
     return (proto,) if isinstance(proto, str) else tuple(proto)
@@ -168,7 +203,7 @@ def _link_once(path: str, data: bytes) -> bool:
     hard-linked to it. A link onto an existing name fails (False); the temporary file goes either way."""
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{socket.gethostname()}.{os.getpid()}{TMP_SUFFIX}")
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{_host()}.{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         with open(fd, "wb", closefd=False) as f:

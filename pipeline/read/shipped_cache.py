@@ -42,7 +42,7 @@ from ..formats.shipped import (
     commit_name,
 )
 from ..formats.store import Store, is_url, store_url
-from ..formats.trace_format import BatchEntry, batch_position, manifest_document, manifest_name
+from ..formats.trace_format import MANIFEST_SUFFIX, BatchEntry, batch_position, manifest_document, manifest_name
 
 __all__ = ["CACHE_ENV_VAR", "RecorderCommits", "ShippedCache", "cache_root", "is_shipped", "local_folder"]
 
@@ -107,10 +107,10 @@ class ShippedCache:
             self.store.root = parent
         if self.single is not None:
             return [self.single]
-        return [n for n in self.store.list("") if not n.startswith(".")]
+        return [n for n in self.store.names("") if not n.startswith(".")]
 
     def _refresh_recorder(self, rec: RecorderCommits) -> None:
-        keys = [n[: -len(".json")] for n in self.store.list(f"{rec.name}/{COMMIT_DIR}") if n.endswith(".json")]
+        keys = [n[: -len(".json")] for n in self.store.names(f"{rec.name}/{COMMIT_DIR}") if n.endswith(".json")]
         new = [k for k in keys if k not in rec.commits and k not in rec.broken]
         if rec.kind == "trace" and rec.head is None:
             rec.head = self._doc(f"{rec.name}/{HEAD_DOC}")
@@ -170,7 +170,16 @@ class ShippedCache:
             self._fetch(rec, wanted)
             if rec.kind == "trace":
                 self._write_manifest(rec)
+        self._forget_gone()
         return self.folder
+
+    def _forget_gone(self) -> None:
+        """Remove the manifests of recorders no longer under the URL (a store emptied and used again): the
+        cache then reads as the store does."""
+        current = {manifest_name(name) for name in self.recorders}
+        for n in os.listdir(self.folder):
+            if n.endswith(MANIFEST_SUFFIX) and n not in current:
+                os.unlink(os.path.join(self.folder, n))
 
     def _fetch(self, rec: RecorderCommits, commits: list[Commit]) -> None:
         missing = [(c, o) for c in commits for o in c["objects"]

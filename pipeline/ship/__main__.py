@@ -26,12 +26,13 @@ from ..errors import ConfigError
 from ..formats.ownfolder import FolderChanged, OwnFolder
 from ..formats.store import Store, is_transient
 from .clips import ClipShipper
-from .config import ShipConfig, ShipLaunch, ship_deadline_s
+from .config import FINISH, ShipConfig, ShipLaunch, ship_deadline_s
 from .counters import ShipCounter, ShipCounters
 from .follow import follow
 from .recording import RecordingShipper, ShipConflict, live_origin
 from .shipping import FolderShipping
 
+QUIET_AFTER_DEATH_S = 3.0  # after the env process died: nothing new to ship for this long before the shipper ends
 _terminated = False
 
 
@@ -40,12 +41,22 @@ def _on_sigterm(signum: int, _frame: object) -> None:
     _terminated = True
 
 
-def _control_closed(fd: int) -> bool:
-    """Whether the env process closed its end of the control pipe (close(), or it died)."""
-    if fd < 0:
-        return False
-    readable, _, _ = select.select([fd], [], [], 0)
-    return bool(readable) and os.read(fd, 64) == b""
+class Control:
+    """The control pipe from the env process: ``FINISH`` then end of file at ``close()``; end of file alone
+    when it died."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.closed = False
+        self.clean = False
+
+    def poll(self) -> bool:
+        """Whether the pipe is closed (the recorder closed, or the env process died)."""
+        while not self.closed and self.fd >= 0 and select.select([self.fd], [], [], 0)[0]:
+            data = os.read(self.fd, 64)
+            self.clean = self.clean or FINISH in data
+            self.closed = data == b""
+        return self.closed
 
 
 def _probe(shipping: FolderShipping, cfg: ShipConfig, parent_pid: int) -> None:
@@ -59,7 +70,7 @@ def _probe(shipping: FolderShipping, cfg: ShipConfig, parent_pid: int) -> None:
         clip_shipper = shipping.clips[clips[0]] = ClipShipper(shipping.store, shipping.own, clips[0], cfg.targets.clip_remote)
         clip_shipper.claim()
     else:
-        shipping.store.list("")
+        shipping.store.names("")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,8 +107,13 @@ def main(argv: list[str] | None = None) -> None:
                                                  store.display, exc)
     counters[ShipCounter.READY] = 1
     conn.send(("ready", None))
-    done = follow(shipping, lambda: _terminated or _control_closed(launch.control_fd) or os.getppid() != parent_pid,
-                  ship_deadline_s())
+    control = Control(launch.control_fd)
+
+    def abrupt() -> float:  # the env process died or SIGTERM: its workers may still be finishing what they hold
+        return 0.0 if control.clean and not _terminated else QUIET_AFTER_DEATH_S
+
+    done = follow(shipping, lambda: _terminated or control.poll() or os.getppid() != parent_pid, ship_deadline_s(),
+                  quiet_s=abrupt)
     counters[ShipCounter.DONE] = int(done)
     conn.send(("done", counters.snapshot()))
     raise SystemExit(0 if done else 1)

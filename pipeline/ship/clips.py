@@ -93,7 +93,7 @@ class ClipShipper:
                 raise ShipConflict(f"{self.store.display}/{self.remote} belongs to other clips ({there.get('origin')!r})")
         self.claimed = True
         local = read_ledger(self.own.path, self.ledger)
-        remote = {n[: -len(".json")] for n in self.store.list(self.name(COMMIT_DIR)) if n.endswith(".json")}
+        remote = {n[: -len(".json")] for n in self.store.names(self.name(COMMIT_DIR)) if n.endswith(".json")}
         append_ledger(self.own, self.ledger, sorted(remote - local))
         self.shipped = local | remote
 

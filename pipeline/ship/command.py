@@ -73,10 +73,9 @@ def run(args: argparse.Namespace) -> int:
     stop = _stop_on_signals() if args.follow else None
     started = time.monotonic()
     try:
-        if stop is None:  # once: what is committed now, the recordings may go on
-            done = follow(shipping, lambda: True, ship_deadline_s(), wait_for_end=False)
-        else:
-            done = follow(shipping, lambda: stop["now"], ship_deadline_s())
+        # what is committed by the end (now, or Ctrl-C with --follow) is shipped; the recordings may go on
+        finishing = (lambda: stop["now"]) if stop is not None else (lambda: True)
+        done = follow(shipping, finishing, ship_deadline_s(), wait_for_end=False)
     finally:
         own.close()
     figures = counters.snapshot() | {"seconds": round(time.monotonic() - started, 3)}

@@ -9,8 +9,9 @@ from typing import Any
 from ..formats.store import redact
 from .shipping import ShipTargets
 
-__all__ = ["DEADLINE_ENV_VAR", "SHIP_DEADLINE_S", "ShipConfig", "ShipLaunch", "ship_deadline_s"]
+__all__ = ["DEADLINE_ENV_VAR", "FINISH", "SHIP_DEADLINE_S", "ShipConfig", "ShipLaunch", "ship_deadline_s"]
 
+FINISH = b"f"  # what the env process writes on the control pipe before closing it at close()
 SHIP_DEADLINE_S = 25.0  # after close() or SIGTERM: what is left unshipped this long after stays local
 DEADLINE_ENV_VAR = "ENVREC_SHIP_DEADLINE_S"
 

@@ -31,7 +31,8 @@ MAX_RETRY_S = 30.0
 
 
 def follow(shipping: FolderShipping, finishing: Callable[[], bool], deadline_s: float,
-           sleep: Callable[[float], None] = time.sleep, wait_for_end: bool = True) -> bool:
+           sleep: Callable[[float], None] = time.sleep, wait_for_end: bool = True,
+           quiet_s: Callable[[], float] = lambda: 0.0) -> bool:
     """Ship until finished; True when everything was shipped, False when the deadline left some behind.
 
     Args:
@@ -40,14 +41,19 @@ def follow(shipping: FolderShipping, finishing: Callable[[], bool], deadline_s: 
         deadline_s: how long to go on once ``finishing()``.
         sleep: how to wait between passes.
         wait_for_end: finish only once the recordings ended (their final manifest shipped); False: once
-            what is committed now is shipped (``envrec ship`` without ``--follow``).
+            what is committed now is shipped (``envrec ship``).
+        quiet_s: asked when finishing starts: how long everything must have stayed shipped before it ends (the
+            env process died or SIGTERM: an encoder may still be finishing its last clip).
     """
     counters = shipping.counters
     delay = 0.0
     finish_by: float | None = None
+    quiet = 0.0
+    settled_since: float | None = None
     while True:
         if finish_by is None and finishing():
             finish_by = time.monotonic() + deadline_s
+            quiet = quiet_s()
         ok = False
         try:
             settled = shipping.ship_pass()
@@ -60,7 +66,9 @@ def follow(shipping: FolderShipping, finishing: Callable[[], bool], deadline_s: 
                 logger.info("envrec: %s answers again: shipping catches up", shipping.store.display)
             counters[ShipCounter.STORE_UNREACHABLE] = 0
             delay = 0.0
-        if finish_by is not None and (settled or not wait_for_end and ok and not counters[ShipCounter.PENDING]):
+        done = settled or not wait_for_end and ok and not counters[ShipCounter.PENDING]
+        settled_since = (settled_since or time.monotonic()) if done else None
+        if finish_by is not None and settled_since is not None and time.monotonic() - settled_since >= quiet:
             return True
         if finish_by is not None and time.monotonic() >= finish_by:
             logger.warning("envrec: %d batch(es) and clip(s) not shipped to %s before the deadline (%.0f s): they stay "

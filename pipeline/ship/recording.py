@@ -108,8 +108,11 @@ class RecordingShipper:
     def resume(self) -> None:
         """What is shipped: the local ledger, and the store's commits (a predecessor may have committed units
         it had no time to write in the ledger; they are added to it)."""
+        swept = self.store.sweep_temporaries(self.prefix)
+        if swept:
+            logger.info("envrec: removed %d temporary file(s) of dead shippers under %s", len(swept), self.prefix)
         local = read_ledger(self.own.path, self.ledger)
-        remote = {n[: -len(".json")] for n in self.store.list(self.name(COMMIT_DIR)) if n.endswith(".json")}
+        remote = {n[: -len(".json")] for n in self.store.names(self.name(COMMIT_DIR)) if n.endswith(".json")}
         append_ledger(self.own, self.ledger, sorted(remote - local))
         self.shipped = local | remote
         self.head_shipped = self.store.size(self.name(HEAD_DOC)) is not None

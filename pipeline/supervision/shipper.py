@@ -15,6 +15,7 @@ pipe and waits for the shipper to ship what is left, within the deadline.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -25,7 +26,7 @@ from ..errors import ConfigError
 from ..formats.shipped import unique_suffix
 from ..formats.store import is_url, redact, store_url
 from ..options import StreamOptions
-from ..ship.config import ShipConfig, ShipLaunch, ship_deadline_s
+from ..ship.config import FINISH, ShipConfig, ShipLaunch, ship_deadline_s
 from ..ship.counters import ShipCounter, ShipCounters
 from ..ship.shipping import ShipTargets
 from .launcher import WorkerProcess
@@ -173,6 +174,8 @@ class ShipperHandle:
         with self._lock:
             self._finishing.set()
             if self._control_w >= 0:
+                with contextlib.suppress(OSError):  # a shipper already gone
+                    os.write(self._control_w, FINISH)
                 os.close(self._control_w)
                 self._control_w = -1
         proc = self._proc
