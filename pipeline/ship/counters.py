@@ -65,6 +65,7 @@ class ShipCounters:
         return {c.name.lower(): int(self._words[c]) for c in ShipCounter}
 
     def close(self) -> None:
+        """Unmap (and close the memfd); harmless when repeated."""
         self._words.release()
         if isinstance(self._map, mmap.mmap):
             self._map.close()

@@ -167,7 +167,8 @@ class ShipperHandle:
 
     # -- reading and ending -------------------------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
-        return ship_stats(self.counters, self.restarts)
+        """The shipper's figures (after ``finish``: its last ones)."""
+        return dict(self.final) if self.final is not None else ship_stats(self.counters, self.restarts)
 
     def finish(self) -> dict[str, int]:
         """Tell the shipper to ship what is left and end; wait for it (its deadline, plus a margin)."""
@@ -183,7 +184,7 @@ class ShipperHandle:
             logger.warning("envrec: the shipper to %s did not end after its deadline: killed", self.config.url_display)
             proc.kill()
             proc.wait(5.0)
-        self.final = self.stats()
+        self.final = ship_stats(self.counters, self.restarts)
         if self.final["ship_pending"]:
             logger.warning("envrec: %d batch(es) and clip(s) stay unshipped in %s: `envrec ship %s %s` ships them",
                            self.final["ship_pending"], self.config.folder, self.config.folder, self.config.url_display)
@@ -200,9 +201,6 @@ class ShipperHandle:
                 self._proc.kill()
                 self._proc.wait(5.0)
             self._proc.close()
-
-    def release(self) -> dict[str, Any]:
-        """Free the counters after ``finish``; the last figures."""
-        final = self.final or self.stats()
+        if self.final is None:
+            self.final = ship_stats(self.counters, self.restarts)
         self.counters.close()
-        return final
