@@ -49,6 +49,7 @@ __all__ = [
     "number_in",
     "one_of",
     "optional",
+    "seconds_from_env",
 ]
 
 
@@ -156,3 +157,12 @@ def import_named(text: Any, what: str) -> Any:
             raise ConfigError(f"{what}={text!r}: {module_name!r} has no {qualname!r}") from None
     return obj
 
+
+
+def seconds_from_env(name: str, default: float) -> float:
+    """``$name`` when it holds a positive number of seconds, else ``default`` (a deadline a user may set)."""
+    try:
+        value = float(os.environ.get(name, ""))
+    except ValueError:
+        return default
+    return value if value > 0 else default

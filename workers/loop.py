@@ -55,6 +55,7 @@ from typing import Any
 from envrec.contract.protocol import DONE, ERROR, CheckpointingHandler, Handler, Kind, ReleasePolicy, Status, Suspect
 from envrec.contract.ring import RingSpec
 from envrec.contract.ring_reader import RingReader
+from envrec.option_checks import seconds_from_env
 
 from .resources import resources
 
@@ -98,11 +99,7 @@ def latch_termination(signum: int) -> None:
 
 def drain_deadline_s() -> float:
     """``DRAIN_DEADLINE_S``, or ``$ENVREC_DRAIN_DEADLINE_S`` when it holds a positive number."""
-    try:
-        value = float(os.environ.get(DRAIN_DEADLINE_ENV_VAR, ""))
-    except ValueError:
-        return DRAIN_DEADLINE_S
-    return value if value > 0 else DRAIN_DEADLINE_S
+    return seconds_from_env(DRAIN_DEADLINE_ENV_VAR, DRAIN_DEADLINE_S)
 
 
 def serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:

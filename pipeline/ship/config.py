@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..formats.store import redact
+from ..option_checks import seconds_from_env
 from .shipping import ShipTargets
 
 __all__ = ["DEADLINE_ENV_VAR", "FINISH", "SHIP_DEADLINE_S", "ShipConfig", "ShipLaunch", "ship_deadline_s"]
@@ -18,11 +18,7 @@ DEADLINE_ENV_VAR = "ENVREC_SHIP_DEADLINE_S"
 
 def ship_deadline_s() -> float:
     """``SHIP_DEADLINE_S``, or ``ENVREC_SHIP_DEADLINE_S`` from the environment when it is a positive number."""
-    try:
-        value = float(os.environ.get(DEADLINE_ENV_VAR, ""))
-    except ValueError:
-        return SHIP_DEADLINE_S
-    return value if value > 0 else SHIP_DEADLINE_S
+    return seconds_from_env(DEADLINE_ENV_VAR, SHIP_DEADLINE_S)
 
 
 @dataclass(frozen=True)

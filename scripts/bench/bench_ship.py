@@ -52,6 +52,13 @@ def record(folder: str, steps: int, ship_to: str | None = None, pace_s: float = 
     import envrec
 
     env = envrec.RecordTrace(gym.make("CartPole-v1"), folder, ship_to=ship_to, **options)
+    per_step = step_through(env, steps, pace_s)
+    env.close()
+    return per_step, env.recorder.stats()
+
+
+def step_through(env, steps: int, pace_s: float = 0.0) -> float:
+    """Seconds per step of ``steps`` random steps (a pause of ``pace_s`` every 100)."""
     env.reset(seed=0)
     env.action_space.seed(0)
     t0 = time.perf_counter()
@@ -61,23 +68,13 @@ def record(folder: str, steps: int, ship_to: str | None = None, pace_s: float = 
             env.reset()
         if pace_s and i % 100 == 99:
             time.sleep(pace_s)
-    per_step = (time.perf_counter() - t0) / steps
-    env.close()
-    return per_step, env.recorder.stats()
+    return (time.perf_counter() - t0) / steps
 
 
 def bare(steps: int) -> float:
     import gymnasium as gym
 
-    env = gym.make("CartPole-v1")
-    env.reset(seed=0)
-    env.action_space.seed(0)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        *_, term, trunc, _ = env.step(env.action_space.sample())
-        if term or trunc:
-            env.reset()
-    return (time.perf_counter() - t0) / steps
+    return step_through(gym.make("CartPole-v1"), steps)
 
 
 def frames_recording(folder: str, steps: int) -> None:
