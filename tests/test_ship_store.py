@@ -63,7 +63,7 @@ def _local_batches(folder) -> dict[str, list]:
 
 
 def _no_temporaries(root) -> None:
-    left = [n for _, _, names in os.walk(root) for n in names if n.endswith(".shiptmp") or n.endswith(".tmp")]
+    left = [n for _, _, names in os.walk(root) for n in names if n.endswith((".shiptmp", ".tmp"))]
     assert not left, left
 
 
