@@ -110,7 +110,8 @@ class Store:
             import fsspec
         except ImportError:
             raise ConfigError("shipping needs fsspec: pip install 'envrec[s3]'") from None
-        options = dict(storage_options or {})
+        # a file system of its own: fsspec's cached instances keep the endpoint of the environment they were made in
+        options = {"skip_instance_cache": True, **(storage_options or {})}
         if self.url.startswith(("s3://", "s3a://")):  # botocore's own retries, bounded: the shipper retries itself
             options["config_kwargs"] = {**S3_CLIENT_CONFIG, **options.get("config_kwargs", {})}
         try:

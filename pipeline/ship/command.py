@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(figures))
     else:
-        print(f"envrec ship: {figures['batches_shipped']} batch(es) and {figures['clips_shipped']} clip(s), "
-              f"{figures['bytes_shipped']} bytes to {store.display}; {figures['pending']} left local, "
+        print(f"envrec ship: {figures['batches_shipped']} batch(es) and {figures['clips_shipped']} clip(s) in "
+              f"{store.display} ({figures['bytes_shipped']} bytes sent now); {figures['pending']} left local, "
               f"{figures['conflicts']} conflict(s), {figures['damaged']} damaged")
     return 0 if done and not counters[ShipCounter.CONFLICTS] and not counters[ShipCounter.DAMAGED] else 1
 

@@ -15,7 +15,7 @@ __all__ = ["ShipCounter", "ShipCounters"]
 
 
 class ShipCounter(IntEnum):
-    BATCHES_SHIPPED = 0  # batch commits written (or found written by a predecessor) by this shipper
+    BATCHES_SHIPPED = 0  # batches whose commit is in the store: written by this shipper or found written before
     CLIPS_SHIPPED = 1
     BYTES_SHIPPED = 2  # data and index bytes this shipper sent
     PENDING = 3  # batches and clips committed locally, not shipped yet (at the last pass)

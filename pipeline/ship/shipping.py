@@ -73,6 +73,13 @@ class FolderShipping:
 
     def ship_pass(self) -> bool:
         """Ship what is committed and not shipped; True when every recording found ended and all is shipped."""
+        try:
+            return self._pass()
+        finally:  # what is committed under the store by now, a pass that failed halfway included
+            self.counters[ShipCounter.BATCHES_SHIPPED] = sum(len(s.shipped) for s in self.recordings.values())
+            self.counters[ShipCounter.CLIPS_SHIPPED] = sum(len(s.shipped) for s in self.clips.values())
+
+    def _pass(self) -> bool:
         pending = 0
         settled = True
         for prefix in self._prefixes():
@@ -93,7 +100,16 @@ class FolderShipping:
             settled = settled and (shipper.finished(manifest) or _writer_gone(manifest) and not shipper.pending(manifest))
         pending += self._ship_clips()
         self.counters[ShipCounter.PENDING] = pending
-        return settled and pending == 0
+        return settled and pending == 0 and not self._clips_in_progress()
+
+    def _clips_in_progress(self) -> bool:
+        """Whether a clip of the folder is being written (its video there, its metadata not yet): an encoder
+        finishing after its env process died. Only for a shipper of clips."""
+        if self.targets.clip_recorders == ():
+            return False
+        names = set(self.own.listdir())
+        return any(n.endswith((".mp4", ".cast")) and not n.startswith(".") and
+                   f"{n.rsplit('.', 1)[0]}.meta.json" not in names for n in names)
 
     def count_pending(self) -> int:
         """What is committed locally and not shipped as far as the ledgers say, the store not asked (after a
@@ -138,8 +154,8 @@ class FolderShipping:
         else:
             sent = [shipper.ship_batch(manifest, e) for e in pending]
         self.counters.add(ShipCounter.BYTES_SHIPPED, sum(sent))
-        for _ in range(len(shipper.shipped) - before):
-            self._shipped(ShipCounter.BATCHES_SHIPPED)
+        if len(shipper.shipped) > before:
+            self.counters[ShipCounter.LAST_SHIPPED_NS] = time.time_ns()
         self.counters[ShipCounter.DAMAGED] = sum(len(s.damaged) for s in self.recordings.values()) + \
             sum(len(s.damaged) for s in self.clips.values())
         manifest = shipper.manifest()
@@ -170,15 +186,11 @@ class FolderShipping:
                     shipper.claim()
                 for meta in shipper.pending(metas):
                     self.counters.add(ShipCounter.BYTES_SHIPPED, shipper.ship_clip(meta))
-                    self._shipped(ShipCounter.CLIPS_SHIPPED)
+                    self.counters[ShipCounter.LAST_SHIPPED_NS] = time.time_ns()
                 pending += len(shipper.pending(metas))
             except ShipConflict as exc:
                 self._conflict(rid, exc)
         return pending
-
-    def _shipped(self, counter: ShipCounter) -> None:
-        self.counters.add(counter)
-        self.counters[ShipCounter.LAST_SHIPPED_NS] = time.time_ns()
 
     def _conflict(self, name: str, exc: Exception) -> None:
         logger.error("envrec: %s is not shipped: %s", name, exc)

@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0  # how long a recorder's constructor waits for its shipper's check of the store
 MAX_SHIPPER_RESTARTS = 3
+WATCH_EVERY_S = 1.0  # how often the watcher looks at the shipper's figures (an outage of the store to tell)
 FINISH_MARGIN_S = 5.0  # beyond the shipper's deadline, before close() stops waiting and kills it
 
 _STAT_KEYS = {  # stats() key: counter
@@ -99,6 +100,7 @@ class ShipperHandle:
         self._control_w = -1
         self._watcher: threading.Thread | None = None
         self.final: dict[str, int] | None = None
+        self._away = False  # the store's outage told (see _tell_outage)
 
     # -- starting ------------------------------------------------------------------------------------------------
     def launch(self) -> None:
@@ -142,7 +144,10 @@ class ShipperHandle:
         proc = self._proc
         if proc is None:
             return
-        code = proc.wait(None)  # type: ignore[arg-type]
+        code = proc.wait(WATCH_EVERY_S)
+        while code is None:  # meanwhile, the store's outages said in this process's log, once each
+            self._tell_outage()
+            code = proc.wait(WATCH_EVERY_S)
         if self._finishing.is_set():
             return
         last = self.restarts >= MAX_SHIPPER_RESTARTS
@@ -180,6 +185,15 @@ class ShipperHandle:
             self.wait_ready()
         except ConfigError as exc:
             logger.error("envrec: the shipper's successor failed: %s", exc)
+
+    def _tell_outage(self) -> None:
+        away = bool(self.counters[ShipCounter.STORE_UNREACHABLE]) if not self._finishing.is_set() else self._away
+        if away and not self._away:
+            logger.warning("envrec: the store at %s does not answer: batches wait in %s and are shipped when it does "
+                           "(ship_retries, ship_store_unreachable)", self.config.url_display, self.config.folder)
+        elif self._away and not away:
+            logger.info("envrec: the store at %s answers again: shipping catches up", self.config.url_display)
+        self._away = away
 
     # -- reading and ending -------------------------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
