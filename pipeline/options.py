@@ -98,7 +98,7 @@ class StreamOptions:
     # ship what is committed to this URL (fsspec), as it goes
     ship_to: str | os.PathLike | None = field(default=None, metadata=accepts(optional(FOLDER)))
     # fsspec's options for ship_to (credentials, endpoint)
-    storage_options: dict[str, Any] | None = field(default=None, metadata=accepts(optional(MAPPING)))
+    storage_options: dict[str, Any] | None = field(default=None, repr=False, metadata=accepts(optional(MAPPING)))
 
     def __post_init__(self) -> None:
         check_fields(self)

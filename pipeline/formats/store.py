@@ -34,6 +34,8 @@ __all__ = ["Store", "StoreUnavailable", "is_transient", "is_url", "redact", "sto
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 TMP_SUFFIX = ".shiptmp"
+# a request to S3 that hangs (a server gone mid-request) fails after this; the shipper's passes retry it
+S3_CLIENT_CONFIG = {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 3, "mode": "standard"}}
 
 
 class StoreUnavailable(OSError):
@@ -108,8 +110,11 @@ class Store:
             import fsspec
         except ImportError:
             raise ConfigError("shipping needs fsspec: pip install 'envrec[s3]'") from None
+        options = dict(storage_options or {})
+        if self.url.startswith(("s3://", "s3a://")):  # botocore's own retries, bounded: the shipper retries itself
+            options["config_kwargs"] = {**S3_CLIENT_CONFIG, **options.get("config_kwargs", {})}
         try:
-            self.fs, self.root = fsspec.core.url_to_fs(self.url, **(storage_options or {}))
+            self.fs, self.root = fsspec.core.url_to_fs(self.url, **options)
         except ImportError as exc:
             raise ConfigError(f"{self.display}: its protocol needs a package that is not installed ({exc}); for "
                               "s3:// pip install 'envrec[s3]'") from None

@@ -20,6 +20,8 @@ import select
 import signal
 import socket
 import sys
+import threading
+import time
 from multiprocessing.connection import Connection
 
 from ..errors import ConfigError
@@ -32,6 +34,7 @@ from .follow import follow
 from .recording import RecordingShipper, ShipConflict, live_origin
 from .shipping import FolderShipping
 
+WATCHDOG_GRACE_S = 3.0  # past the deadline, a shipper stuck in a store call is ended by its watchdog
 QUIET_AFTER_DEATH_S = 3.0  # after the env process died: nothing new to ship for this long before the shipper ends
 _terminated = False
 
@@ -57,6 +60,16 @@ class Control:
             self.clean = self.clean or FINISH in data
             self.closed = data == b""
         return self.closed
+
+
+def _watchdog(end: float) -> None:
+    """A store call that hangs past the deadline (a server gone mid-request) ends the shipper all the same:
+    what it did not ship stays committed locally, and a commit is written whole or not at all."""
+    while time.monotonic() < end:
+        time.sleep(0.5)
+    logging.getLogger("envrec.ship").warning("envrec: a call to the store still hangs %.0f s after the deadline: the "
+                                             "shipper ends; what it did not ship stays local", WATCHDOG_GRACE_S)
+    os._exit(1)
 
 
 def _probe(shipping: FolderShipping, cfg: ShipConfig, parent_pid: int) -> None:
@@ -108,12 +121,20 @@ def main(argv: list[str] | None = None) -> None:
     counters[ShipCounter.READY] = 1
     conn.send(("ready", None))
     control = Control(launch.control_fd)
+    deadline = ship_deadline_s()
+    finishing_since: list[float] = []
+
+    def finishing() -> bool:
+        if not finishing_since and (_terminated or control.poll() or os.getppid() != parent_pid):
+            finishing_since.append(time.monotonic())
+            threading.Thread(target=_watchdog, args=(finishing_since[0] + deadline + WATCHDOG_GRACE_S,),
+                             name="envrec-ship-watchdog", daemon=True).start()
+        return bool(finishing_since)
 
     def abrupt() -> float:  # the env process died or SIGTERM: its workers may still be finishing what they hold
         return 0.0 if control.clean and not _terminated else QUIET_AFTER_DEATH_S
 
-    done = follow(shipping, lambda: _terminated or control.poll() or os.getppid() != parent_pid, ship_deadline_s(),
-                  quiet_s=abrupt)
+    done = follow(shipping, finishing, deadline, quiet_s=abrupt)
     counters[ShipCounter.DONE] = int(done)
     conn.send(("done", counters.snapshot()))
     raise SystemExit(0 if done else 1)

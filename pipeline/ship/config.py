@@ -35,7 +35,7 @@ class ShipConfig:
 
     folder: str
     url: str
-    storage_options: dict[str, Any] | None = None
+    storage_options: dict[str, Any] | None = field(default=None, repr=False)  # credentials: never printed
     targets: ShipTargets = field(default_factory=ShipTargets)
     folder_id: tuple[int, int] | None = None
 

@@ -9,6 +9,8 @@
    median µs per step over the bare env, and the ratio (the goal: unchanged).
 4. **Four writers** (four processes, each a ``RecordTrace`` shipping to the same URL) with a reader following
    them: steps recorded, batches visible to the reader at the end against batches committed, and the lag.
+5. **Preemption**: SIGTERM to the process group of a job recording trace and video: seconds until every
+   worker and shipper is gone with everything committed shipped (Slurm's SIGKILL comes 30 s after).
 
 Usage: ``python scripts/bench/bench_ship.py [--rounds 5] [--steps 20000]`` (needs ``moto[server]``,
 ``s3fs`` and ``pyarrow``: the test extra). Only 127.0.0.1 is ever a target.
@@ -208,11 +210,65 @@ def writers(tmp: str, steps: int) -> None:
           f"{statistics.median(got) * 1e3:.0f} ms, worst {max(got) * 1e3:.0f} ms")
 
 
+PREEMPTED = """
+import sys, time, gymnasium as gym, envrec
+env = envrec.RecordVideo(gym.make("CartPole-v1", render_mode="rgb_array"), sys.argv[1], ship_to=sys.argv[2],
+                         episode_trigger=lambda e: True)
+env = envrec.RecordTrace(env, sys.argv[1], ship_to=sys.argv[2], commit_interval=1.0)
+env.reset(seed=0)
+print("stepping", flush=True)
+while True:
+    *_, te, tr, _ = env.step(env.action_space.sample())
+    if te or tr: env.reset()
+"""
+
+
+def _running(p) -> bool:
+    """Alive and not a zombie (a zombie has exited; no one here reaps it)."""
+    import psutil
+
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def preemption(tmp: str, rounds: int) -> None:
+    """SIGTERM to the process group of a job recording trace and video: seconds until every shipper exited."""
+    import signal
+
+    import psutil
+
+    took, complete = [], 0
+    for r in range(rounds):
+        url = f"s3://{BUCKET}/preempt-{r}"
+        # pygame's SDL would take SIGTERM over and ignore it (docs/robustness.md): the job dies of it, as jobs do
+        job = subprocess.Popen([sys.executable, "-c", PREEMPTED, f"{tmp}/pre-{r}", url], stdout=subprocess.PIPE,
+                               text=True, start_new_session=True, env={**os.environ, "SDL_NO_SIGNAL_HANDLERS": "1"})
+        job.stdout.readline()
+        time.sleep(3.0)
+        family = psutil.Process(job.pid).children(recursive=True)
+        t0 = time.perf_counter()
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait()
+        while any(map(_running, family)):
+            time.sleep(0.05)
+        took.append(time.perf_counter() - t0)
+        import envrec
+
+        ds = envrec.open_dataset(url, cache_dir=f"{tmp}/pre-cache-{r}")
+        trace = [n for n in ds.recorders if not n.startswith("clips.")][0]
+        complete += ds.cache.recorders[trace].final is not None
+    print(f"5. SIGTERM to the process group of a job recording trace and video at full speed: every worker and "
+          f"shipper gone, everything committed shipped, median {statistics.median(took):.1f} s, worst "
+          f"{max(took):.1f} s over {rounds} runs (Slurm gives 30 s); final manifest shipped in {complete} of {rounds}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=20_000)
-    parser.add_argument("--only", default="1,2,3,4", help="which figures, e.g. 1,3")
+    parser.add_argument("--only", default="1,2,3,4,5", help="which figures, e.g. 1,3")
     args = parser.parse_args()
     server = start_server()
     tmp = tempfile.mkdtemp(prefix="envrec-bench-ship-")
@@ -226,6 +282,8 @@ def main() -> None:
             env_cost(tmp, args.steps, args.rounds)
         if "4" in only:
             writers(tmp, args.steps)
+        if "5" in only:
+            preemption(tmp, args.rounds)
     finally:
         server.stop()
         shutil.rmtree(tmp, ignore_errors=True)
