@@ -6,7 +6,8 @@ actor to it. The actors make their envs with ``recording_env_creator(ship_to=URL
 node is removed mid-run (its raylet and workers killed, its envrec processes with them, its disk deleted). The
 shipped dataset then holds every batch that node's ledger says it shipped, each exactly once, and the surviving
 runner's whole recording; ``read_traces(URL)``, its read tasks fetching their batches from the store, counts
-the dataset's steps.
+the dataset's steps. The store: a ``file://`` folder, and moto's S3 server on 127.0.0.1 (its endpoint and keys given
+as ``storage_options``, which travel to every runner's shipper and every read task).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ray.cluster_utils import Cluster
 
 import envrec
 from envrec.formats.shipped import batch_key
+from envrec.formats.store import Store
 from envrec.ray import read_traces, recording_env_creator
 from envrec.read.reader import TraceReader
 
@@ -33,6 +35,27 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray"), pytest.mark.time
 
 NODES = ("node_a", "node_b")
 SHIPPED_BEFORE_KILL = 3  # batches the doomed runner must have shipped before its node goes
+
+
+@pytest.fixture(params=["file", "s3"])
+def store(request, tmp_path):
+    """``(url, storage_options)`` of an empty store."""
+    if request.param == "file":
+        yield (tmp_path / "store").as_uri(), None
+        return
+    moto_server = pytest.importorskip("moto.server")
+    boto3 = pytest.importorskip("boto3")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        options = {"endpoint_url": f"http://{host}:{port}", "key": "testing", "secret": "testing",
+                   "client_kwargs": {"region_name": "us-east-1"}}
+        boto3.client("s3", endpoint_url=options["endpoint_url"], aws_access_key_id="testing",
+                     aws_secret_access_key="testing", region_name="us-east-1").create_bucket(Bucket="envrec-test")
+        yield "s3://envrec-test/run", options
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -57,8 +80,9 @@ def _pendulum(config):
 class Runner:
     """What an EnvRunner does: make its env with the creator, on its own node's disk, and step it."""
 
-    def __init__(self, folder, url, worker_index):
-        creator = recording_env_creator(_pendulum, folder, ship_to=url, batch_bytes=4_000)
+    def __init__(self, folder, url, storage_options, worker_index):
+        creator = recording_env_creator(_pendulum, folder, ship_to=url, storage_options=storage_options,
+                                        batch_bytes=4_000)
         self.env = creator({"worker_index": worker_index})
         self.env.reset(seed=worker_index)
         self.env.action_space.seed(worker_index)
@@ -107,11 +131,11 @@ def _kill_node(cluster, node, pids) -> None:
         time.sleep(0.05)
 
 
-def test_node_removed_mid_run_keeps_every_batch_it_shipped_exactly_once(cluster, tmp_path):
+def test_node_removed_mid_run_keeps_every_batch_it_shipped_exactly_once(store, cluster, tmp_path):
     c, nodes = cluster
-    url = (tmp_path / "store").as_uri()
+    url, options = store
     disks = {name: tmp_path / name for name in NODES}
-    runners = {name: Runner.options(resources={name: 1}).remote(str(disks[name]), url, k + 1)
+    runners = {name: Runner.options(resources={name: 1}).remote(str(disks[name]), url, options, k + 1)
                for k, name in enumerate(NODES)}
     folders = dict(zip(NODES, ray.get([runners[n].folder.remote() for n in NODES]), strict=True))
     assert all(folders[n].startswith(str(disks[n])) for n in NODES)  # each runner writes on its own node's disk
@@ -130,16 +154,17 @@ def test_node_removed_mid_run_keeps_every_batch_it_shipped_exactly_once(cluster,
     ray.get(runners["node_a"].close.remote())
     committed_a = _committed_keys(folders["node_a"])
 
-    ds = envrec.open_dataset(url, cache_dir=str(tmp_path / "cache"))
+    ds = envrec.open_dataset(url, options, cache_dir=str(tmp_path / "cache"))
     by_runner = {rec.split("-")[1]: rec for rec in ds.recorders}
     assert sorted(by_runner) == ["1", "2"] and len(ds.recorders) == 2
     keys = {n: set(ds.cache.recorders[by_runner[i]].commits) for n, i in (("node_a", "1"), ("node_b", "2"))}
     assert len(shipped_b) >= SHIPPED_BEFORE_KILL
     assert shipped_b <= keys["node_b"] <= committed_b  # every batch it shipped is there; nothing it had not committed
     assert keys["node_a"] == committed_a  # the survivor, closed cleanly, shipped everything it committed
-    for name in (by_runner["1"], by_runner["2"]):  # exactly once: one commit object per key, no part listed twice
-        commits = os.listdir(tmp_path / "store" / name / "commits")
-        assert len(commits) == len({n for n in commits if n.endswith(".json")}) == len(ds.cache.recorders[name].commits)
+    for name in ds.recorders:  # exactly once: one commit object per key, each read, none left out; no part twice
+        rec = ds.cache.recorders[name]
+        listed = [n for n in Store(url, options).names(f"{name}/commits") if n.endswith(".json")]  # (a killed
+        assert sorted(listed) == sorted(f"{k}.json" for k in rec.commits) and not rec.broken  # shipper's temp aside)
     parts = ds.parts
     assert len({(r["recorder"], r["episode_id"], r["part"]) for r in parts.to_pylist()}) == parts.num_rows
     assert max(parts.column("part").to_pylist()) > 0  # episodes were cut into parts across batches...
@@ -148,7 +173,7 @@ def test_node_removed_mid_run_keeps_every_batch_it_shipped_exactly_once(cluster,
     steps = sum(parts.column("length").to_pylist())
     assert steps == sum(episodes.column("length").to_pylist())
 
-    table = read_traces(url)
+    table = read_traces(url, storage_options=options)
     assert table.count() == steps  # the commits' step counts (Ray counts from the read tasks' metadata)...
     rows = table.select_columns(["recording", "episode_id", "step"]).take_all()  # ...and the rows read: each read
     assert len({(r["recording"], r["episode_id"], r["step"]) for r in rows}) == len(rows) == steps  # task fetched
