@@ -9,6 +9,7 @@ import gymnasium as gym
 import pyarrow as pa
 import pytest
 
+import envrec
 from envrec import RecordTrace
 from envrec.errors import TraceError
 from envrec.export import to_arrow
@@ -45,6 +46,8 @@ def test_shipped_batches_read_as_the_local_recording_bit_for_bit(tmp_path):
     assert _rows(url).equals(to_arrow(local))  # same rows, same recording name (a shipping prefix is its recorder id)
     recorder = recordings[0][0].source.name
     assert _rows(f"{url}/{recorder}").equals(to_arrow(local))  # one recorder's URL reads the same
+    cached = envrec.open_dataset(url, cache_dir=str(tmp_path / "cache")).local()  # the whole-run local cache agrees
+    assert to_arrow(cached).equals(to_arrow(local))
 
 
 def test_a_damaged_shipped_object_is_named_by_the_task_that_reads_it(tmp_path):
