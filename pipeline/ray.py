@@ -30,6 +30,7 @@ from .record.record_trace import RecordTrace, RecordVideo
 __all__ = ["read_traces", "recording_env_creator", "runner_folder"]
 
 _made = itertools.count()
+SHIPPING = ("ship_to", "storage_options")  # the stream options clips take too
 
 
 def runner_folder(folder: str | os.PathLike, config: Any) -> str:
@@ -69,15 +70,19 @@ def recording_env_creator(
         **options: ``RecordTrace``'s, among them the stream options ``ship_to=URL`` (every runner's
             recorder ships what it commits to ``URL``, e.g. ``s3://bucket/run``; read it back with
             ``read_traces(URL)`` or ``envrec.open_dataset(URL)``) and ``storage_options`` (fsspec's, for
-            ``ship_to``). Without a ``name_prefix``, a shipping recorder is named
-            ``runner-<worker_index>-<pid>-<n>`` like its folder (then the process's unique suffix), so the
-            dataset's ``recorder`` column tells runners apart.
+            ``ship_to``). These two go to ``RecordVideo`` too (clips ship where traces do, unless the
+            ``video`` mapping sets its own), so they may be given with ``trace=False``. Without a
+            ``name_prefix``, a shipping recorder is named ``runner-<worker_index>-<pid>-<n>`` like its folder
+            (then the process's unique suffix), so the dataset's ``recorder`` column tells runners apart.
     """
     if not trace and not video:
         raise ConfigError("recording_env_creator records nothing: set trace=True or video=True (or a mapping)")
-    if options and not trace:
-        raise ConfigError(f"options {sorted(options)} are RecordTrace's, but trace=False")
+    trace_only = sorted(set(options) - set(SHIPPING))
+    if trace_only and not trace:
+        raise ConfigError(f"options {trace_only} are RecordTrace's, but trace=False")
     video_kwargs = dict(video) if isinstance(video, Mapping) else {}
+    if video:  # the clips ship where the traces do, unless the video mapping says otherwise
+        video_kwargs = {**{k: v for k, v in options.items() if k in SHIPPING}, **video_kwargs}
 
     def create(config: Any = None) -> gym.Env:
         if isinstance(make_env, str):
