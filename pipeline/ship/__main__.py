@@ -62,9 +62,15 @@ class Control:
         return self.closed
 
 
-def _watchdog(end: float) -> None:
-    """A store call that hangs past the deadline (a server gone mid-request) ends the shipper all the same:
-    what it did not ship stays committed locally, and a commit is written whole or not at all."""
+def _watch_for_the_end(finishing: threading.Event, control: Control, parent_pid: int, deadline: float) -> None:
+    """Set ``finishing`` when the recorder closed, the env process died or SIGTERM came — even while the main
+    thread waits in a store call — then end the process if it is still there past the deadline: a store call
+    that hangs (a server gone mid-request) must not keep it, and what it did not ship stays committed locally
+    (a commit is written whole or not at all)."""
+    while not (_terminated or control.poll() or os.getppid() != parent_pid):
+        time.sleep(0.1)
+    finishing.set()
+    end = time.monotonic() + deadline + WATCHDOG_GRACE_S
     while time.monotonic() < end:
         time.sleep(0.5)
     logging.getLogger("envrec.ship").warning("envrec: a call to the store still hangs %.0f s after the deadline: the "
@@ -122,19 +128,14 @@ def main(argv: list[str] | None = None) -> None:
     conn.send(("ready", None))
     control = Control(launch.control_fd)
     deadline = ship_deadline_s()
-    finishing_since: list[float] = []
-
-    def finishing() -> bool:
-        if not finishing_since and (_terminated or control.poll() or os.getppid() != parent_pid):
-            finishing_since.append(time.monotonic())
-            threading.Thread(target=_watchdog, args=(finishing_since[0] + deadline + WATCHDOG_GRACE_S,),
-                             name="envrec-ship-watchdog", daemon=True).start()
-        return bool(finishing_since)
+    finishing = threading.Event()
+    threading.Thread(target=_watch_for_the_end, args=(finishing, control, parent_pid, deadline),
+                     name="envrec-ship-watchdog", daemon=True).start()
 
     def abrupt() -> float:  # the env process died or SIGTERM: its workers may still be finishing what they hold
         return 0.0 if control.clean and not _terminated else QUIET_AFTER_DEATH_S
 
-    done = follow(shipping, finishing, deadline, quiet_s=abrupt)
+    done = follow(shipping, finishing.is_set, deadline, quiet_s=abrupt)
     counters[ShipCounter.DONE] = int(done)
     conn.send(("done", counters.snapshot()))
     raise SystemExit(0 if done else 1)

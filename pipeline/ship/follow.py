@@ -85,6 +85,10 @@ def _failed(shipping: FolderShipping, exc: Exception, delay: float) -> float:
     counters = shipping.counters
     transient = is_transient(exc)
     counters.add(ShipCounter.RETRIES if transient else ShipCounter.FAILURES)
+    try:
+        shipping.count_pending()
+    except (OSError, ValueError) as count_exc:  # the folder itself unreadable: say so, keep the last count
+        logger.debug("envrec: what waits in %s cannot be counted: %s", shipping.own.path, count_exc)
     if not counters[ShipCounter.STORE_UNREACHABLE]:
         how = "does not answer" if transient else "refused a write"
         logger.warning("envrec: %s %s (%s: %s): batches wait in %s and are shipped when it answers",

@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 
 from ..formats.atomic import process_alive
 from ..formats.ownfolder import OwnFolder
-from ..formats.shipped import host_label
+from ..formats.ship_ledger import ledger_name, read_ledger
+from ..formats.shipped import batch_key, clip_key, clip_recorder_id, host_label
 from ..formats.store import Store
-from ..formats.trace_format import MANIFEST_SUFFIX, Manifest
+from ..formats.trace_format import MANIFEST_SUFFIX, Manifest, recording_batches
 from .clips import ClipShipper, finished_clips
 from .counters import ShipCounter, ShipCounters
 from .recording import RecordingShipper, ShipConflict, origin_of
@@ -93,6 +94,25 @@ class FolderShipping:
         pending += self._ship_clips()
         self.counters[ShipCounter.PENDING] = pending
         return settled and pending == 0
+
+    def count_pending(self) -> int:
+        """What is committed locally and not shipped as far as the ledgers say, the store not asked (after a
+        pass that failed: a store that is away); set as ``PENDING`` and returned."""
+        n = 0
+        for prefix in self._prefixes():
+            manifest = self._manifest(prefix)
+            if manifest is not None:
+                shipped = read_ledger(self.own.path, ledger_name(prefix, self.store.url))
+                n += sum(batch_key(e) not in shipped for e in recording_batches(self.own.path, manifest))
+        if self.targets.clip_recorders != ():
+            metas = finished_clips(self.own)
+            for rid in {m.get("recorder") for m in metas.values()}:
+                if rid and (self.targets.clip_recorders is None or rid in self.targets.clip_recorders):
+                    remote = self.targets.clip_remote or clip_recorder_id(rid)
+                    shipped = read_ledger(self.own.path, ledger_name(remote, self.store.url))
+                    n += sum(m.get("recorder") == rid and clip_key(m["name"]) not in shipped for m in metas.values())
+        self.counters[ShipCounter.PENDING] = n
+        return n
 
     def _prefixes(self) -> list[str]:
         names = self.own.listdir()

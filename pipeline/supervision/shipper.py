@@ -165,13 +165,31 @@ class ShipperHandle:
         except ConfigError as exc:
             logger.error("envrec: the shipper's successor failed: %s", exc)
 
+    def _replace_if_dead(self) -> None:
+        with self._lock:
+            proc = self._proc
+            if self._finishing.is_set() or proc is None or proc.returncode is None or self.restarts >= MAX_SHIPPER_RESTARTS:
+                return
+            self._finishing.set()  # its watcher, if still waiting to replace it, stands down
+            proc.close()
+            os.close(self._control_w)
+            self.restarts += 1
+            self.launch()
+        self._finishing.clear()
+        try:
+            self.wait_ready()
+        except ConfigError as exc:
+            logger.error("envrec: the shipper's successor failed: %s", exc)
+
     # -- reading and ending -------------------------------------------------------------------------------------------
     def stats(self) -> dict[str, int]:
         """The shipper's figures (after ``finish``: its last ones)."""
         return dict(self.final) if self.final is not None else ship_stats(self.counters, self.restarts)
 
     def finish(self) -> dict[str, int]:
-        """Tell the shipper to ship what is left and end; wait for it (its deadline, plus a margin)."""
+        """Tell the shipper to ship what is left and end; wait for it (its deadline, plus a margin). One that died
+        and was not replaced yet gets its successor first."""
+        self._replace_if_dead()
         with self._lock:
             self._finishing.set()
             if self._control_w >= 0:
