@@ -39,7 +39,9 @@ SHIPPED_BEFORE_KILL = 3  # batches the doomed runner must have shipped before it
 
 @pytest.fixture(params=["file", "s3"])
 def store(request, tmp_path):
-    """``(url, storage_options)`` of an empty store."""
+    """``(url, storage_options)`` of an empty store. Unlike ``tests/support/s3_server.py``, the S3 server's endpoint
+    and keys are given only as ``storage_options``, never in the environment: the test sees them travel to every
+    runner's shipper and every read task."""
     if request.param == "file":
         yield (tmp_path / "store").as_uri(), None
         return
