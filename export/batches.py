@@ -40,7 +40,7 @@ def _schema_of(src: RecordingSource) -> pa.Schema:
 
 
 def batch_rows(src: RecordingSource, entry: BatchEntry, schema: pa.Schema, files: BatchFiles | None = None,
-               continued: BatchEntry | None = None) -> pa.RecordBatch:
+               continued: BatchEntry | None = None, follows: tuple[Part, int] | None = None) -> pa.RecordBatch:
     """The rows of one committed batch of ``src``.
 
     Args:
@@ -51,14 +51,17 @@ def batch_rows(src: RecordingSource, entry: BatchEntry, schema: pa.Schema, files
         continued: the entry before ``entry`` when ``entry``'s first record continues its last part
             (``stitch.joins``): that part is read (without its arrays) and the first record checked to follow
             it (``stitch.check_part_follows``), as ``TraceReader`` checks it.
+        follows: instead of ``continued``, that part and its episode's id when they are known without reading the
+            batch before (a shipped batch's index: ``envrec.export.shipped_source``).
     """
     own = files is None
     files = files or BatchFiles(src.directory)
     try:
         episodes = files.episodes(src.manifest, entry)
         if continued is not None and episodes:
-            part, episode_id = files.last_part(continued, src.manifest)
-            check_part_follows(part, episode_id, episodes[0].parts[0], episodes[0].episode_id)
+            follows = files.last_part(continued, src.manifest)
+        if follows is not None and episodes:
+            check_part_follows(*follows, episodes[0].parts[0], episodes[0].episode_id)
         return _to_batch(src, entry, episodes, schema)
     finally:
         if own:

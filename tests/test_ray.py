@@ -89,6 +89,34 @@ def test_creator_gives_every_sub_env_its_own_folder_in_or_out_of_process(tmp_pat
     assert to_arrow(tmp_path).num_rows == sum(steps.values())  # every sub-env's steps, apart
 
 
+def test_creator_ships_every_runner_traces_and_clips_to_one_url(tmp_path):
+    url = (tmp_path / "store").as_uri()
+    creator = recording_env_creator("CartPole-v1", tmp_path / "node", video={"episode_trigger": lambda e: e == 0},
+                                    ship_to=url, batch_bytes=2_000)
+    envs = [creator({"worker_index": i}) for i in (1, 2)]
+    steps = sum(_two_episodes(env, seed=i) for i, env in enumerate(envs))
+    for env in envs:
+        env.close()  # a clean close ships everything committed, clips included
+    ds = envrec.open_dataset(url, cache_dir=str(tmp_path / "cache"))
+    traces = [r for r in ds.recorders if not r.startswith("clips.")]
+    assert sorted(r.split("-")[1] for r in traces) == ["1", "2"]  # named for their runners
+    assert sum(ds.episodes.column("length").to_pylist()) == steps
+    assert ds.clips.num_rows == 2  # each runner's first episode, shipped with the traces' ship_to
+
+
+def _two_episodes(env, seed: int) -> int:
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    n = 0
+    for _ in range(2):
+        done = False
+        while not done:
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            n, done = n + 1, terminated or truncated
+        env.reset()
+    return n
+
+
 def _steps(folder) -> int:
     return sum(e.length for e in committed_episodes(folder))
 

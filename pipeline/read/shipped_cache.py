@@ -42,9 +42,26 @@ from ..formats.shipped import (
     commit_name,
 )
 from ..formats.store import Store, is_url, store_url
-from ..formats.trace_format import MANIFEST_SUFFIX, BatchEntry, batch_position, manifest_document, manifest_name
+from ..formats.trace_format import (
+    MANIFEST_SUFFIX,
+    BatchEntry,
+    Manifest,
+    batch_position,
+    manifest_document,
+    manifest_name,
+)
 
-__all__ = ["CACHE_ENV_VAR", "RecorderCommits", "ShippedCache", "cache_root", "is_shipped", "local_folder"]
+__all__ = [
+    "CACHE_ENV_VAR",
+    "RecorderCommits",
+    "ShippedCache",
+    "cache_root",
+    "committed_entries",
+    "is_shipped",
+    "local_folder",
+    "object_problem",
+    "recorder_manifest",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +205,7 @@ class ShippedCache:
         for commit, obj in missing:
             local = obj["name"].split("/", 1)[1]
             data = blobs.get(f"{rec.name}/{obj['name']}")
-            problem = _problem(commit, local, obj["size"], data)
+            problem = object_problem(commit, local, obj["size"], data)
             if problem is not None:
                 rec.broken[commit["key"]] = problem
                 rec.commits.pop(commit["key"], None)
@@ -198,26 +215,37 @@ class ShippedCache:
             write_atomic(os.path.join(self.folder, local), data)
 
     def _write_manifest(self, rec: RecorderCommits) -> None:
-        if rec.head is None:
-            return
-        entries: list[BatchEntry] = sorted((c["entry"] for c in rec.commits.values() if c["kind"] == "batch"),
-                                           key=batch_position)
-        entries = [e for e in entries if all(_have(self.folder, o["name"].split("/", 1)[1], o["size"])
-                                             for o in rec.commits[_key(e)]["objects"])]
-        final = rec.final or {}
-        doc = manifest_document(
-            prefix=rec.name, env_id=rec.head.get("env_id"), observation_space=rec.head.get("observation_space") or {},
-            action_space=rec.head.get("action_space") or {}, settings=rec.head.get("settings") or {}, batches=entries,
-            complete=bool(final.get("complete")), closed_cleanly=bool(final.get("closed_cleanly")), stats=final.get("stats"),
-            error=final.get("error"), terminated_by=final.get("terminated_by"), env=rec.head.get("env"),
-        )
-        doc["counters"] = {"batches": len(entries), "episodes": sum(e["len"] - bool(e.get("head_part")) for e in entries),
-                           "steps": sum(e["steps"] for e in entries),
-                           "bytes": sum(e["json_bytes"] + e["bin_bytes"] for e in entries),
-                           "orphan_steps": 0, "records_poisoned": 0}
-        if rec.head.get("writer"):
-            doc["writer"] = rec.head["writer"]
-        write_atomic(os.path.join(self.folder, manifest_name(rec.name)), json.dumps(doc).encode())
+        entries = [e for e in committed_entries(rec) if all(_have(self.folder, o["name"].split("/", 1)[1], o["size"])
+                                                             for o in rec.commits[_key(e)]["objects"])]
+        doc = recorder_manifest(rec, entries)
+        if doc is not None:
+            write_atomic(os.path.join(self.folder, manifest_name(rec.name)), json.dumps(doc).encode())
+
+
+def committed_entries(rec: RecorderCommits) -> list[BatchEntry]:
+    """The manifest entries of ``rec``'s committed batches, oldest first."""
+    return sorted((c["entry"] for c in rec.commits.values() if c["kind"] == "batch"), key=batch_position)
+
+
+def recorder_manifest(rec: RecorderCommits, entries: list[BatchEntry]) -> Manifest | None:
+    """The manifest of trace recorder ``rec`` naming ``entries``, made from its shipped head (and final fields once
+    it ended); None before its head was shipped."""
+    if rec.head is None:
+        return None
+    final = rec.final or {}
+    doc = manifest_document(
+        prefix=rec.name, env_id=rec.head.get("env_id"), observation_space=rec.head.get("observation_space") or {},
+        action_space=rec.head.get("action_space") or {}, settings=rec.head.get("settings") or {}, batches=entries,
+        complete=bool(final.get("complete")), closed_cleanly=bool(final.get("closed_cleanly")), stats=final.get("stats"),
+        error=final.get("error"), terminated_by=final.get("terminated_by"), env=rec.head.get("env"),
+    )
+    doc["counters"] = {"batches": len(entries), "episodes": sum(e["len"] - bool(e.get("head_part")) for e in entries),
+                       "steps": sum(e["steps"] for e in entries),
+                       "bytes": sum(e["json_bytes"] + e["bin_bytes"] for e in entries),
+                       "orphan_steps": 0, "records_poisoned": 0}
+    if rec.head.get("writer"):
+        doc["writer"] = rec.head["writer"]
+    return doc
 
 
 def _key(entry: BatchEntry) -> str:
@@ -233,8 +261,8 @@ def _have(folder: str, name: str, size: int) -> bool:
         return False
 
 
-def _problem(commit: Commit, local: str, size: int, data: bytes | None) -> str | None:
-    """Why a fetched object does not match its commit, or None."""
+def object_problem(commit: Commit, local: str, size: int, data: bytes | None) -> str | None:
+    """Why a fetched object (``local``: its name in the recording folder) does not match its commit, or None."""
     if data is None:
         return "missing from the store"
     if len(data) != size:
