@@ -82,7 +82,7 @@ def test_sigterm_to_the_group_ships_everything_committed_in_time(s3, tmp_path):
     took = time.monotonic() - t0
     assert took < SHIP_BOUND_S
     ds = _shipped_like_local(s3, tmp_path / "rec", "sigterm")
-    trace = [r for r in ds.recorders if not r.startswith("clips.")][0]
+    trace = next(r for r in ds.recorders if not r.startswith("clips."))
     assert ds.cache.recorders[trace].final["terminated_by"] == "SIGTERM"
     assert ds.episodes.num_rows == len(envrec.TraceReader(tmp_path / "rec")) > 1
 
@@ -93,7 +93,7 @@ def test_the_env_process_killed_its_shippers_ship_what_its_workers_commit(s3, tm
     proc.wait(10)
     assert wait_for(lambda: _gone(family), SHIP_BOUND_S)
     ds = _shipped_like_local(s3, tmp_path / "rec", "killed")
-    trace = [r for r in ds.recorders if not r.startswith("clips.")][0]
+    trace = next(r for r in ds.recorders if not r.startswith("clips."))
     assert ds.cache.recorders[trace].final["closed_cleanly"] is False
 
 

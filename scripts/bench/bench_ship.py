@@ -257,7 +257,7 @@ def preemption(tmp: str, rounds: int) -> None:
         import envrec
 
         ds = envrec.open_dataset(url, cache_dir=f"{tmp}/pre-cache-{r}")
-        trace = [n for n in ds.recorders if not n.startswith("clips.")][0]
+        trace = next(n for n in ds.recorders if not n.startswith("clips."))
         complete += ds.cache.recorders[trace].final is not None
     print(f"5. SIGTERM to the process group of a job recording trace and video at full speed: every worker and "
           f"shipper gone, everything committed shipped, median {statistics.median(took):.1f} s, worst "
