@@ -73,6 +73,7 @@ def _start(folder, url: str, *flags: str):
     return proc, family
 
 
+@pytest.mark.xdist_group("serial")  # bounded by wall-clock time (docs/testing.md)
 def test_sigterm_to_the_group_ships_everything_committed_in_time(s3, tmp_path):
     proc, family = _start(tmp_path / "rec", s3.url("sigterm"), "--video")
     t0 = time.monotonic()
@@ -87,6 +88,7 @@ def test_sigterm_to_the_group_ships_everything_committed_in_time(s3, tmp_path):
     assert ds.episodes.num_rows == len(envrec.TraceReader(tmp_path / "rec")) > 1
 
 
+@pytest.mark.slow  # the SIGTERM test above takes the same path (the env process gone, its workers finishing)
 def test_the_env_process_killed_its_shippers_ship_what_its_workers_commit(s3, tmp_path):
     proc, family = _start(tmp_path / "rec", s3.url("killed"), "--video")
     proc.kill()
