@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any
@@ -235,7 +236,7 @@ class Catalog:
         homes = {src.directory, os.path.join(src.directory, "videos")}
         found = [(folder, meta) for folder, meta in self._clips
                  if folder in homes and meta.get("episode_id") == episode_id and meta.get("path")
-                 and (meta["name"].endswith(f"-episode-{episode_id}") or meta.get("frames_written") == length + 1)]
+                 and (re.search(rf"-episode-{episode_id}(-\d+)?$", meta["name"]) or meta.get("frames_written") == length + 1)]
         suffix = shipped_suffix(str(src.manifest.get("prefix") or src.name))
         if suffix is not None and len(found) > 1:  # shipped recorders of many processes: its own process's clip
             found = [c for c in found if suffix in c[1]["name"]] or found

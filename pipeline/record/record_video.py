@@ -311,12 +311,6 @@ def _check_render_mode(render_mode: str | None) -> None:
 
 
 def _video_folder(video_folder: str) -> str:
-    """The absolute folder, with Gymnasium's warning when it exists already."""
-    folder = os.path.abspath(video_folder)
-    if os.path.isdir(folder):
-        logger.warning(
-            "Overwriting existing videos at %s folder (try specifying a different `video_folder` "
-            "for the `RecordVideo` wrapper if this is not desired)",
-            folder,
-        )
-    return folder
+    """The absolute folder. Gymnasium warns "Overwriting existing videos" whenever it exists; envrec never
+    overwrites a clip (``envrec.record.clip_names``), so it says nothing."""
+    return os.path.abspath(video_folder)
