@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import threading
+import time
 
 import pytest
 
 import envrec
 from envrec.errors import ConfigError
+from envrec.log.clip_logger import ClipLogger
 
 from .support.envs import ColourEnv
 from .support.episodes import run_episodes
@@ -45,6 +47,44 @@ def test_on_clip_closed_reports_each_finished_clip_once_from_the_env_thread(tmp_
     assert [c[0] for c in calls] == [f"rl-video-episode-{e}.mp4" for e in range(4)]
     assert [c[1] for c in calls] == [c[2] for c in calls] == [6, 13, 6, 13]  # the reset frame and one a step, decoded
     assert before_close <= 3  # the last clip ends in close(): it can only be reported there
+
+
+class SlowLogger(ClipLogger):
+    """A clip logger of envrec.log's kind, logging in a thread of its own, slowly, into a list (a writer)."""
+
+    def __init__(self, sink: list, delay_s: float) -> None:
+        super().__init__(step=None, scalars=(), background=True)
+        self.sink, self.delay_s = sink, delay_s
+
+    def _log(self, video_path, meta, at) -> None:
+        time.sleep(self.delay_s)
+        self.sink.append(meta["name"])
+
+
+def test_close_waits_for_the_clips_a_logger_still_works_on(tmp_path):
+    """The logger's documented order stops mattering: env.close() returns once the logger has every clip, so
+    closing its writer next loses none (before, a clip made in the logger's thread landed after the writer was
+    closed)."""
+    sink: list = []
+    env = envrec.RecordVideo(AlternatingEnv(), tmp_path, episode_trigger=lambda e: True,
+                             on_clip_closed=SlowLogger(sink, 0.3))
+    run_episodes(env, 4)
+    env.close()
+    assert sink == [f"rl-video-episode-{e}" for e in range(4)]  # all logged when close() returned
+    assert env.stats()["callbacks_pending"] == 0
+
+
+def test_close_stops_waiting_for_a_stuck_logger_and_counts_what_is_left(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr("envrec.record.video_recorder.CALLBACK_DRAIN_S", 0.2)
+    sink: list = []
+    logger = SlowLogger(sink, 1.0)
+    env = envrec.RecordVideo(AlternatingEnv(), tmp_path, episode_trigger=lambda e: True, on_clip_closed=logger)
+    run_episodes(env, 2)
+    started = time.monotonic()
+    env.close()
+    assert time.monotonic() - started < 0.9  # did not wait for the 1 s clip
+    assert env.stats()["callbacks_pending"] >= 1 and "callbacks_pending" in caplog.text
+    assert logger.close(30) and len(sink) == 2  # the logger still logs them all in its own time
 
 
 def test_keep_if_keeps_only_failures_and_counts_the_rest(tmp_path):

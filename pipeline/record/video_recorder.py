@@ -55,6 +55,8 @@ from .recorder import check_folder
 
 __all__ = ["DEFAULT_FRAME_RING_BYTES", "VIDEO_RECORDER_OPTIONS", "ClipCallback", "VideoRecorder", "check_text_frame"]
 
+CALLBACK_DRAIN_S = 30.0  # how long close() waits for on_clip_closed's own thread to finish the last clips
+
 ClipCallback = Callable[[str | None, ClipMeta], None]  # (the video's path, None without one; its metadata)
 
 logger = logging.getLogger(__name__)
@@ -169,6 +171,7 @@ class VideoRecorder:
         self._unreported: deque[ClipState] = deque()  # clips sent, not yet known finished
         self._clips_seen = 0
         self.clips_unkept = 0  # clips kept when they ended, deleted since by discard_clip
+        self.callbacks_pending = 0  # clips on_clip_closed had not finished with when close() stopped waiting
         self._lock = threading.RLock()  # one call at a time, each frame whole (envrec.record.call_lock)
         self._closing = False
         register_closer(self)
@@ -446,6 +449,7 @@ class VideoRecorder:
             "clips_evicted": s.status(Status.EVICTED),
             "bytes_evicted": s.status(Status.BYTES_EVICTED),
             "clips_discarded": s.status(Status.CLIPS_DISCARDED) + self.clips_unkept,
+            "callbacks_pending": self.callbacks_pending,
             **s.stats(),
             **(self.times.summary() if self.times is not None else {}),
             "ffmpeg": self.ffmpeg,
@@ -477,11 +481,27 @@ class VideoRecorder:
         if self._stream.broken is not None:
             self._write_unfinished_meta(self._stream.broken)  # the worker is gone: what it left is unfinished
         self.poll()
+        self._drain_callback()
         self._own.close()
         if self._shipper is not None:
             self._shipper.finish()  # every clip's metadata is written now: shipped within the deadline
         logger.info("envrec: %d clip(s) in %s: %s", self.clips_started, self.folder, summary_line(self.stats()))
         return summary
+
+    def _drain_callback(self) -> None:
+        """Wait (at most ``CALLBACK_DRAIN_S``) for the clips ``on_clip_closed`` still works on in a thread of its
+        own — a callback with a ``pending`` count, as ``envrec.log``'s loggers have — so that closing the env and
+        then the logger's writer loses none; what is left is counted (``callbacks_pending``) and warned."""
+        pending = getattr(self.on_clip_closed, "pending", None)
+        if not isinstance(pending, int) or isinstance(pending, bool):
+            return
+        deadline = time.monotonic() + CALLBACK_DRAIN_S
+        while self.on_clip_closed.pending and time.monotonic() < deadline:  # type: ignore[union-attr]
+            time.sleep(0.01)
+        self.callbacks_pending = int(self.on_clip_closed.pending)  # type: ignore[union-attr]
+        if self.callbacks_pending:
+            logger.warning("envrec: %d clip(s) still being handled by on_clip_closed %r after %g s: close() goes on "
+                           "(callbacks_pending)", self.callbacks_pending, self.on_clip_closed, CALLBACK_DRAIN_S)
 
     def __enter__(self) -> Self:
         return self
