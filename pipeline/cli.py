@@ -64,6 +64,18 @@ def _size(text: str) -> int:
     return int(value)
 
 
+ATARI_FPS = 60  # the Atari 2600's frames per second, which ALE's frameskip divides
+
+
+def clip_fps(env) -> float | None:
+    """Frames per second that play an ALE env's clip in real time: 60 / its frameskip (ALE's v5 envs say
+    ``render_fps`` 30 with a frameskip of 4: 15 is real time); None for other envs (their ``render_fps``)."""
+    skip = getattr(env.unwrapped, "_frameskip", None)
+    if type(env.unwrapped).__module__.startswith("ale_py") and isinstance(skip, int) and skip >= 1:
+        return ATARI_FPS / skip
+    return None
+
+
 def _record(args: argparse.Namespace) -> int:
     headless_display()
     from tqdm import tqdm
@@ -83,7 +95,7 @@ def _record(args: argparse.Namespace) -> int:
             every = args.video_every
             prefix = time.strftime("rl-video-%Y%m%d-%H%M%S")  # a second run must not overwrite the first's clips
             video = env = RecordVideo(
-                env, args.out, episode_trigger=lambda e: e % every == 0, name_prefix=prefix, fps=args.fps,
+                env, args.out, episode_trigger=lambda e: e % every == 0, name_prefix=prefix, fps=args.fps or clip_fps(env),
                 max_bytes=args.video_max_bytes, keep_last_clips=args.keep_last_clips, ship_to=args.ship_to,
             )
         env = RecordTrace(

@@ -175,3 +175,16 @@ def test_record_render_mode_and_fps(tmp_path):
         with pytest.raises(SystemExit) as exc:
             main(["record", *bad, "--out", str(tmp_path / "bad")])
         assert exc.value.code == 2
+
+
+def test_record_plays_atari_clips_in_real_time():
+    """ALE's v5 envs say render_fps 30 with a frameskip of 4: real time is 60 / 4 frames a second."""
+    import ale_py
+    import gymnasium as gym
+
+    from envrec.cli import clip_fps
+
+    gym.register_envs(ale_py)
+    assert clip_fps(gym.make("ALE/Pong-v5")) == 15
+    assert clip_fps(gym.make("ALE/Pong-v5", frameskip=2)) == 30
+    assert clip_fps(gym.make("CartPole-v1")) is None
