@@ -240,3 +240,28 @@ def test_a_killed_shipper_is_replaced_and_ships_each_batch_once(s3, tmp_path):
     entries = recording_batches(str(tmp_path / "rec"), read_manifest(str(tmp_path / "rec" / manifest_name(rec.prefix))))
     commits = s3.keys(f"killed/{rec.prefix}/commits/")
     assert len(commits) == len(entries) == stats["batches"]
+
+
+def test_a_hostile_store_is_read_without_trusting_it(tmp_path):
+    """Commits that name another recording's files or a manifest, or are not JSON, are left out; the rest reads."""
+    store = tmp_path / "store"
+    _record(tmp_path / "rec", episodes=3, ship_to=str(store))
+    good = next(iter(_local_batches(tmp_path / "rec")))
+    evil = store / "evil"
+    (evil / "commits").mkdir(parents=True)
+    (evil / "data").mkdir()
+    (evil / "recorder.json").write_text(json.dumps({"kind": "trace"}))
+    (evil / "head.json").write_text((store / good / "head.json").read_text())
+    (evil / "data" / f"{good}.manifest.json").write_text("{}")
+    entry = {"first": 0, "len": 1, "fn": f"{good}.manifest.json", "bin": f"{good}.manifest.json", "steps": 1,
+             "json_bytes": 2, "bin_bytes": 2, "array_bytes": 0, "json_crc32": 0, "bin_crc32": 0}
+    commit = {"format": "envrec.shipped", "version": 1, "kind": "batch", "recorder": "evil", "key": "ep000000000.p000000",
+              "objects": [{"name": f"data/{good}.manifest.json", "size": 2}], "index": None, "entry": entry,
+              "shipped_by": {}, "committed_at": 0}
+    (evil / "commits" / "ep000000000.p000000.json").write_text(json.dumps(commit))
+    (evil / "commits" / "ep000000001.p000000.json").write_text("not json [")
+    ds = envrec.open_dataset(str(store), cache_dir=str(tmp_path / "cache"))
+    folder = ds.local()
+    assert json.loads((tmp_path / "cache" / f"{good}.manifest.json").read_text())["prefix"] == good  # not replaced
+    assert ds.episodes.num_rows == 3 and len(envrec.TraceReader(folder, prefix=good)) == 3
+    assert set(ds.cache.recorders["evil"].broken) == {"ep000000000.p000000", "ep000000001.p000000"}

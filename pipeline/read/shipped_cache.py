@@ -262,7 +262,16 @@ def _have(folder: str, name: str, size: int) -> bool:
 
 
 def object_problem(commit: Commit, local: str, size: int, data: bytes | None) -> str | None:
-    """Why a fetched object (``local``: its name in the recording folder) does not match its commit, or None."""
+    """Why a fetched object (``local``: its name in the recording folder) does not match its commit, or None.
+    Its name must be one its commit's unit owns (a batch's files, under its recorder's prefix; a clip's
+    files): a commit naming another recording's files, or a manifest, is not followed."""
+    entry, clip = commit.get("entry"), commit.get("clip") or {}
+    if entry is not None and (local not in (entry.get("fn"), entry.get("bin")) or
+                              not local.startswith(f"{commit['recorder']}.")):
+        return f"{local} is not a file of batch {commit['key']} of {commit['recorder']}"
+    if entry is None and not (isinstance(clip.get("name"), str) and
+                              local in {clip["name"] + s for s in (".mp4", ".cast", ".meta.json")}):
+        return f"{local} is not a file of clip {clip.get('name')!r}"
     if data is None:
         return "missing from the store"
     if len(data) != size:
