@@ -76,6 +76,18 @@ def clip_fps(env) -> float | None:
     return None
 
 
+def default_snapshot(env) -> str | None:
+    """``"ale"`` for an ALE env, ``"mujoco"`` for a MuJoCo one (their state is not all in ``np_random``: without a
+    snapshot, ``envrec verify`` cannot reproduce them), else None."""
+    module = type(env.unwrapped).__module__
+    if module.startswith("ale_py"):
+        return "ale"
+    base = env.unwrapped
+    if type(getattr(base, "model", None)).__module__.startswith("mujoco") and hasattr(base, "data"):
+        return "mujoco"
+    return None
+
+
 def _record(args: argparse.Namespace) -> int:
     headless_display()
     from tqdm import tqdm
@@ -100,6 +112,7 @@ def _record(args: argparse.Namespace) -> int:
             )
         env = RecordTrace(
             env, args.out, name_prefix=args.name_prefix, batch_bytes=args.batch_bytes,
+            snapshot=None if args.snapshot == "none" else (args.snapshot or default_snapshot(env)),
             compression=None if args.compress == "none" else args.compress, max_bytes=args.max_bytes,
             commit_interval=args.commit_interval, ship_to=args.ship_to,
         )
@@ -277,6 +290,9 @@ def _add_record(sub) -> None:
     r.add_argument("--fps", type=_fps, default=None, help="frames per second of the clips (default: the env's render_fps)")
     r.add_argument("--video-max-bytes", type=_size, default=None, metavar="SIZE", help="disk budget of the clips; the oldest are evicted beyond it")
     r.add_argument("--keep-last-clips", type=int, default=None, metavar="N", help="keep only the newest N clips")
+    r.add_argument("--snapshot", choices=("ale", "mujoco", "none"), default=None,
+                   help="simulator state recorded for replay (envrec verify, render): default ale for ALE envs, mujoco "
+                        "for MuJoCo ones, none otherwise")
     r.add_argument("--ship-to", default=None, metavar="URL",
                    help="ship what is committed to URL as it goes (s3://bucket/run, gs://, az://, file://, a folder); "
                         "credentials from the store's environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...)")

@@ -188,3 +188,25 @@ def test_record_plays_atari_clips_in_real_time():
     assert clip_fps(gym.make("ALE/Pong-v5")) == 15
     assert clip_fps(gym.make("ALE/Pong-v5", frameskip=2)) == 30
     assert clip_fps(gym.make("CartPole-v1")) is None
+
+
+def test_record_takes_the_simulators_snapshot_by_default():
+    """envrec record records ALE's and MuJoCo's state by default, so envrec verify can reproduce them."""
+    import ale_py
+    import gymnasium as gym
+
+    from envrec.cli import default_snapshot
+
+    gym.register_envs(ale_py)
+    assert default_snapshot(gym.make("ALE/Pong-v5")) == "ale"
+    assert default_snapshot(gym.make("HalfCheetah-v5")) == "mujoco"
+    assert default_snapshot(gym.make("CartPole-v1")) is None
+
+
+@pytest.mark.slow  # an Atari recording and its replay; the default above is the quick check
+def test_the_readmes_atari_command_verifies(tmp_path):
+    out = str(tmp_path / "pong")
+    record = run("record", "--env", "ALE/Pong-v5", "--steps", "200", "--out", out, "-q", "--video-every", "0")
+    assert record.returncode == 0, record.stderr
+    verify = run("verify", out)
+    assert verify.returncode == 0 and "1 reproduced, 0 diverged" in verify.stdout, verify.stdout + verify.stderr
