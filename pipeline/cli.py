@@ -92,6 +92,7 @@ def _record(args: argparse.Namespace) -> int:
     headless_display()
     from tqdm import tqdm
 
+    from .doctor.render_check import render_problem
     from .env_ids import make_env
     from .errors import ConfigError
     from .record.record_trace import RecordTrace, RecordVideo
@@ -100,6 +101,11 @@ def _record(args: argparse.Namespace) -> int:
         env = make_env(args.env, render_mode=args.render_mode)
     except Exception as exc:  # noqa: BLE001  (gymnasium raises several types for unknown ids and missing extras)
         print(f"envrec record: cannot make environment {args.env!r}: {exc}", file=sys.stderr)
+        return 2
+    problem = render_problem(env, args.env, args.seed) if args.video_every else None
+    if problem is not None:
+        env.close()
+        print(f"envrec record: {problem}", file=sys.stderr)
         return 2
     video = None
     try:

@@ -210,3 +210,15 @@ def test_the_readmes_atari_command_verifies(tmp_path):
     assert record.returncode == 0, record.stderr
     verify = run("verify", out)
     assert verify.returncode == 0 and "1 reproduced, 0 diverged" in verify.stdout, verify.stdout + verify.stderr
+
+
+def test_record_on_an_env_that_cannot_render_says_why_and_leaves_nothing(tmp_path):
+    """Headless MuJoCo with MUJOCO_GL unset: the doctor's diagnosis and fix, exit 2, no folder, no 0-frame clip."""
+    env = {k: v for k, v in child_env().items() if k not in ("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")}
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "envrec", "record", "--env", "HalfCheetah-v5", "--episodes", "1",
+                           "--out", str(out), "-q"], capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cannot render a frame here" in proc.stderr and "MUJOCO_GL" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
