@@ -67,12 +67,12 @@ def _size(text: str) -> int:
 ATARI_FPS = 60  # the Atari 2600's frames per second, which ALE's frameskip divides
 
 
-def clip_fps(env) -> float | None:
+def clip_fps(env) -> int | None:
     """Frames per second that play an ALE env's clip in real time: 60 / its frameskip (ALE's v5 envs say
     ``render_fps`` 30 with a frameskip of 4: 15 is real time); None for other envs (their ``render_fps``)."""
     skip = getattr(env.unwrapped, "_frameskip", None)
     if type(env.unwrapped).__module__.startswith("ale_py") and isinstance(skip, int) and skip >= 1:
-        return ATARI_FPS / skip
+        return max(1, round(ATARI_FPS / skip))
     return None
 
 
