@@ -325,3 +325,22 @@ def test_memory_is_flat_in_episode_length(tmp_path):
     ep = envrec.TraceReader(tmp_path)[0]
     assert ep.length == 6000 and ep.observations.shape == (6001, 210, 160, 3)
     assert ep.observations[6000, 0, 0, 0] == 6000 % 256
+
+
+def test_a_step_after_the_episode_ended_without_reset_is_recorded_and_said_once(tmp_path, caplog):
+    import gymnasium as gym
+
+    env = envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path)
+    env.reset(seed=0)
+    done = False
+    while not done:
+        *_, terminated, truncated, _ = env.step(0)
+        done = terminated or truncated
+    env.unwrapped.steps_beyond_terminated = None  # CartPole's own warning aside: it steps on
+    env.step(0)
+    env.step(0)
+    assert env.stats()["steps_after_end"] == 2
+    assert caplog.text.count("without reset()") == 1
+    env.close()
+    (episode,) = list(envrec.TraceReader(tmp_path))
+    assert episode.length == len(episode.actions) and episode.actions.shape[0] >= 3  # kept in the ended episode

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, SupportsFloat
 
@@ -18,6 +19,8 @@ from .replay_capture import ReplayCapture
 from .snapshots import Snapshot
 
 __all__ = ["RECORD_VIDEO_OPTIONS", "RecordTrace", "RecordVideo"]
+
+logger = logging.getLogger(__name__)
 
 
 class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -127,6 +130,8 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             raise TypeError("RecordTrace needs exactly one of directory= or recorder=")
         self._owns_recorder = recorder is None
         self._capture = ReplayCapture(env, snapshot, snapshot_every)
+        self._ended = False  # the last step ended the episode: the next call should be reset()
+        self.steps_after_end = 0  # steps taken after an episode ended without a reset (warned once)
         self._every = self._capture.every
         self._step_in_episode = 0
         if recorder is None:
@@ -158,11 +163,15 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
         replay = self._capture.before_reset(seed)
         obs, info = self.env.reset(seed=seed, options=options)
         self._step_in_episode = 0
+        self._ended = False
         self.recorder.add_reset(obs, info, seed=seed, options=options, replay=replay)
         return obs, info
 
     def step(self, action) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
+        if self._ended:
+            self._stepped_after_end()
+        self._ended = terminated or truncated
         if self._every is None:
             self.recorder.add_step(action, obs, reward, terminated, truncated, info)
         else:
@@ -171,9 +180,17 @@ class RecordTrace(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self.recorder.add_step(action, obs, reward, terminated, truncated, info, snapshot=snapshot)
         return obs, reward, terminated, truncated, info
 
+    def _stepped_after_end(self) -> None:
+        """Gymnasium's API asks for reset() after terminated or truncated: a step without one is recorded in the
+        ended episode, as the env returned it, and said once."""
+        self.steps_after_end += 1
+        if self.steps_after_end == 1:
+            logger.warning("envrec: step() after the episode ended (terminated or truncated) without reset(): the "
+                           "step is recorded in the ended episode; call reset() first (steps_after_end counts them)")
+
     def stats(self) -> dict[str, Any]:
         """The recorder's counters (see ``TraceRecorder.stats``)."""
-        return self.recorder.stats()
+        return self.recorder.stats() | {"steps_after_end": self.steps_after_end}
 
     def close(self) -> None:
         try:
