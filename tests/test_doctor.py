@@ -35,7 +35,7 @@ from .support.processes import child_env
 pytestmark = pytest.mark.timeout(300)
 
 TIMEOUT_S = 240  # a whole doctor run: ~5 s alone (three MuJoCo GL probes, the env, ffmpeg), far more under load
-SUBCOMMANDS = ("record", "inspect", "export", "view", "verify", "render", "doctor", "bench")
+SUBCOMMANDS = ("record", "inspect", "export", "view", "verify", "render", "doctor", "bench", "ship")
 
 
 def doctor(*args: str, env: dict[str, str] | None = None, **popen) -> subprocess.CompletedProcess[str]:

@@ -39,7 +39,7 @@ from ..formats.ship_ledger import ledger_name
 from ..formats.shipped import clip_recorder_id
 from ..formats.store import store_url
 from ..formats.trace_format import check_prefix
-from ..option_checks import CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, Accepts, check_options, optional
+from ..option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_INT, POSITIVE_NUMBER, STR, Accepts, check_options, optional
 from ..options import StreamOptions
 from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
@@ -75,6 +75,7 @@ VIDEO_RECORDER_OPTIONS = {
     "max_bytes": optional(POSITIVE_INT),
     "keep_last_clips": optional(POSITIVE_INT),
     "on_clip_closed": optional(CALLABLE),
+    "replace_clips": BOOL,
 }
 
 
@@ -101,6 +102,8 @@ class VideoRecorder:
         keep_last_clips: keep at most this many clips (the newest). Default None.
         on_clip_closed: ``callback(video_path, meta)`` per finished clip, as
             for ``RecordVideo``. Default None.
+        replace_clips: write a clip over one of the same name (``envrec render`` re-rendering an episode).
+            Default False: a taken name gets ``-2``, ``-3``... (``envrec.record.clip_names``).
         options: a ``StreamOptions``; its fields may also come as keyword
             arguments (``**stream_options``), which win. ``hang_timeout_s``
             must exceed ``settings.stall_timeout_s``.
@@ -129,6 +132,7 @@ class VideoRecorder:
         max_bytes: int | None = None,
         keep_last_clips: int | None = None,
         on_clip_closed: ClipCallback | None = None,
+        replace_clips: bool = False,
         options: StreamOptions | None = None,
         faults: FaultSpec | None = None,
         start_method: str | None = None,
@@ -137,6 +141,7 @@ class VideoRecorder:
         warn_start_method(start_method)
         check_options("VideoRecorder", VIDEO_RECORDER_OPTIONS, locals())
         self.on_clip_closed = on_clip_closed
+        self.replace_clips = replace_clips
         opts = StreamOptions.merge(options, stream_options)
         hang_timeout_s = opts.hang_timeout_s
         self.folder = check_folder(folder)
@@ -226,7 +231,8 @@ class VideoRecorder:
         check_prefix(name)
         if self.clip is not None:
             self.end_clip()
-        name = claim_clip_name(self._own, name, ".cast" if text else ".mp4")
+        if not self.replace_clips:
+            name = claim_clip_name(self._own, name, ".cast" if text else ".mp4")
         self._recover()
         self.poll()
         self.clip = ClipState(name, "ansi" if text else "video", episode_id, self.fps)

@@ -289,7 +289,8 @@ def render_task(directory: str, prefix: str | None, items: list[tuple[int, int]]
         env = _make_env(rec.manifest, opts)  # the first episode's: its metadata gives the clips' fps
         try:
             fps = opts.fps or env.metadata.get("render_fps") or 30
-            recorder = VideoRecorder(opts.out, fps=fps, settings=opts.settings, env_id=rec.manifest.get("env_id"))
+            recorder = VideoRecorder(opts.out, fps=fps, settings=opts.settings, env_id=rec.manifest.get("env_id"),
+                                     replace_clips=True)  # a re-rendered episode replaces its earlier render
         except BaseException:
             env.close()
             raise
