@@ -167,7 +167,7 @@ def _array_put(leaf: Leaf, where: str) -> Callable[[Any, Any, int], None]:
 
     def put(x, buf, off: int) -> None:
         a = x if type(x) is np.ndarray else np.asarray(x)
-        if a.dtype != dtype:
+        if a.dtype is not dtype and a.dtype != dtype:  # identity first: the common case, per step
             if a.shape != shape or not np.can_cast(a.dtype, dtype, "safe"):
                 raise RecordError(_mismatch(where, dtype, shape, a))
             a = a.astype(dtype)

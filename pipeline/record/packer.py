@@ -128,7 +128,7 @@ class TracePacker:
         self.step = RecordPacker(step, put_act + put_obs, lead=RST)
         self.reset = RecordPacker(layout.reset_record(), put_obs)
         # One leaf each (no Dict, Tuple or Text): the values are the leaves, no flattening needed.
-        self._single_leaves = act_spec["type"] not in ("Dict", "Tuple", "Text") and obs_spec["type"] not in ("Dict", "Tuple", "Text")
+        self.single_leaves = act_spec["type"] not in ("Dict", "Tuple", "Text") and obs_spec["type"] not in ("Dict", "Tuple", "Text")
 
     def min_step_bytes(self) -> int:
         """The size of the smallest possible STEP record (empty texts and info)."""
@@ -141,7 +141,7 @@ class TracePacker:
 
     def write_step(self, ring, episode, step, action, observation, reward, terminated, truncated, info: bytes) -> bool:
         lead = (reward if type(reward) is float else reward_value(reward), terminated, truncated)
-        if self._single_leaves:
+        if self.single_leaves:
             return self.step.write_one_each(ring, episode, step, action, observation, info, lead)
         acts = self._flat_act(action)
         obs = self._flat_obs(observation)
@@ -194,7 +194,12 @@ class StepRecord:
     info: bytes
 
     def write_to(self, ring: RingWriter) -> bool:
-        return self.packer.write_step(
+        packer = self.packer
+        if packer.single_leaves:  # the common case, one call layer fewer (it runs per step)
+            reward = self.reward
+            lead = (reward if type(reward) is float else reward_value(reward), self.terminated, self.truncated)
+            return packer.step.write_one_each(ring, self.episode, self.step, self.action, self.observation, self.info, lead)
+        return packer.write_step(
             ring, self.episode, self.step, self.action, self.observation, self.reward, self.terminated,
             self.truncated, self.info,
         )

@@ -23,7 +23,7 @@ from ..formats.compression import Compression, parse_compression
 from ..formats.infos import pack_info
 from ..formats.ownfolder import OwnFolder
 from ..formats.replay_fields import SNAPSHOT_INFO_KEY
-from ..formats.schema import describe_space
+from ..formats.schema import describe_space, reward_value
 from ..formats.ship_ledger import ledger_name
 from ..formats.shipped import unique_suffix
 from ..formats.store import store_url
@@ -344,7 +344,11 @@ class TraceRecorder:
             packed = pack_info(info) if info else b""
             episode, step = self._episode, self._step
             try:
-                self._stream.send(StepRecord(self._packer, episode, step, action, observation, reward, terminated, truncated, packed))
+                if self._packer.single_leaves:  # the common STEP, written by the packer's method straight (per step)
+                    lead = (reward if type(reward) is float else reward_value(reward), terminated, truncated)
+                    self._stream.send_call(self._packer.step.write_one_each, episode, step, action, observation, packed, lead)
+                else:
+                    self._stream.send(StepRecord(self._packer, episode, step, action, observation, reward, terminated, truncated, packed))
             except RecordTooLargeError as exc:
                 smaller = self._info_that_fits(info, packed, exc)
                 self._stream.send(StepRecord(self._packer, episode, step, action, observation, reward, terminated, truncated, smaller))

@@ -210,12 +210,17 @@ class Stream:
         A write that finds the worker gone checks it at once: when a successor took the ring over, the
         record is written again, for it.
         """
+        return self.send_call(record.write_to)
+
+    def send_call(self, write: Callable[..., bool], *args: Any) -> bool:
+        """``send`` of the record that ``write(ring, *args)`` writes (a packer's method: no record object to
+        build per step); the same policy, counting and hand-over."""
         if self._forks != _forks:
             self._refuse_in_fork()
         ok = False
         while self.broken is None:
             try:
-                ok = record.write_to(self.ring)
+                ok = write(self.ring, *args)
                 break
             except ConsumerGone:
                 restarts = self.restarts
