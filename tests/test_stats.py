@@ -70,3 +70,11 @@ def test_timing_can_be_switched_off(tmp_path):
     with envrec.TraceRecorder(tmp_path, env.observation_space, env.action_space, timing=False) as rec:
         rec.add_reset(env.reset(seed=0)[0])
         assert "call_p50_us" not in rec.stats()
+
+
+def test_call_times_count_is_the_number_of_adds():
+    times = CallTimes()
+    for ns in (0, 1, 5, 1_000, 10**9, 3):
+        times.add(ns)
+    assert times.count == 6 and times.summary()["calls"] == 6
+    assert times.max_ns == 10**9 and times.total_ns == 1_000_001_009
