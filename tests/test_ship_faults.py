@@ -68,9 +68,16 @@ def _start(folder, url: str, *flags: str):
     assert proc.stdout is not None
     json.loads(proc.stdout.readline())
     assert proc.stdout.readline().strip() == "ready"
-    family = [p.pid for p in psutil.Process(proc.pid).children(recursive=True)]
-    assert sum("envrec.ship" in " ".join(psutil.Process(p).cmdline()) for p in family) == 2  # trace and clips
-    return proc, family
+    family = psutil.Process(proc.pid).children(recursive=True)
+    assert sum("envrec.ship" in " ".join(_cmdline(p)) for p in family) == 2  # trace and clips
+    return proc, [p.pid for p in family]
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:  # a short-lived helper (ffmpeg -version) already gone
+        return []
 
 
 @pytest.mark.xdist_group("serial")  # bounded by wall-clock time (docs/testing.md)

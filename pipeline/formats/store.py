@@ -146,6 +146,14 @@ class Store:
     def read(self, name: str) -> bytes:
         return self.fs.cat_file(self.path(name))
 
+    def read_existing(self, name: str) -> bytes:
+        """``name``, which a create-only write just found there; ``StoreUnavailable`` (try again later) when it
+        cannot be read yet: another shipper's write of it still in flight."""
+        try:
+            return self.read(name)
+        except FileNotFoundError:
+            raise StoreUnavailable(f"{self.display}/{name} is being written by another shipper: tried again later") from None
+
     def size(self, name: str) -> int | None:
         """The size of ``name``, None when nothing is there."""
         try:

@@ -226,7 +226,7 @@ class TraceRecorder:
             commit_interval=commit_interval, env=env_description, folder_id=self._folder_id,
             ship_ledger=ledger_name(self.prefix, store_url(opts.ship_to)) if opts.ship_to is not None else None,
         )
-        self._shipper = shipper_for(opts, self.directory, self._folder_id, ShipTargets(prefixes=(self.prefix,)))
+        self._shipper = shipper_for(opts, self.directory, self._folder_id, ShipTargets(prefixes=(self.prefix,), clip_recorders=()))
         self._stream = Stream(
             "serializer",
             cfg,

@@ -156,7 +156,7 @@ class RecordVectorTrace(VectorWrapper):
             ship_url=store_url(opts.ship_to) if opts.ship_to is not None else None,
         )
         self._shipper = shipper_for(opts, self.directory, cfg.folder_id,
-                                    ShipTargets(prefixes=tuple(self.prefix_of(i) for i in range(n))))
+                                    ShipTargets(prefixes=tuple(self.prefix_of(i) for i in range(n)), clip_recorders=()))
         self._stream = Stream(
             "vector serializer", cfg, opts, ring_bytes=ring_bytes, where=self.directory,
             restart=RestartPolicy.never(),  # it keeps no checkpoints a successor could resume from

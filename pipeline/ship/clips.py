@@ -88,7 +88,7 @@ class ClipShipper:
         if not self.store.put_once(self.name(RECORDER_DOC), document_bytes(mine)):
             from .recording import _json
 
-            there = _json(self.store.read(self.name(RECORDER_DOC)), f"{self.store.display}/{self.name(RECORDER_DOC)}")
+            there = _json(self.store.read_existing(self.name(RECORDER_DOC)), f"{self.store.display}/{self.name(RECORDER_DOC)}")
             if there.get("origin") != mine["origin"]:
                 raise ShipConflict(f"{self.store.display}/{self.remote} belongs to other clips ({there.get('origin')!r})")
         self.claimed = True
@@ -121,7 +121,7 @@ class ClipShipper:
         for obj, (_, blob) in zip(objects, blobs, strict=True):
             if self.store.put_once(self.name(obj["name"]), blob):
                 sent += len(blob)
-            elif self.store.size(self.name(obj["name"])) != len(blob):
+            elif self.store.size(self.name(obj["name"])) not in (len(blob), None):  # None: another's, in flight
                 raise ShipConflict(f"{self.store.display}/{self.name(obj['name'])} exists with another size")
         key = clip_key(name)
         clip: dict[str, Any] = {k: meta.get(k) for k in ("name", "path", "episode_id", "content_type", "frames_written")}
@@ -130,7 +130,7 @@ class ClipShipper:
                           "committed_at": time.time()}
         if not self.store.put_once(self.name(commit_name(key)), document_bytes(dict(commit))):
             where = f"{self.store.display}/{self.name(commit_name(key))}"
-            there = check_commit(self.store.read(self.name(commit_name(key))), where, self.remote)
+            there = check_commit(self.store.read_existing(self.name(commit_name(key))), where, self.remote)
             if there.get("objects") != objects:
                 raise ShipConflict(f"{where} commits another clip than the local {name}")
         append_ledger(self.own, self.ledger, [key])

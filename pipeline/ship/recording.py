@@ -43,7 +43,7 @@ from ..formats.shipped import (
     index_name,
 )
 from ..formats.shipped_index import index_parquet, index_rows
-from ..formats.store import Store
+from ..formats.store import Store, StoreUnavailable
 from ..formats.trace_checks import MAX_BATCH_JSON_BYTES, MAX_RATIO, JsonBudget, check_batch, parse_json
 from ..formats.trace_format import BatchEntry, Manifest, manifest_name, read_manifest_in, recording_batches
 
@@ -98,7 +98,7 @@ class RecordingShipper:
         mine = {"format": SHIPPED_FORMAT, "version": SHIPPED_VERSION, "kind": "trace", "recorder": self.prefix,
                 "origin": origin, "claimed_by": shipped_by(), "claimed_at": time.time()}
         if not self.store.put_once(self.name(RECORDER_DOC), document_bytes(mine)):
-            there = _json(self.store.read(self.name(RECORDER_DOC)), f"{self.store.display}/{self.name(RECORDER_DOC)}")
+            there = _json(self.store.read_existing(self.name(RECORDER_DOC)), f"{self.store.display}/{self.name(RECORDER_DOC)}")
             if there.get("origin") != mine["origin"]:
                 raise ShipConflict(f"{self.store.display}/{self.prefix} belongs to another recording "
                                    f"({there.get('origin')!r}, not {mine['origin']!r}): ship to another URL")
@@ -176,6 +176,9 @@ class RecordingShipper:
         if self.store.put_once(self.name(name), data):
             return len(data)
         size = self.store.size(self.name(name))
+        if size is None:
+            raise StoreUnavailable(f"{self.store.display}/{self.name(name)} is being written by another shipper: "
+                                   "tried again later")
         if size != len(data) and not name.startswith("index/"):
             raise ShipConflict(f"{self.store.display}/{self.name(name)} exists with {size} bytes, not {len(data)}: "
                                "another recording ships under this recorder id")
@@ -184,7 +187,7 @@ class RecordingShipper:
     def _commit(self, key: str, commit: Commit) -> None:
         if not self.store.put_once(self.name(commit_name(key)), document_bytes(dict(commit))):
             where = f"{self.store.display}/{self.name(commit_name(key))}"
-            there = check_commit(self.store.read(self.name(commit_name(key))), where, self.prefix)
+            there = check_commit(self.store.read_existing(self.name(commit_name(key))), where, self.prefix)
             same = ("json_crc32", "bin_crc32", "fn")
             if any(there.get("entry", {}).get(k) != commit["entry"].get(k) for k in same):
                 raise ShipConflict(f"{where} commits another batch than the local {commit['entry']['fn']}")
