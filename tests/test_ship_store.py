@@ -134,8 +134,11 @@ def test_a_reader_sees_batches_while_the_writer_writes(s3, tmp_path):
     ("s3://testing-key-id:hunter2@envrec-test/x", "carries credentials"),
     ("nosuchprotocol://bucket/x", "nosuchprotocol"),
     ("s3://no-such-bucket-here/x", "cannot ship to"),
+    ("{tmp}/a-file/store", "cannot ship to"),  # a store that refuses writes: here, a file where a folder must be
 ])
 def test_a_bad_ship_to_is_a_config_error_and_records_nothing(bad, words, s3, tmp_path, caplog):
+    (tmp_path / "a-file").write_text("not a folder")
+    bad = bad.format(tmp=tmp_path)
     with pytest.raises(envrec.ConfigError) as err:
         envrec.RecordTrace(gym.make("CartPole-v1"), tmp_path / "rec", ship_to=bad)
     assert words in str(err.value)
