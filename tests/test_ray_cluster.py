@@ -45,8 +45,8 @@ def store(request, tmp_path):
     if request.param == "file":
         yield (tmp_path / "store").as_uri(), None
         return
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
+    import boto3  # the test extra's (moto[server]): never skipped
+    from moto import server as moto_server
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
