@@ -24,9 +24,9 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.envs.registration import parse_env_id, registry
+from gymnasium.envs.registration import load_env_creator, parse_env_id, registry
 
-__all__ = ["NAMESPACE_PACKAGES", "PLUGIN_GROUP", "load_env_namespace", "make_env"]
+__all__ = ["NAMESPACE_PACKAGES", "PLUGIN_GROUP", "declared_render_modes", "load_env_namespace", "make_env"]
 
 logger = logging.getLogger(__name__)
 
@@ -93,3 +93,24 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
         if missing is None:
             raise
         raise gym.error.NamespaceNotFound(f"{exc} (pip install {missing})") from exc
+
+
+def declared_render_modes(env_id: str) -> list[str] | None:
+    """The render modes ``env_id``'s class declares (``metadata["render_modes"]``), read without making the env;
+    None when they cannot be told (an unknown id, an entry point that is a function without metadata).
+
+    Args:
+        env_id: a registered id, or ``module:Env-v0`` (the module is imported, as ``gym.make`` would).
+    """
+    load_env_namespace(env_id)
+    module, _, name = env_id.rpartition(":")
+    try:
+        if module:
+            importlib.import_module(module)
+        entry_point = gym.spec(name).entry_point
+        creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    except (ImportError, AttributeError, gym.error.Error) as exc:
+        logger.debug("envrec: the render modes of %s cannot be told before making it: %s", env_id, exc)
+        return None
+    modes = (getattr(creator, "metadata", None) or {}).get("render_modes")
+    return [str(m) for m in modes] if isinstance(modes, list | tuple) else None
