@@ -47,7 +47,7 @@ from ..supervision.shipper import ShipTargets, shipper_for
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import RawRecord, RingRecord, Stream, warn_start_method
 from .call_lock import close_once
-from .clip_names import claim_clip_name
+from .clip_names import claim_clip_name, warn_if_replacing_a_stranger
 from .clip_state import ClipState, delete_clip_files, mark_discarded, renamed_method, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
 from .packer import FrameRecord, frame_packer
@@ -233,6 +233,8 @@ class VideoRecorder:
             self.end_clip()
         if not self.replace_clips:
             name = claim_clip_name(self._own, name, ".cast" if text else ".mp4")
+        else:
+            warn_if_replacing_a_stranger(self._own, name, ".cast" if text else ".mp4")
         self._recover()
         self.poll()
         self.clip = ClipState(name, "ansi" if text else "video", episode_id, self.fps)
