@@ -88,28 +88,37 @@ def default_snapshot(env) -> str | None:
     return None
 
 
+def _env_to_record(args: argparse.Namespace):
+    """The env ``envrec record`` records, made to render as its videos need; None once it said on stderr why it
+    cannot be (an id it cannot make, an env that cannot render here as asked, with the doctor's fix): exit 2,
+    nothing written."""
+    from .doctor.render_check import render_mode_for, render_problem
+    from .env_ids import make_env
+
+    render_mode, problem = render_mode_for(args.env, args.render_mode) if args.video_every else (None, None)
+    if problem is None:
+        try:
+            env = make_env(args.env, render_mode=render_mode)
+        except Exception as exc:  # noqa: BLE001  (gymnasium raises several types for unknown ids and missing extras)
+            problem = f"cannot make environment {args.env!r}: {str(exc) or type(exc).__name__}"
+        else:
+            problem = render_problem(env, args.env, args.seed) if args.video_every else None
+            if problem is None:
+                return env
+            env.close()
+    print(f"envrec record: {problem}", file=sys.stderr)
+    return None
+
+
 def _record(args: argparse.Namespace) -> int:
     headless_display()
     from tqdm import tqdm
 
-    from .doctor.render_check import render_mode_for, render_problem
-    from .env_ids import make_env
     from .errors import ConfigError
     from .record.record_trace import RecordTrace, RecordVideo
 
-    render_mode, problem = render_mode_for(args.env, args.render_mode) if args.video_every else (None, None)
-    if problem is not None:
-        print(f"envrec record: {problem}", file=sys.stderr)
-        return 2
-    try:
-        env = make_env(args.env, render_mode=render_mode)
-    except Exception as exc:  # noqa: BLE001  (gymnasium raises several types for unknown ids and missing extras)
-        print(f"envrec record: cannot make environment {args.env!r}: {str(exc) or type(exc).__name__}", file=sys.stderr)
-        return 2
-    problem = render_problem(env, args.env, args.seed) if args.video_every else None
-    if problem is not None:
-        env.close()
-        print(f"envrec record: {problem}", file=sys.stderr)
+    env = _env_to_record(args)
+    if env is None:
         return 2
     video = None
     try:
