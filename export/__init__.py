@@ -25,7 +25,9 @@ def _require(module: str, extra: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(f"{module} is not installed: pip install 'envrec[{extra}]'") from exc
+        from envrec.extras import install_hint
+
+        raise ImportError(f"{module} is not installed: {install_hint(extra)}") from exc
 
 
 def to_arrow(paths: PathsLike, verify: bool = True) -> pa.Table:

@@ -34,7 +34,9 @@ def add_parser(sub) -> None:
 
 
 def _missing(extra: str, exc: ImportError) -> int:
-    print(f"envrec export: {exc.name or exc} is not installed: pip install 'envrec[{extra}]'", file=sys.stderr)
+    from envrec.extras import install_hint
+
+    print(f"envrec export: {exc.name or exc} is not installed: {install_hint(extra)}", file=sys.stderr)
     return 2
 
 

@@ -69,7 +69,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from .record.headless import headless_display
 from .version import __version__
+
+# At import, not only in the wrappers: a vector env's sub-processes (AsyncVectorEnv's, SB3's SubprocVecEnv's) are
+# started before any envrec wrapper is made, and inherit the environment they were started with; so pygame's SDL
+# draws off screen in them too, and "XDG_RUNTIME_DIR is invalid" stays out of the output (no display only).
+headless_display()
 
 _EXPORTS = {
     "RecordTrace": ".record.record_trace",

@@ -88,24 +88,37 @@ def default_snapshot(env) -> str | None:
     return None
 
 
+def _env_to_record(args: argparse.Namespace):
+    """The env ``envrec record`` records, made to render as its videos need; None once it said on stderr why it
+    cannot be (an id it cannot make, an env that cannot render here as asked, with the doctor's fix): exit 2,
+    nothing written."""
+    from .doctor.render_check import render_mode_for, render_problem
+    from .env_ids import make_env
+
+    render_mode, problem = render_mode_for(args.env, args.render_mode) if args.video_every else (None, None)
+    if problem is None:
+        try:
+            env = make_env(args.env, render_mode=render_mode)
+        except Exception as exc:  # noqa: BLE001  (gymnasium raises several types for unknown ids and missing extras)
+            problem = f"cannot make environment {args.env!r}: {str(exc) or type(exc).__name__}"
+        else:
+            problem = render_problem(env, args.env, args.seed) if args.video_every else None
+            if problem is None:
+                return env
+            env.close()
+    print(f"envrec record: {problem}", file=sys.stderr)
+    return None
+
+
 def _record(args: argparse.Namespace) -> int:
     headless_display()
     from tqdm import tqdm
 
-    from .doctor.render_check import render_problem
-    from .env_ids import make_env
     from .errors import ConfigError
     from .record.record_trace import RecordTrace, RecordVideo
 
-    try:
-        env = make_env(args.env, render_mode=args.render_mode)
-    except Exception as exc:  # noqa: BLE001  (gymnasium raises several types for unknown ids and missing extras)
-        print(f"envrec record: cannot make environment {args.env!r}: {exc}", file=sys.stderr)
-        return 2
-    problem = render_problem(env, args.env, args.seed) if args.video_every else None
-    if problem is not None:
-        env.close()
-        print(f"envrec record: {problem}", file=sys.stderr)
+    env = _env_to_record(args)
+    if env is None:
         return 2
     video = None
     try:
@@ -169,7 +182,7 @@ def _report(args: argparse.Namespace, env, video, episodes: int, steps: int, sta
         problems.append(f"trace broken={stats['broken']}, records dropped={stats['records_dropped']}")
     if video is not None:
         v = video.stats()
-        clips = sorted(n for n in os.listdir(env.directory) if n.endswith(".mp4"))
+        clips = sorted(n for n in os.listdir(env.directory) if n.endswith((".mp4", ".cast")))
         size = sum(os.path.getsize(os.path.join(env.directory, n)) for n in clips)
         print(f"  video: {v['clips_finished']} clip(s), {v['frames_written']} frame(s), {_human(size)}: {', '.join(clips[:4])}{' ...' if len(clips) > 4 else ''}")
         if v["broken"] or v["clips_broken"] or v["frames_dropped"]:
@@ -291,8 +304,9 @@ def _add_record(sub) -> None:
     r.add_argument("--batch-bytes", type=_size, default=5_000_000, metavar="SIZE", help="trace batch size (default 5000000)")
     r.add_argument("--commit-interval", type=_interval, default=5.0, metavar="SECONDS",
                    help="commit what the trace holds at least this often, a long episode in parts (default 5; none: by size only)")
-    r.add_argument("--render-mode", choices=("rgb_array", "ansi"), default="rgb_array",
-                   help="how the env renders the videos' frames: rgb_array (the default) or ansi (text, .cast clips)")
+    r.add_argument("--render-mode", choices=("rgb_array", "ansi"), default=None,
+                   help="how the env renders the videos' frames: rgb_array or ansi (text, .cast clips); default "
+                        "rgb_array, or ansi for an env that declares only ansi")
     r.add_argument("--fps", type=_fps, default=None, help="frames per second of the clips (default: the env's render_fps)")
     r.add_argument("--video-max-bytes", type=_size, default=None, metavar="SIZE", help="disk budget of the clips; the oldest are evicted beyond it")
     r.add_argument("--keep-last-clips", type=int, default=None, metavar="N", help="keep only the newest N clips")

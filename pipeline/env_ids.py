@@ -24,15 +24,17 @@ from importlib.metadata import entry_points
 from typing import Any
 
 import gymnasium as gym
-from gymnasium.envs.registration import parse_env_id, registry
+from gymnasium.envs.registration import load_env_creator, parse_env_id, registry
 
-__all__ = ["NAMESPACE_PACKAGES", "PLUGIN_GROUP", "load_env_namespace", "make_env"]
+from .extras import install_hint
+
+__all__ = ["NAMESPACE_PACKAGES", "PLUGIN_GROUP", "declared_render_modes", "load_env_namespace", "make_env"]
 
 logger = logging.getLogger(__name__)
 
 PLUGIN_GROUP = "gymnasium.envs"
-# Namespaces whose package registers them on import and declares no plugin: (module, what to pip install).
-NAMESPACE_PACKAGES = {"ALE": ("ale_py", "'envrec[atari]'")}
+# Namespaces whose package registers them on import and declares no plugin.
+NAMESPACE_PACKAGES = {"ALE": ("ale_py", "atari")}  # namespace: (module, envrec's extra that installs it)
 
 
 def _known(env_id: str) -> bool:
@@ -62,21 +64,21 @@ def _load_plugins(namespace: str | None, env_id: str) -> None:
 def load_env_namespace(env_id: str) -> str | None:
     """Import what registers ``env_id``'s namespace, if it is not registered yet.
 
-    Returns what to install when the package known to register the
-    namespace is missing (``None`` otherwise); never raises for that.
+    Returns the ``pip install`` command for the package known to register the
+    namespace when it is missing (``envrec.extras.install_hint``; ``None`` otherwise); never raises for that.
     """
     if ":" in env_id or _known(env_id):
         return None
     namespace = _namespace(env_id)
     _load_plugins(namespace, env_id)
-    module, install = NAMESPACE_PACKAGES.get(namespace or "", (None, None))
+    module, extra = NAMESPACE_PACKAGES.get(namespace or "", (None, None))
     if module is None or _known(env_id):
         return None
     try:
         gym.register_envs(importlib.import_module(module))
     except ImportError as exc:
         logger.debug("envrec: %s, which registers namespace %s, cannot be imported: %s", module, namespace, exc)
-        return install
+        return install_hint(extra or "")
     return None
 
 
@@ -92,4 +94,25 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     except gym.error.NamespaceNotFound as exc:
         if missing is None:
             raise
-        raise gym.error.NamespaceNotFound(f"{exc} (pip install {missing})") from exc
+        raise gym.error.NamespaceNotFound(f"{exc} ({missing})") from exc
+
+
+def declared_render_modes(env_id: str) -> list[str] | None:
+    """The render modes ``env_id``'s class declares (``metadata["render_modes"]``), read without making the env;
+    None when they cannot be told (an unknown id, an entry point that is a function without metadata).
+
+    Args:
+        env_id: a registered id, or ``module:Env-v0`` (the module is imported, as ``gym.make`` would).
+    """
+    load_env_namespace(env_id)
+    module, _, name = env_id.rpartition(":")
+    try:
+        if module:
+            importlib.import_module(module)
+        entry_point = gym.spec(name).entry_point
+        creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    except (ImportError, AttributeError, gym.error.Error) as exc:
+        logger.debug("envrec: the render modes of %s cannot be told before making it: %s", env_id, exc)
+        return None
+    modes = (getattr(creator, "metadata", None) or {}).get("render_modes")
+    return [str(m) for m in modes] if isinstance(modes, list | tuple) else None

@@ -55,3 +55,17 @@ def test_two_processes_writing_clips_into_one_folder_keep_every_clip(tmp_path):
         by_recorder.setdefault(m["recorder"], []).append(m["name"])
     for names in by_recorder.values():  # each process's three clips, whichever names it got
         assert len(names) == 3
+
+
+def test_replace_clips_says_overwriting_only_for_a_file_envrec_did_not_write(tmp_path, caplog):
+    from envrec.record.clip_names import warn_if_replacing_a_stranger
+
+    (tmp_path / "ours.mp4").write_bytes(b"x")
+    (tmp_path / "ours.meta.json").write_text("{}")
+    (tmp_path / "theirs.mp4").write_bytes(b"x")
+    with OwnFolder(str(tmp_path)) as own:
+        assert not warn_if_replacing_a_stranger(own, "new", ".mp4")  # nothing there
+        assert not warn_if_replacing_a_stranger(own, "ours", ".mp4")  # an earlier render of envrec's
+        assert warn_if_replacing_a_stranger(own, "theirs", ".mp4")
+    assert [r.getMessage() for r in caplog.records if "Overwriting" in r.getMessage()] == [
+        f"envrec: Overwriting existing video theirs.mp4 in {tmp_path}: envrec did not write it (no theirs.meta.json beside it)"]

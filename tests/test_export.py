@@ -366,5 +366,5 @@ def test_cli_export(tmp_path, monkeypatch, capsys):
 ])
 def test_a_missing_extra_is_named(tmp_path, monkeypatch, module, extra, call):
     monkeypatch.setitem(sys.modules, module, None)  # as if not installed
-    with pytest.raises(ImportError, match=rf"{module} is not installed: pip install 'envrec\[{extra}\]'"):
+    with pytest.raises(ImportError, match=rf"{module} is not installed: pip install .*envrec's {extra} extra"):
         call(tmp_path)

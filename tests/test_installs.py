@@ -71,7 +71,8 @@ def test_a_missing_namespace_package_is_named(tmp_path):
     out = subprocess.run([sys.executable, "-c", blocked, "record", "--env", "ALE/Pong-v5", "--steps", "2", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2
-    assert "Namespace ALE not found" in out.stderr and "pip install 'envrec[atari]'" in out.stderr
+    assert "Namespace ALE not found" in out.stderr and "pip install 'ale-py>=" in out.stderr
+    assert "envrec's atari extra" in out.stderr and "[atari]'" in out.stderr  # and the extra, from where envrec came
 
 
 def test_record_and_bench_load_plugin_namespaces(tmp_path):

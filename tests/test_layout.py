@@ -1,6 +1,6 @@
 """The layout is the architecture: which room of the package may import which, and no import cycle anywhere.
 
-Rooms of ``envrec`` (pipeline/): the leaves at the top (``errors``, ``option_checks``,
+Rooms of ``envrec`` (pipeline/): the leaves at the top (``errors``, ``extras``, ``option_checks``,
 ``version``), ``formats`` (what is on disk), ``contract`` (what both processes share),
 ``record`` and ``supervision`` (the env side), ``read`` (the read side), ``replay`` (replays
 recordings: it may use the env and read sides, not the public face), ``log`` (clips to TensorBoard
@@ -17,7 +17,7 @@ import os
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 PACKAGES = {"pipeline": "envrec", "workers": "envrec.workers", "export": "envrec.export", "viewer": "envrec.viewer"}
-LEAVES = ("envrec.errors", "envrec.option_checks", "envrec.version")
+LEAVES = ("envrec.errors", "envrec.extras", "envrec.option_checks", "envrec.version")
 
 # room prefix -> the prefixes its modules may import (besides their own room and the leaves)
 MAY_IMPORT = {

@@ -196,6 +196,7 @@ def test_clips_rendered_later_from_a_trace(tmp_path):
     writer = torch_writer(tmp_path / "runs")
     callback = envrec.log.to_tensorboard(writer)
     clips = envrec.replay.render(str(tmp_path / "t"), "0,2", out=str(tmp_path / "videos"), on_clip_closed=callback)
+    assert callback.pending == 0 and callback.logged == 2  # render returns once its logger has them all
     assert callback.close(timeout_s=60)
     writer.close()
     events = images(tmp_path / "runs")

@@ -160,6 +160,25 @@ def test_start_and_stop_recording_by_hand(tmp_path):
     assert len(decode(tmp_path / "manual.mp4", 64, 48)) == 5
 
 
+def test_step_and_reset_after_close_raise_closed_error_as_record_trace_does(tmp_path):
+    """Issue 36: RecordVideo.step() after close() stepped the env silently; it raises ClosedError, env untouched."""
+    class Counting(ColourEnv):
+        steps = 0
+
+        def step(self, action):
+            Counting.steps += 1
+            return super().step(action)
+
+    env = envrec.RecordVideo(Counting(), tmp_path, episode_trigger=lambda e: True)
+    env.reset(seed=0)
+    env.step(0)
+    env.close()
+    for call in (lambda: env.step(0), lambda: env.reset(seed=1)):
+        with pytest.raises(envrec.ClosedError, match="after close"):
+            call()
+    assert Counting.steps == 1 and meta(tmp_path, "rl-video-episode-0")["frames_written"] == 2
+
+
 def test_frames_are_rendered_only_while_a_clip_records(tmp_path):
     class Counting(ColourEnv):
         renders = 0

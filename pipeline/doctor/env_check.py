@@ -84,7 +84,7 @@ def _made(env_id: str, f: EnvFindings) -> Result:
     """The "env" result: a failure when the env was never made (then it is the only result)."""
     if "make-failed" in f.stages:
         failed = f.stages["make-failed"]
-        fix = f"pip install {failed['install']}" if failed.get("install") else (
+        fix = failed["install"] if failed.get("install") else (
             f"check the id (the registered ones: {REGISTRY_HINT}), or install the package that registers it")
         module = re.search(r"No module named '([^']+)'", failed["error"]) if failed.get("kind") == "ModuleNotFoundError" else None
         if module:

@@ -6,6 +6,7 @@ filesystem it is on (read from ``/proc/self/mountinfo``). Folders the check made
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 
@@ -52,6 +53,21 @@ def filesystem_of(path: str) -> tuple[str, str]:
 CHOOSE = "choose a folder you can write (envrec record --out DIR, RecordTrace(env, DIR))"
 
 
+def _read_only_fix(mount: str) -> str:
+    return ("choose a folder on a writable file system (envrec record --out DIR, RecordTrace(env, DIR)), or remount "
+            f"it read-write: mount -o remount,rw {mount}")
+
+
+def _read_only(folder: str) -> str:
+    """'' when ``folder``'s file system is mounted read-write (or cannot be told); else its mount point."""
+    try:
+        if os.statvfs(folder).f_flag & os.ST_RDONLY:
+            return filesystem_of(folder)[1] or folder
+    except OSError:
+        pass
+    return ""
+
+
 def _make(folder: str) -> tuple[list[str], str, str]:
     """Make ``folder`` and its missing parents: the folders made (deepest last), and why it cannot be made and
     what to do ('' and '' when it can)."""
@@ -66,6 +82,10 @@ def _make(folder: str) -> tuple[list[str], str, str]:
         try:
             os.mkdir(path)
         except OSError as exc:
+            if exc.errno == errno.EROFS:
+                mount = _read_only(here) or here
+                return made, (f"cannot make {path}: {here} is on a read-only file system (mounted read-only at "
+                              f"{mount})"), _read_only_fix(mount)
             return made, f"cannot make {path}: {exc.strerror or exc}", f"{CHOOSE}, or make this one: mkdir -p {folder}"
         made.append(path)
     return made, "", ""
@@ -83,9 +103,19 @@ def _write_probe(folder: str) -> str:
     except OSError as exc:
         return f"{exc.strerror or exc} ({exc.filename or path})"
     finally:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # missing, or a read-only file system (whose unlink says EROFS first)
             os.unlink(path)
     return ""
+
+
+def _unwritable(folder: str, state: str, failed: str) -> Result:
+    """The FAIL of a folder envrec cannot write in: a read-only file system says so, with its own fix."""
+    mount = _read_only(folder)
+    if mount:
+        return Result("folder", CheckStatus.FAIL, f"{folder} is on a read-only file system (mounted read-only at {mount})",
+                      _read_only_fix(mount), facts={"folder": folder, "read_only": True, "mount_point": mount})
+    return Result("folder", CheckStatus.FAIL, f"{folder} {state} but envrec cannot write in it: {failed}",
+                  f"make it writable (chmod u+w {folder}, or ask its owner), or {CHOOSE}", facts={"folder": folder})
 
 
 def _space(folder: str) -> Result:
@@ -126,9 +156,7 @@ def folder_results(folder: str) -> list[Result]:
         failed = _write_probe(folder)
         state = "can be made" if made else "exists"
         if failed:
-            return [Result("folder", CheckStatus.FAIL, f"{folder} {state} but envrec cannot write in it: {failed}",
-                           f"make it writable (chmod u+w {folder}, or ask its owner), or {CHOOSE}",
-                           facts={"folder": folder})]
+            return [_unwritable(folder, state, failed)]
         written = Result("folder", CheckStatus.PASS, f"{os.path.abspath(folder)} {state}, writable (atomic write, fsync, mmap)",
                          facts={"folder": os.path.abspath(folder), "made": bool(made)})
         return [written, _space(folder), _filesystem(folder)]

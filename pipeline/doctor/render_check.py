@@ -10,9 +10,39 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..env_ids import declared_render_modes
 from .gl import first_rendering, mujoco_installed
 
-__all__ = ["render_problem"]
+__all__ = ["FRAME_MODES", "render_mode_for", "render_problem"]
+
+FRAME_MODES = ("rgb_array", "ansi")  # the render modes whose frames envrec records (an image; text, as asciicast)
+NO_VIDEO = "record without video: --video-every 0"
+
+
+def render_mode_for(env_id: str, asked: str | None) -> tuple[str | None, str | None]:
+    """The render mode to film ``env_id`` in, and None; or None and why it cannot be filmed, with the fix.
+
+    ``asked`` (``--render-mode``) when the env declares it (or declares nothing); without one, ``rgb_array``, or
+    ``ansi`` for an env that declares ``ansi`` and no ``rgb_array`` (recorded as asciicast clips).
+
+    Args:
+        env_id: the env's id, as ``envrec record --env`` takes it.
+        asked: the render mode asked for, or None.
+    """
+    declared = declared_render_modes(env_id)
+    if declared is None:
+        return asked or "rgb_array", None
+    if asked is None:
+        asked = next((m for m in FRAME_MODES if m in declared), None)
+        if asked is None:
+            return None, (f"{env_id} declares the render modes {declared}: none gives frames envrec records "
+                          f"({' or '.join(FRAME_MODES)})\n  fix: {NO_VIDEO}")
+    if asked not in declared:
+        other = [m for m in FRAME_MODES if m in declared]
+        fix = f"--render-mode {other[0]}" + (" (text, recorded as asciicast .cast clips)" if other[0] == "ansi" else "") \
+            if other else NO_VIDEO
+        return None, f"{env_id} cannot render as {asked!r}: it declares the render modes {declared}\n  fix: {fix}"
+    return asked, None
 
 
 def _uses_mujoco(env: Any, exc: BaseException) -> bool:

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..extras import install_hint
 
 __all__ = [
     "ARRAY_SELECTIONS", "CODECS", "FILTERS", "IMAGE_ROW_BYTES", "JSON_ZST_SUFFIX", "Compression", "compressor",
@@ -157,7 +158,7 @@ def _module(codec: str):
 
         return lz4.frame
     except ImportError as exc:
-        extra = "" if codec == "zstd" else " (pip install 'envrec[lz4]')"
+        extra = "" if codec == "zstd" else f" ({install_hint('lz4')})"
         raise ConfigError(f"{codec} compression needs the {exc.name} package{extra}") from exc
 
 

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import ConfigError
+from ..extras import install_hint
 from .shipped import INDEX_COLUMNS
 
 __all__ = ["index_parquet", "index_rows", "index_schema", "require_pyarrow"]
@@ -19,8 +20,8 @@ def require_pyarrow() -> Any:
         import pyarrow
         import pyarrow.parquet
     except ImportError:
-        raise ConfigError("shipping and open_dataset write and read Parquet indexes: pip install 'envrec[s3]' "
-                          "(or 'envrec[arrow]' for file:// and mounted folders)") from None
+        raise ConfigError(f"shipping and open_dataset write and read Parquet indexes: {install_hint('s3')} (for "
+                          f"file:// and mounted folders, {install_hint('arrow')})") from None
     return pyarrow
 
 

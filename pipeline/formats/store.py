@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError
+from ..extras import install_hint
 
 __all__ = ["Store", "StoreUnavailable", "is_transient", "is_url", "redact", "store_url"]
 
@@ -109,7 +110,7 @@ class Store:
         try:
             import fsspec
         except ImportError:
-            raise ConfigError("shipping needs fsspec: pip install 'envrec[s3]'") from None
+            raise ConfigError(f"shipping needs fsspec: {install_hint('s3')}") from None
         # a file system of its own: fsspec's cached instances keep the endpoint of the environment they were made in
         options = {"skip_instance_cache": True, **(storage_options or {})}
         if self.url.startswith(("s3://", "s3a://")):  # botocore's own retries, bounded: the shipper retries itself
@@ -118,7 +119,7 @@ class Store:
             self.fs, self.root = fsspec.core.url_to_fs(self.url, **options)
         except ImportError as exc:
             raise ConfigError(f"{self.display}: its protocol needs a package that is not installed ({exc}); for "
-                              "s3:// pip install 'envrec[s3]'") from None
+                              f"s3:// {install_hint('s3')}") from None
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"ship_to {self.display}: {exc}") from None
         self.root = self.root.rstrip("/")

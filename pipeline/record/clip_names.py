@@ -6,7 +6,9 @@ second, the sub-processes of a vector env) must never overwrite each other's cli
 file, empty, with ``O_CREAT|O_EXCL`` (the encoder's ffmpeg or asciicast writer then fills it): the name is
 this clip's. When ``NAME.mp4`` (or ``.cast``) is already a regular file, or ``NAME.meta.json`` is there,
 the name is taken and the clip is written as ``NAME-2``, else ``NAME-3``, ... (logged once per clip). A
-recorder alone in its folder keeps the names it was given (Gymnasium's ``rl-video-episode-N``). Something
+recorder alone in its folder keeps the names it was given (Gymnasium's ``rl-video-episode-N``). Only a
+recorder told to replace its clips (``replace_clips``: ``envrec render`` re-filming an episode) writes over a
+name, and says "Overwriting" when the file there is not a clip envrec wrote. Something
 at the name that is not a regular file (a symlink, a FIFO) is left to the encoder as before: a symlink is
 replaced, never written through; anything else breaks the clip, saying why.
 """
@@ -22,7 +24,7 @@ from ..formats.clip_meta import META_SUFFIX
 from ..formats.ownfolder import OwnFolder
 from ..formats.trace_format import check_prefix
 
-__all__ = ["MAX_NAME_TRIES", "claim_clip_name"]
+__all__ = ["MAX_NAME_TRIES", "claim_clip_name", "warn_if_replacing_a_stranger"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,3 +59,20 @@ def claim_clip_name(folder: OwnFolder, name: str, suffix: str) -> str:
             logger.info("envrec: clip name %s is taken in %s: this clip is %s", name, folder.path, candidate)
         return candidate
     raise RecordError(f"{MAX_NAME_TRIES} clips named {name}[-K] are in {folder.path} already: choose another name_prefix")
+
+
+def warn_if_replacing_a_stranger(folder: OwnFolder, name: str, suffix: str) -> bool:
+    """With ``replace_clips`` (``envrec render`` re-filming an episode): say "Overwriting" when the file at the
+    clip's name is not a clip envrec wrote (no ``NAME.meta.json`` beside it), the one case where envrec replaces a
+    file it did not write. Whether it warned.
+
+    Args:
+        folder: the clips' folder, opened once.
+        name: the clip's name.
+        suffix: its video's suffix, ``.mp4`` or ``.cast``.
+    """
+    if folder.lstat(name + suffix) is None or folder.lstat(name + META_SUFFIX) is not None:
+        return False
+    logger.warning("envrec: Overwriting existing video %s in %s: envrec did not write it (no %s beside it)",
+                   name + suffix, folder.path, name + META_SUFFIX)
+    return True

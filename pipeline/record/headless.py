@@ -1,6 +1,7 @@
 """Drawing off screen when there is no display: SDL's dummy video driver (pygame, Gymnasium's classic envs).
 
-Set before pygame opens its display, by every envrec wrapper and command that may render: no window is
+Set at ``import envrec`` (a vector env's sub-processes, started before any wrapper, inherit it) and before
+pygame opens its display, by every envrec wrapper and command that may render: no window is
 needed for ``rgb_array`` frames, and SDL's complaints about a missing display or ``XDG_RUNTIME_DIR`` stay
 out of the output. A user's own ``SDL_VIDEODRIVER`` wins, and so does a display.
 """

@@ -11,7 +11,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from ..errors import ConfigError
+from ..errors import ClosedError, ConfigError
 from ..formats.ffmpeg import VideoSettings
 from ..formats.trace_format import PREFIX, check_prefix
 from ..option_checks import BOOL, CALLABLE, FOLDER, POSITIVE_NUMBER, check_options, int_in, optional
@@ -98,7 +98,8 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         RecordError: only with ``strict=True``, a frame the clip cannot take
             (not uint8 HxW, HxWx3 or HxWx4, or a shape that changed); without
             it the clip is marked broken, logged once, and the env goes on.
-        ClosedError: a clip started after ``close()``.
+        ClosedError: ``reset()``, ``step()`` or a clip started after ``close()`` (or while another thread
+            closes it), as ``RecordTrace``: the env is not stepped once its recorder is closed.
         WorkerError: only with ``strict=True``: the encoder failed.
     """
 
@@ -203,11 +204,17 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.recorded_frames += 1
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self._refuse_if_closed("reset")
         obs, info = super().reset(seed=seed, options=options)
         with self._lock:
-            if not self._closing:  # close() began in another thread: as after close, nothing more is recorded
-                self._after_reset(info)
+            self._refuse_if_closed("reset")  # close() began in another thread while the env was reset
+            self._after_reset(info)
         return obs, info
+
+    def _refuse_if_closed(self, call: str) -> None:
+        if self._closing:
+            raise ClosedError(f"RecordVideo.{call}() after close() (or while another thread closes it): nothing more "
+                              "is recorded, and the closed env is not stepped")
 
     def _after_reset(self, info: dict[str, Any]) -> None:
         self.episode_id += 1
@@ -223,10 +230,11 @@ class RecordVideo(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 self.stop_recording()
 
     def step(self, action):
+        self._refuse_if_closed("step")
         obs, rew, terminated, truncated, info = self.env.step(action)
         with self._lock:
-            if not self._closing:  # close() began in another thread: as after close, nothing more is recorded
-                self._after_step(rew, terminated, truncated, info)
+            self._refuse_if_closed("step")  # close() began in another thread while the env stepped
+            self._after_step(rew, terminated, truncated, info)
         return obs, rew, terminated, truncated, info
 
     def _after_step(self, rew: Any, terminated: bool, truncated: bool, info: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import ConfigError
+from ..extras import install_hint
 from ..option_checks import import_named
 
 __all__ = ["ALE", "MUJOCO", "AleSnapshot", "MujocoSnapshot", "Snapshot", "resolve_snapshot", "snapshot_name"]
@@ -125,7 +126,7 @@ class AleSnapshot:
         try:
             import ale_py
         except ImportError as exc:
-            raise ConfigError(f"snapshot='ale' needs the ale-py package (pip install 'envrec[atari]'): {exc}") from exc
+            raise ConfigError(f"snapshot='ale' needs the ale-py package ({install_hint('atari')}): {exc}") from exc
         ale.restoreState(ale_py.ALEState(np.ascontiguousarray(state, dtype=np.uint8).tobytes()))
 
     def __repr__(self) -> str:

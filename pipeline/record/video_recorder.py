@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Any, Self
+from typing import Any, Protocol, Self, runtime_checkable
 
 import numpy as np
 
@@ -47,17 +47,48 @@ from ..supervision.shipper import ShipTargets, shipper_for
 from ..supervision.stats import CallTimes, process_facts, summary_line
 from ..supervision.stream import RawRecord, RingRecord, Stream, warn_start_method
 from .call_lock import close_once
-from .clip_names import claim_clip_name
+from .clip_names import claim_clip_name, warn_if_replacing_a_stranger
 from .clip_state import ClipState, delete_clip_files, mark_discarded, renamed_method, write_broken_meta
 from .frame_checks import check_image_frame, check_text_frame
 from .packer import FrameRecord, frame_packer
 from .recorder import check_folder
 
-__all__ = ["DEFAULT_FRAME_RING_BYTES", "VIDEO_RECORDER_OPTIONS", "ClipCallback", "VideoRecorder", "check_text_frame"]
+__all__ = ["DEFAULT_FRAME_RING_BYTES", "VIDEO_RECORDER_OPTIONS", "ClipCallback", "PendingClips", "VideoRecorder",
+           "check_text_frame", "drain_clip_callback"]
 
 CALLBACK_DRAIN_S = 30.0  # how long close() waits for on_clip_closed's own thread to finish the last clips
 
 ClipCallback = Callable[[str | None, ClipMeta], None]  # (the video's path, None without one; its metadata)
+
+
+@runtime_checkable
+class PendingClips(Protocol):
+    """A clip callback that works in a thread of its own (``envrec.log``'s loggers): ``pending`` counts the clips it
+    was given and has not finished with."""
+
+    pending: int
+
+
+def drain_clip_callback(callback: ClipCallback, timeout_s: float | None = None) -> int:
+    """Wait (at most ``timeout_s``, default ``CALLBACK_DRAIN_S``) until a callback with a ``pending`` count
+    (``PendingClips``) has finished the clips it was given; the count left, warned when not 0 (0 at once for a
+    callback that works in the caller's thread).
+
+    Args:
+        callback: an ``on_clip_closed`` callback.
+        timeout_s: the most to wait, in seconds.
+    """
+    if not isinstance(callback, PendingClips) or not isinstance(callback.pending, int):
+        return 0
+    limit_s = CALLBACK_DRAIN_S if timeout_s is None else timeout_s
+    deadline = time.monotonic() + limit_s
+    while callback.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    left = int(callback.pending)
+    if left:
+        logger.warning("envrec: %d clip(s) still being handled by on_clip_closed %r after %g s: close() goes on "
+                       "(callbacks_pending)", left, callback, limit_s)
+    return left
 
 logger = logging.getLogger(__name__)
 
@@ -233,6 +264,8 @@ class VideoRecorder:
             self.end_clip()
         if not self.replace_clips:
             name = claim_clip_name(self._own, name, ".cast" if text else ".mp4")
+        else:
+            warn_if_replacing_a_stranger(self._own, name, ".cast" if text else ".mp4")
         self._recover()
         self.poll()
         self.clip = ClipState(name, "ansi" if text else "video", episode_id, self.fps)
@@ -495,19 +528,10 @@ class VideoRecorder:
         return summary
 
     def _drain_callback(self) -> None:
-        """Wait (at most ``CALLBACK_DRAIN_S``) for the clips ``on_clip_closed`` still works on in a thread of its
-        own — a callback with a ``pending`` count, as ``envrec.log``'s loggers have — so that closing the env and
-        then the logger's writer loses none; what is left is counted (``callbacks_pending``) and warned."""
-        pending = getattr(self.on_clip_closed, "pending", None)
-        if not isinstance(pending, int) or isinstance(pending, bool):
-            return
-        deadline = time.monotonic() + CALLBACK_DRAIN_S
-        while self.on_clip_closed.pending and time.monotonic() < deadline:  # type: ignore[union-attr]
-            time.sleep(0.01)
-        self.callbacks_pending = int(self.on_clip_closed.pending)  # type: ignore[union-attr]
-        if self.callbacks_pending:
-            logger.warning("envrec: %d clip(s) still being handled by on_clip_closed %r after %g s: close() goes on "
-                           "(callbacks_pending)", self.callbacks_pending, self.on_clip_closed, CALLBACK_DRAIN_S)
+        """Wait for the clips ``on_clip_closed`` still works on in a thread of its own (``drain_clip_callback``), so
+        that closing the env and then the logger's writer loses none; what is left is ``callbacks_pending``."""
+        if self.on_clip_closed is not None:
+            self.callbacks_pending = drain_clip_callback(self.on_clip_closed)
 
     def __enter__(self) -> Self:
         return self

@@ -39,7 +39,7 @@ from ..formats.ownfolder import FolderChanged, OwnFolder
 from ..formats.trace_format import check_prefix
 from ..read.reader import Episode, TraceReader
 from ..record.headless import headless_display
-from ..record.video_recorder import ClipCallback, VideoRecorder
+from ..record.video_recorder import ClipCallback, VideoRecorder, drain_clip_callback
 from .trust import Trust, import_user_modules, options_refusal, user_trust
 
 __all__ = ["RenderOptions", "RenderedClip", "render", "render_task", "reset_steps"]
@@ -159,6 +159,7 @@ def render(
         for clip in clips:
             if clip.meta_path is not None and os.path.exists(clip.meta_path):
                 on_clip_closed(clip.path, read_clip_meta(clip.meta_path))
+        drain_clip_callback(on_clip_closed)  # as a recorder's close(): a logger's thread has them all on return
     return clips
 
 

@@ -29,12 +29,13 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from ..errors import ConfigError, RecordError
+from ..extras import install_hint
 
 try:
     from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 except ModuleNotFoundError as exc:  # the sb3 extra is not installed
     raise ModuleNotFoundError(
-        f"envrec.sb3 needs Stable-Baselines3 ({exc.name} is missing): pip install 'envrec[sb3]'", name=exc.name
+        f"envrec.sb3 needs Stable-Baselines3 ({exc.name} is missing): {install_hint('sb3')}", name=exc.name
     ) from exc
 
 __all__ = ["SB3_INFO_KEYS", "VecEnvView", "base_vec_env", "check_vec_env", "same_step", "sub_env_attr", "vector_info"]
