@@ -1,0 +1,149 @@
+"""Which sub-envs of a vector env a trace records, step by step (``RecordVectorTrace(sub_envs=...)``).
+
+``sub_envs`` is a list of sub-env indices (recorded from the first reset on)
+or a picker, ``pick(indices) -> chosen``, asked with the sub-envs whose
+next episode is to be decided (all of them at the first reset, then those
+whose episode just ended, or that a ``reset_mask`` reset) and answering with
+the indices to record for that episode (or a boolean mask as long as its
+argument). The recorder then copies only the rows of recorded sub-envs into
+its ring: the cost follows what is recorded, not ``num_envs``.
+
+Each record of such a trace carries three more sections, one row per sub-env
+it holds: ``indices`` (int64, the sub-env of each row), ``episodes`` (int64,
+the sub-env's episode count, counted over all its episodes, recorded or not)
+and ``keep`` (bool: whether the sub-env's *next* episode is recorded, when
+its episode ends in this record). The vector serializer cuts each sub-env's
+episodes from them (``envrec.workers.vector_serializer``).
+
+A fixed list tracks only its sub-envs (their flags are the only ones read);
+a picker tracks all of them (it reads every sub-env's done flags, one byte
+each, to know whose episode ended).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, RecordError
+
+__all__ = ["Picker", "RowPlan", "SubEnvSelection"]
+
+Picker = Callable[[np.ndarray], Iterable[int] | np.ndarray]
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """The rows one record holds: their sub-envs, episode counts and whether each one's next episode is recorded."""
+
+    rows: np.ndarray  # int64 sub-env indices, ascending
+    episodes: np.ndarray  # int64
+    keep: np.ndarray  # bool
+    positions: np.ndarray  # where the rows lie among the tracked sub-envs (``flag_rows()``)
+
+    def sections(self) -> list[memoryview]:
+        return [a.data.cast("B") for a in (self.rows, self.episodes, self.keep)]
+
+
+class SubEnvSelection:
+    """The recorded sub-envs' state: which record now, their episode counts, which reset at the next step.
+
+    Args:
+        num_envs: the vector env's sub-env count.
+        sub_envs: a list of indices, or a picker (see the module docstring).
+        autoreset_mode: ``"NextStep"``, ``"SameStep"`` or ``"Disabled"``.
+
+    Raises:
+        ConfigError: an index out of range, a repeated index, an empty list.
+    """
+
+    def __init__(self, num_envs: int, sub_envs: Sequence[int] | Picker, autoreset_mode: str) -> None:
+        self.num_envs = num_envs
+        self.mode = autoreset_mode
+        if callable(sub_envs):
+            self.picker: Picker | None = sub_envs
+            self.tracked = np.arange(num_envs, dtype=np.int64)
+        else:
+            self.picker = None
+            idx = [int(j) for j in sub_envs]
+            bad = [j for j in idx if not 0 <= j < num_envs]
+            if bad or not idx:
+                raise ConfigError(f"sub_envs {bad or '[]'}: expected indices in [0, {num_envs}) (at least one)")
+            if len(set(idx)) != len(idx):
+                raise ConfigError(f"sub_envs {idx}: an index is named twice")
+            self.tracked = np.array(sorted(idx), dtype=np.int64)
+        t = len(self.tracked)
+        self.recording = np.zeros(t, bool)  # per tracked sub-env: its current episode is recorded
+        self.episodes = np.full(t, -1, np.int64)
+        self.resets_next = np.zeros(t, bool)  # next-step mode: the next step is its reset
+
+    @property
+    def fixed(self) -> bool:
+        """Whether the recorded sub-envs are a fixed list (then every tracked row is in every record)."""
+        return self.picker is None
+
+    def flag_rows(self) -> np.ndarray:
+        """The rows whose done flags ``on_step`` needs (the tracked sub-envs)."""
+        return self.tracked
+
+    def _pick(self, positions: np.ndarray) -> np.ndarray:
+        """Whether each tracked position in ``positions`` records its next episode."""
+        if self.picker is None or not len(positions):
+            return np.ones(len(positions), bool)
+        candidates = self.tracked[positions]
+        try:
+            chosen = np.asarray(self.picker(candidates.copy()))
+        except Exception as exc:
+            raise RecordError(f"sub_envs: the picker raised {exc!r} for sub-envs {candidates.tolist()[:16]}") from exc
+        if chosen.dtype == bool and chosen.shape == candidates.shape:
+            return chosen
+        if chosen.size and not np.issubdtype(chosen.dtype, np.integer):
+            raise RecordError(f"sub_envs: the picker returned {chosen!r}: expected indices or a mask as long as its argument")
+        return np.isin(candidates, chosen.reshape(-1))
+
+    def on_reset(self, mask: np.ndarray | None) -> RowPlan:
+        """A reset of the sub-envs in ``mask`` (all for None): their next episode begins, recorded as picked."""
+        begin = np.ones(len(self.tracked), bool) if mask is None else np.asarray(mask, bool)[self.tracked]
+        pos = np.flatnonzero(begin)
+        was = self.recording.copy()
+        self.episodes[pos] += 1
+        self.resets_next[pos] = False
+        self.recording[pos] = self._pick(pos)
+        held = np.flatnonzero(begin & (was | self.recording))  # an episode recorded until now is ended too
+        return self._plan(held)
+
+    def on_step(self, terminated: np.ndarray, truncated: np.ndarray) -> RowPlan:
+        """A step whose done flags at ``flag_rows()`` are given: the rows its record holds."""
+        ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+        if self.mode == "NextStep":
+            begin = self.resets_next
+            self.episodes[begin] += 1
+            held = np.flatnonzero(self.recording)
+            ended &= ~begin
+            self.recording[ended] = self._pick(np.flatnonzero(ended))
+            self.resets_next = ended
+            return self._plan(held)
+        if self.mode == "SameStep":
+            was = self.recording.copy()
+            pos = np.flatnonzero(ended)
+            self.episodes[pos] += 1
+            self.recording[pos] = self._pick(pos)
+            return self._plan(np.flatnonzero(was | self.recording))
+        return self._plan(np.flatnonzero(self.recording))  # reset-mask: episodes begin at reset(options=...)
+
+    def _plan(self, positions: np.ndarray) -> RowPlan:
+        return RowPlan(self.tracked[positions], self.episodes[positions].copy(), self.recording[positions].copy(), positions)
+
+    def save(self) -> tuple:
+        """The state, for ``restore`` when a record could not be made."""
+        return self.recording.copy(), self.episodes.copy(), self.resets_next.copy()
+
+    def restore(self, state: tuple) -> None:
+        self.recording, self.episodes, self.resets_next = (a.copy() for a in state)
+
+    def describe(self) -> Any:
+        """What the settings say of it: the list, or ``"picker"``."""
+        return self.tracked.tolist() if self.fixed else "picker"
