@@ -256,7 +256,5 @@ def _cut(value: Any, rows: np.ndarray | None, n: int | None, arrays: HostArrays,
     batched = n is not None and shape is not None and len(shape) > 0 and shape[0] == n
     try:
         return arrays.to_host(value, rows if batched else None, where, batched=False)
-    except RecordError:
-        raise
-    except Exception:
-        return value  # left to pack_info, which stores what it cannot pickle as its repr
+    except (RecordError, TypeError, ValueError, RuntimeError):
+        return value  # an info never breaks a step: left to pack_info, which stores what it cannot pickle as its repr

@@ -121,11 +121,13 @@ class SubEnvSelection:
         if self.mode == "NextStep":
             begin = self.resets_next
             self.episodes[begin] += 1
-            held = np.flatnonzero(self.recording)
+            was = self.recording.copy()
             ended &= ~begin
             self.recording[ended] = self._pick(np.flatnonzero(ended))
             self.resets_next = ended
-            return self._plan(held)
+            # an episode's last step is sent when its next one is recorded, even if it is not: the worker learns
+            # from it that the sub-env's next step is a reset
+            return self._plan(np.flatnonzero(was | self.recording))
         if self.mode == "SameStep":
             was = self.recording.copy()
             pos = np.flatnonzero(ended)

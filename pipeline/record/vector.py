@@ -44,6 +44,7 @@ from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
 from ..supervision.shipper import ShipTargets, shipper_for, shipping_name
 from ..supervision.stream import RawRecord, Stream, warn_start_method
+from .batched import check_frame_batch, reset_mask_of
 from .call_lock import held_for_close
 from .clip_triggers import KeepIf, capped_cubic_video_schedule
 from .host_arrays import HostArrays
@@ -209,10 +210,10 @@ class RecordVectorTrace(VectorWrapper):
         return pack_info(self._host.info(info, rows)) if info else b""
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
-        mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
+        mask = reset_mask_of(options, self.num_envs, self._host)  # read first: the vector env may pop it from options
         options = dict(options) if options else None
         obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # vector envs take a list of seeds too
-        recorded_options = {k: v for k, v in (options or {}).items() if k != "reset_mask"}
+        recorded_options = {k: v for k, v in (options or {}).items() if k not in ("reset_mask", "env_idx")}
         self.record_reset(obs, info, seed=seed, options=recorded_options, mask=mask)
         return obs, info
 
@@ -475,6 +476,8 @@ class RecordVectorVideo(VectorWrapper):
         self.tiled_length = tiled_length
         self.tiled = VideoRecorder(folder, fps=fps, **recorder_options) if tiled_step_trigger else None
         self._tiled_frames = 0
+        self._host = HostArrays(self.num_envs)
+        self._rows = np.array(self.sub_envs, dtype=np.int64)
         self.episode = {j: -1 for j in self.sub_envs}
         self.frames = {j: 0 for j in self.sub_envs}
         self.done = {j: False for j in self.sub_envs}
@@ -501,14 +504,26 @@ class RecordVectorVideo(VectorWrapper):
             return self.env.render()
         return {j: envs[j].render() for j, rec in self.recorders.items() if rec.recording}
 
+    def _own_frames(self, frames, live: list[int]) -> Any:
+        """The frames of the sub-envs in ``live``: a batch (B×H×W×C, any framework) gives up only their rows."""
+        if isinstance(frames, dict | list | tuple) or not live:
+            return frames
+        batch = self._host.to_host(frames, np.array(live, dtype=np.int64), "frames")
+        check_frame_batch(batch, len(live))
+        return dict(zip(live, batch, strict=True))
+
     def _capture(self, frames) -> None:
-        for j, rec in self.recorders.items():
-            if rec.recording:
-                rec.add_frame(frames[j], self.step_id)
-                self.frames[j] += 1
-                if self.frames[j] >= self.video_length:
-                    rec.end_clip(keep=self._keep(j))
+        live = [j for j, rec in self.recorders.items() if rec.recording]
+        own = self._own_frames(frames, live)
+        for j in live:
+            rec = self.recorders[j]
+            rec.add_frame(own[j], self.step_id)
+            self.frames[j] += 1
+            if self.frames[j] >= self.video_length:
+                rec.end_clip(keep=self._keep(j))
         if self.tiled is not None and self.tiled.recording:
+            if not isinstance(frames, list | tuple):
+                frames = check_frame_batch(self._host.to_host(frames, None, "frames"), self.num_envs)
             self.tiled.add_frame(tile(list(frames)), self.step_id)
             self._tiled_frames += 1
             if self._tiled_frames >= self.tiled_length:
@@ -518,8 +533,7 @@ class RecordVectorVideo(VectorWrapper):
         return any(r.recording for r in self.recorders.values()) or (self.tiled is not None and self.tiled.recording)
 
     def reset(self, *, seed=None, options=None):
-        mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
-        mask = None if mask is None else np.array(mask, bool)
+        mask = reset_mask_of(options, self.num_envs, self._host)  # read first: the vector env may pop it from options
         obs, info = self.env.reset(seed=seed, options=dict(options) if options else None)
         for j in self.sub_envs:
             if mask is None or mask[j]:
@@ -540,12 +554,16 @@ class RecordVectorVideo(VectorWrapper):
         ):
             self.tiled.start_clip(f"{self.name_prefix}-tiled-step-{self.step_id}")
             self._tiled_frames = 0
-        for j in self.sub_envs:
-            ended = bool(terminations[j] or truncations[j])
+        terms = self._host.to_host(terminations, self._rows, "terminations")  # only the recorded sub-envs' rows
+        truncs = self._host.to_host(truncations, self._rows, "truncations")
+        rews = self._host.to_host(rewards, self._rows, "rewards") if self.outcomes is not None else None
+        for k, j in enumerate(self.sub_envs):
+            ended = bool(terms[k] or truncs[k])
             if self.autoreset_mode == "NextStep" and self.done[j]:
                 self._begin_episode(j, info)  # this step reset the sub-env: its frame opens the next episode
             elif self.outcomes is not None:
-                self.outcomes.step(j, rewards[j], terminations[j], truncations[j], info, same_step=self.autoreset_mode == "SameStep")
+                assert rews is not None
+                self.outcomes.step(j, rews[k], terms[k], truncs[k], info, same_step=self.autoreset_mode == "SameStep")
             if self.autoreset_mode == "SameStep" and ended:
                 self._begin_episode(j, info)  # already reset within this step: the frame shows the next episode
                 ended = False
