@@ -345,3 +345,32 @@ def test_rss_flat_over_100k_batched_steps(tmp_path):
     env.close()
     growth = samples[-1] - samples[1]  # after the first 20,000 steps warmed every cache
     assert growth < 8 * 2**20, [s >> 20 for s in samples]
+
+
+def test_sb3_vec_env_chosen_sub_envs_equal_all(tmp_path):
+    """``envrec.sb3.VecRecordTrace(sub_envs=...)``: the chosen sub-envs' traces equal those of a run recording all."""
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from envrec.sb3 import VecRecordTrace
+
+    def run(folder, sub_envs):
+        venv = VecRecordTrace(DummyVecEnv([lambda: gym.make("CartPole-v1")] * 4), folder, name_prefix="s", sub_envs=sub_envs)
+        venv.seed(3)
+        venv.reset()
+        rng = np.random.default_rng(0)
+        for _ in range(150):
+            venv.step(rng.integers(0, 2, 4))
+        venv.close()
+
+    run(tmp_path / "all", None)
+    run(tmp_path / "two", [1, 3])
+    for i in (1, 3):
+        every = list(envrec.TraceReader(tmp_path / "all", prefix=f"s.env{i}"))
+        chosen = list(envrec.TraceReader(tmp_path / "two", prefix=f"s.env{i}"))
+        assert [e.length for e in chosen] == [e.length for e in every] and len(every) > 2
+        for a, b in zip(every, chosen, strict=True):
+            assert a.observations.tobytes() == b.observations.tobytes() and a.seed == b.seed
+    assert sorted(os.listdir(tmp_path / "two")) == sorted(
+        f for f in os.listdir(tmp_path / "all") if ".env1." in f or ".env3." in f
+    )

@@ -37,9 +37,19 @@ __all__ = ["HostArrays", "framework_of", "host_info", "to_host"]
 _KDL_CPU, _KDL_CUDA_HOST, _KDL_ROCM_HOST = 1, 3, 11  # DLPack device types whose memory the host can read
 
 
+_FRAMEWORKS: dict[type, str] = {np.ndarray: "numpy"}  # what each array type seen so far is
+
+
 def framework_of(x: Any) -> str:
     """``"numpy"``, ``"torch"``, ``"jax"``, ``"cupy"``, ``"dlpack"``, ``"array"`` (``__array__``) or ``"python"``."""
-    if type(x) is np.ndarray or isinstance(x, np.generic):
+    fw = _FRAMEWORKS.get(type(x))
+    if fw is None:
+        fw = _FRAMEWORKS[type(x)] = _framework(x)
+    return fw
+
+
+def _framework(x: Any) -> str:
+    if isinstance(x, np.ndarray | np.generic):
         return "numpy"
     root = type(x).__module__.partition(".")[0]
     if root == "torch":
@@ -48,8 +58,6 @@ def framework_of(x: Any) -> str:
         return "jax"
     if root == "cupy":
         return "cupy"
-    if isinstance(x, np.ndarray):
-        return "numpy"
     if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
         return "dlpack"
     if hasattr(x, "__array__"):

@@ -79,6 +79,7 @@ class SubEnvSelection:
         self.recording = np.zeros(t, bool)  # per tracked sub-env: its current episode is recorded
         self.episodes = np.full(t, -1, np.int64)
         self.resets_next = np.zeros(t, bool)  # next-step mode: the next step is its reset
+        self._fixed_plan: RowPlan | None = None  # a fixed list's plan, until an episode count changes
 
     @property
     def fixed(self) -> bool:
@@ -104,47 +105,57 @@ class SubEnvSelection:
             raise RecordError(f"sub_envs: the picker returned {chosen!r}: expected indices or a mask as long as its argument")
         return np.isin(candidates, chosen.reshape(-1))
 
+    # The state arrays are replaced, never written in place: a plan may hold them, and ``save`` is free.
     def on_reset(self, mask: np.ndarray | None) -> RowPlan:
         """A reset of the sub-envs in ``mask`` (all for None): their next episode begins, recorded as picked."""
         begin = np.ones(len(self.tracked), bool) if mask is None else np.asarray(mask, bool)[self.tracked]
         pos = np.flatnonzero(begin)
-        was = self.recording.copy()
-        self.episodes[pos] += 1
-        self.resets_next[pos] = False
-        self.recording[pos] = self._pick(pos)
-        held = np.flatnonzero(begin & (was | self.recording))  # an episode recorded until now is ended too
-        return self._plan(held)
+        was = self.recording
+        self.episodes = self.episodes + begin
+        self.resets_next = self.resets_next & ~begin
+        recording = was.copy()
+        recording[pos] = self._pick(pos)
+        self.recording = recording
+        self._fixed_plan = None
+        return self._plan(np.flatnonzero(begin & (was | recording)))  # an episode recorded until now is ended too
 
     def on_step(self, terminated: np.ndarray, truncated: np.ndarray) -> RowPlan:
         """A step whose done flags at ``flag_rows()`` are given: the rows its record holds."""
-        ended = np.asarray(terminated, bool) | np.asarray(truncated, bool)
+        ended = np.logical_or(terminated, truncated)
         if self.mode == "NextStep":
             begin = self.resets_next
-            self.episodes[begin] += 1
-            was = self.recording.copy()
+            if begin.any():
+                self.episodes = self.episodes + begin
+                self._fixed_plan = None
             ended &= ~begin
-            self.recording[ended] = self._pick(np.flatnonzero(ended))
             self.resets_next = ended
-            # an episode's last step is sent when its next one is recorded, even if it is not: the worker learns
-            # from it that the sub-env's next step is a reset
-            return self._plan(np.flatnonzero(was | self.recording))
-        if self.mode == "SameStep":
-            was = self.recording.copy()
+        elif self.mode == "SameStep" and ended.any():
+            self.episodes = self.episodes + ended
+            self._fixed_plan = None
+        if self.fixed:
+            if self._fixed_plan is None:
+                every = np.arange(len(self.tracked))
+                self._fixed_plan = RowPlan(self.tracked, self.episodes, self.recording[every], every)
+            return self._fixed_plan
+        was = self.recording
+        if self.mode != "Disabled" and ended.any():  # reset-mask: episodes begin at reset(options=...)
             pos = np.flatnonzero(ended)
-            self.episodes[pos] += 1
-            self.recording[pos] = self._pick(pos)
-            return self._plan(np.flatnonzero(was | self.recording))
-        return self._plan(np.flatnonzero(self.recording))  # reset-mask: episodes begin at reset(options=...)
+            recording = was.copy()
+            recording[pos] = self._pick(pos)
+            self.recording = recording
+        # next-step: an episode's last step is sent when its next one is recorded, even if it is not: the
+        # worker learns from it that the sub-env's next step is a reset
+        return self._plan(np.flatnonzero(was | self.recording))
 
     def _plan(self, positions: np.ndarray) -> RowPlan:
-        return RowPlan(self.tracked[positions], self.episodes[positions].copy(), self.recording[positions].copy(), positions)
+        return RowPlan(self.tracked[positions], self.episodes[positions], self.recording[positions], positions)
 
     def save(self) -> tuple:
         """The state, for ``restore`` when a record could not be made."""
-        return self.recording.copy(), self.episodes.copy(), self.resets_next.copy()
+        return self.recording, self.episodes, self.resets_next, self._fixed_plan
 
     def restore(self, state: tuple) -> None:
-        self.recording, self.episodes, self.resets_next = (a.copy() for a in state)
+        self.recording, self.episodes, self.resets_next, self._fixed_plan = state
 
     def describe(self) -> Any:
         """What the settings say of it: the list, or ``"picker"``."""
