@@ -266,6 +266,8 @@ def test_bad_frame_batch(tmp_path, frame):
 def test_config_errors(tmp_path):
     with pytest.raises(ConfigError, match=r"sub_envs \[9\]"):
         RecordVectorTrace(sim(Torchy(), 4, "same-step"), tmp_path, sub_envs=[1, 9])
+    with pytest.raises(ConfigError, match="expected a list of sub-env indices or a picker"):
+        RecordVectorTrace(sim(Torchy(), 4, "same-step"), tmp_path, sub_envs="0")
     with pytest.raises(ConfigError, match="named twice"):
         RecordVectorTrace(sim(Torchy(), 4, "same-step"), tmp_path, sub_envs=[1, 1])
     with pytest.raises(ConfigError, match="num_envs"):

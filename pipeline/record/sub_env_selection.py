@@ -68,6 +68,10 @@ class SubEnvSelection:
             self.tracked = np.arange(num_envs, dtype=np.int64)
         else:
             self.picker = None
+            if not isinstance(sub_envs, list | tuple | range | np.ndarray) or not all(
+                isinstance(j, int | np.integer) and not isinstance(j, bool) for j in sub_envs
+            ):
+                raise ConfigError(f"sub_envs={sub_envs!r}: expected a list of sub-env indices or a picker function")
             idx = [int(j) for j in sub_envs]
             bad = [j for j in idx if not 0 <= j < num_envs]
             if bad or not idx:

@@ -116,8 +116,10 @@ class RecordVectorTrace(VectorWrapper):
 
     Raises:
         ConfigError: a bad option, a folder that cannot be written, a name
-            prefix already used there, a Text space.
-        RecordError: from ``step()``/``reset()``, a batched value of the wrong dtype or shape.
+            prefix already used there, a Text space, ``sub_envs`` out of range.
+        RecordError: from ``step()``/``reset()``, a batched value of the wrong dtype or shape, a batch of
+            another size than ``num_envs``, an array on a device the host cannot read (naming the field;
+            nothing of that step is recorded).
         ClosedError: a call after ``close()``.
         WorkerError: only with ``strict=True``: the serializer failed.
     """
