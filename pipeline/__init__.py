@@ -82,6 +82,7 @@ _EXPORTS = {
     "RecordVideo": ".record.record_video",
     "RecordVectorTrace": ".record.vector",
     "RecordVectorVideo": ".record.vector",
+    "BatchedEnv": ".record.batched",
     "VideoRecorder": ".record.video_recorder",
     "VideoSettings": ".formats.ffmpeg",
     "TraceRecorder": ".record.recorder",
@@ -117,6 +118,7 @@ if TYPE_CHECKING:  # pragma: no cover  (for type checkers; at run time __getattr
     from .options import StreamOptions  # noqa: F401
     from .read.dataset import open_dataset  # noqa: F401
     from .read.reader import Episode, TraceError, TraceReader, scan_recorded_traces  # noqa: F401
+    from .record.batched import BatchedEnv  # noqa: F401
     from .record.clip_triggers import EpisodeOutcome  # noqa: F401
     from .record.record_trace import RecordTrace, RecordVideo  # noqa: F401
     from .record.recorder import TraceRecorder  # noqa: F401

@@ -336,6 +336,11 @@ class Serializer(CheckpointingHandler):
         if batch.size >= self.cfg.batch_bytes:
             self._commit(cursor)
 
+    def end_episode(self) -> None:
+        """End the open episode now: no reset of it will come here (its sub-env's next episode is not recorded)."""
+        if self.episode_open:
+            self._end_episode("reset")
+
     def _drop_empty_part(self, cursor: int) -> None:
         """It ended right after a cut made when idle: its part before, which says it continues, was its last."""
         batch, self.batch = self.batch, None

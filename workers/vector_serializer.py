@@ -53,8 +53,12 @@ def split_info(info: dict, i: int, skip: tuple = ()) -> dict:
 
 
 class VectorSerializer(Handler):
-    """Consumes vector records; one Serializer per sub-env writes the files. No successor takes over from
-    it (its sub-serializers keep no checkpoints): a record's room goes back once it is handled.
+    """Consumes vector records; one Serializer per recorded sub-env writes the files. No successor takes over
+    from it (its sub-serializers keep no checkpoints): a record's room goes back once it is handled.
+
+    A record holds one row per sub-env, or (``cfg.indexed``) the rows its
+    ``indices`` section names, with each sub-env's episode count and whether its
+    next episode is recorded (``envrec.record.sub_env_selection``).
 
     Args:
         cfg: what to record and where.
@@ -66,8 +70,25 @@ class VectorSerializer(Handler):
 
     def __init__(self, cfg: VectorSerializerConfig, status: StatusSink | None = None) -> None:
         super().__init__(cfg, status)
-        self.subs = [
-            Serializer(
+        self.subs: dict[int, Serializer] = {}
+        for i in range(cfg.num_envs) if cfg.sub_envs is None else cfg.sub_envs:
+            self._sub(i)
+        layout = TraceLayout.from_specs(cfg.observation_space, cfg.action_space)
+        self._obs_leaves = layout.obs_leaves
+        self._obs_rows = [leaf.nbytes for leaf in layout.obs_leaves]
+        self._act_rows = [leaf.nbytes for leaf in layout.act_leaves]
+        self._extra = 3 if cfg.indexed else 0  # the sections indices, episodes, keep
+        self.episode = np.full(cfg.num_envs, -1, np.int64)
+        self.done = np.zeros(cfg.num_envs, bool)  # next-step mode: the next step of this sub-env is its reset
+        self.records = 0
+        self.steps = 0
+        self.position = 0  # ring position of the vector record being handled
+
+    def _sub(self, i: int) -> Serializer:
+        sub = self.subs.get(i)
+        if sub is None:
+            cfg = self.cfg
+            sub = self.subs[i] = Serializer(
                 SerializerConfig(
                     cfg.folder, f"{cfg.prefix}.env{i}", cfg.observation_space, cfg.action_space, cfg.batch_bytes,
                     cfg.env_id, {**cfg.settings, "sub_env": i}, checkpoints=False,
@@ -76,34 +97,42 @@ class VectorSerializer(Handler):
                     ship_ledger=ledger_name(f"{cfg.prefix}.env{i}", cfg.ship_url) if cfg.ship_url else None,
                 )
             )
-            for i in range(cfg.num_envs)
-        ]
-        layout = TraceLayout.from_specs(cfg.observation_space, cfg.action_space)
-        self._obs_leaves = layout.obs_leaves
-        self._obs_rows = [leaf.nbytes for leaf in layout.obs_leaves]
-        self._act_rows = [leaf.nbytes for leaf in layout.act_leaves]
-        self.episode = [-1] * cfg.num_envs
-        self.done = [False] * cfg.num_envs  # next-step mode: the next step of this sub-env is its reset
-        self.records = 0
-        self.steps = 0
-        self.position = 0  # ring position of the vector record being handled
+        return sub
+
+    def _open(self, i: int) -> bool:
+        sub = self.subs.get(i)
+        return sub is not None and sub.episode_open
 
     @staticmethod
-    def _rows(sections: list, row_bytes: list[int], i: int) -> list:
-        return [mv[i * n : (i + 1) * n] for mv, n in zip(sections, row_bytes, strict=True)]
+    def _rows(sections: list, row_bytes: list[int], k: int) -> list:
+        return [mv[k * n : (k + 1) * n] for mv, n in zip(sections, row_bytes, strict=True)]
 
-    def _reset(self, i: int, obs_sections: list, meta: bytes, info: dict, step: int) -> None:
-        self.episode[i] += 1
+    def _reset(self, i: int, episode: int, obs_sections: list, meta: bytes, info: dict, step: int) -> None:
+        self.episode[i] = episode
+        self.done[i] = False
         sections = [*obs_sections, meta, pickle.dumps(info, protocol=5) if info else b""]
-        self.subs[i].handle(_View(Kind.RESET, self.episode[i], step, sections), self.position)
+        self._sub(i).handle(_View(Kind.RESET, episode, step, sections), self.position)
 
     def _step(self, i: int, act_sections, obs_sections, reward, term, trunc, info: dict, step: int) -> None:
-        if self.episode[i] < 0:
+        if not self._open(i):
             return
         rst = RST.pack(float(reward), bool(term), bool(trunc))
         sections = [rst, *act_sections, *obs_sections, pickle.dumps(info, protocol=5) if info else b""]
-        self.subs[i].handle(_View(Kind.STEP, self.episode[i], step, sections), self.position)
+        self.subs[i].handle(_View(Kind.STEP, int(self.episode[i]), step, sections), self.position)
         self.steps += 1
+
+    def _end(self, i: int) -> None:
+        """Sub-env ``i``'s recorded episode is over and its next one is not recorded."""
+        if self._open(i):
+            self.subs[i].end_episode()
+        self.done[i] = False
+
+    def _index(self, sections: list, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The rows' sub-envs, episode counts and keep flags (this worker's own count when not indexed)."""
+        if not self.cfg.indexed:
+            idx = np.arange(count)
+            return idx, self.episode[idx] + 1, np.ones(count, bool)
+        return (np.frombuffer(sections[0], "<i8"), np.frombuffer(sections[1], "<i8"), np.frombuffer(sections[2], bool))
 
     def handle(self, rec, position: int) -> bool:
         self.position = position  # the vector record's, for its sub-records (their serializers keep no checkpoint)
@@ -111,78 +140,110 @@ class VectorSerializer(Handler):
         if rec.kind == Kind.CLOSE:
             self.finish(clean=True)
             return True
-        n, n_obs, n_act = self.cfg.num_envs, len(self._obs_rows), len(self._act_rows)
         if rec.kind == Kind.VRESET:
-            mask = np.frombuffer(rec.sections[0], bool)
-            obs = rec.sections[1 : 1 + n_obs]
-            meta = unpack_info(rec.sections[1 + n_obs])
-            info = unpack_info(rec.sections[2 + n_obs])
-            seed, options = meta.get("seed"), meta.get("options")
-            for i in range(n):
-                if not mask[i]:
-                    continue
-                s = seed[i] if isinstance(seed, (list, tuple)) else (seed + i if isinstance(seed, int) else None)
-                o = options[i] if isinstance(options, (list, tuple)) else options  # one per sub-env (SB3), or one for all
-                sub_meta = pickle.dumps({"seed": s, "options": o or None}, protocol=5)
-                self.done[i] = False
-                self._reset(i, self._rows(obs, self._obs_rows, i), sub_meta, split_info(info, i), rec.step)
+            self._vreset(rec)
         elif rec.kind == Kind.VSTEP:
-            acts = rec.sections[:n_act]
-            obs = rec.sections[n_act : n_act + n_obs]
-            rewards = np.frombuffer(rec.sections[n_act + n_obs], "<f8")
-            terms = np.frombuffer(rec.sections[n_act + n_obs + 1], bool)
-            truncs = np.frombuffer(rec.sections[n_act + n_obs + 2], bool)
-            info = unpack_info(rec.sections[n_act + n_obs + 3])
-            self._vstep(rec.step, acts, obs, rewards, terms, truncs, info)
+            self._vstep(rec)
         else:
             raise ValueError(f"unknown record kind {rec.kind} in the vector trace ring")
         self._status(Status.RECORDS, self.records)
         self._status(Status.STEPS, self.steps)
         return False
 
-    def _vstep(self, step, acts, obs, rewards, terms, truncs, info) -> None:
+    def _vreset(self, rec) -> None:
+        x, n_obs = self._extra, len(self._obs_rows)
+        body = rec.sections[x:] if x else rec.sections[1:]
+        obs = body[:n_obs]
+        meta = unpack_info(body[n_obs])
+        info = unpack_info(body[n_obs + 1])
+        seed, options = meta.get("seed"), meta.get("options")
+        if x:
+            idx, episodes, keep = self._index(rec.sections, 0)
+            rows = range(len(idx))
+        else:
+            mask = np.frombuffer(rec.sections[0], bool)
+            idx, episodes, keep = self._index(rec.sections, len(mask))
+            rows = np.flatnonzero(mask)  # type: ignore[assignment]
+        for k in rows:
+            i = int(idx[k])
+            if not keep[k]:
+                self._end(i)
+                continue
+            s = seed[i] if isinstance(seed, (list, tuple)) else (seed + i if isinstance(seed, int) else None)
+            o = options[i] if isinstance(options, (list, tuple)) else options  # one per sub-env (SB3), or one for all
+            sub_meta = pickle.dumps({"seed": s, "options": o or None}, protocol=5)
+            self._reset(i, int(episodes[k]), self._rows(obs, self._obs_rows, k), sub_meta, split_info(info, k), rec.step)
+
+    def _vstep(self, rec) -> None:
+        x, n_act, n_obs = self._extra, len(self._act_rows), len(self._obs_rows)
+        body = rec.sections[x:]
+        acts = body[:n_act]
+        obs = body[n_act : n_act + n_obs]
+        rewards = np.frombuffer(body[n_act + n_obs], "<f8")
+        terms = np.frombuffer(body[n_act + n_obs + 1], bool)
+        truncs = np.frombuffer(body[n_act + n_obs + 2], bool)
+        info = unpack_info(body[n_act + n_obs + 3])
+        idx, episodes, keep = self._index(rec.sections, len(rewards))
+        step = rec.step
         mode = self.cfg.autoreset_mode
-        no_meta = pickle.dumps({"seed": None, "options": None}, protocol=5)
-        for i in range(self.cfg.num_envs):
-            a_i = self._rows(acts, self._act_rows, i)
-            o_i = self._rows(obs, self._obs_rows, i)
-            ended = bool(terms[i] or truncs[i])
+        for k in range(len(idx)):
+            i = int(idx[k])
+            a_k = self._rows(acts, self._act_rows, k)
+            o_k = self._rows(obs, self._obs_rows, k)
+            ended = bool(terms[k] or truncs[k])
             if mode == "NextStep" and self.done[i]:
-                self.done[i] = False  # this step was the sub-env's reset; its action was ignored
-                self._reset(i, o_i, no_meta, split_info(info, i), step)
+                self._reset(i, int(episodes[k]), o_k, _NO_META, split_info(info, k), step)  # its action was ignored
                 continue
-            if mode == "SameStep" and ended and "final_obs" in info:
-                final_obs = [
-                    np.ascontiguousarray(np.asarray(v, dtype=np.dtype(leaf.dtype))).data.cast("B")
-                    for v, leaf in zip(leaf_values(info["final_obs"][i], self.cfg.observation_space), self._obs_leaves, strict=True)
-                ]
-                final_info = split_info(info["final_info"], i) if "final_info" in info else {}
-                self._step(i, a_i, final_obs, rewards[i], terms[i], truncs[i], final_info, step)
-                self._reset(i, o_i, no_meta, split_info(info, i, skip=self._FINAL), step)
+            if mode == "SameStep" and ended:
+                self._same_step_end(i, k, a_k, o_k, rewards[k], terms[k], truncs[k], info, step, int(episodes[k]), keep[k])
                 continue
-            self._step(i, a_i, o_i, rewards[i], terms[i], truncs[i], split_info(info, i), step)
-            self.done[i] = ended
+            self._step(i, a_k, o_k, rewards[k], terms[k], truncs[k], split_info(info, k), step)
+            if ended and mode == "NextStep":
+                if keep[k]:
+                    self.done[i] = True
+                else:
+                    self._end(i)
+
+    def _same_step_end(self, i, k, a_k, o_k, reward, term, trunc, info, step, episode: int, keep: bool) -> None:
+        """The step that ended sub-env ``i``'s episode, then (if recorded) the next episode's reset, in one row.
+
+        Without ``final_obs`` in the info (simulators that give no terminal observation), the step
+        carries the observation returned, which is the next episode's first.
+        """
+        if "final_obs" in info:
+            final_obs = [
+                np.ascontiguousarray(np.asarray(v, dtype=np.dtype(leaf.dtype))).data.cast("B")
+                for v, leaf in zip(leaf_values(info["final_obs"][k], self.cfg.observation_space), self._obs_leaves, strict=True)
+            ]
+            final_info = split_info(info["final_info"], k) if "final_info" in info else {}
+        else:
+            final_obs, final_info = o_k, split_info(info, k)
+        self._step(i, a_k, final_obs, reward, term, trunc, final_info, step)
+        if keep:
+            self._reset(i, episode, o_k, _NO_META, split_info(info, k, skip=self._FINAL), step)
+        else:
+            self._end(i)
 
     def idle_in(self) -> float | None:
-        due = [d for sub in self.subs if (d := sub.idle_in()) is not None]
+        due = [d for sub in self.subs.values() if (d := sub.idle_in()) is not None]
         return min(due) if due else None
 
     def on_idle(self, cursor: int) -> None:
-        for sub in self.subs:
+        for sub in self.subs.values():
             if (d := sub.idle_in()) is not None and d <= 0:
                 sub.on_idle(cursor)
 
     def finish(self, clean: bool, terminated_by: str | None = None) -> None:
-        for sub in self.subs:
+        for sub in self.subs.values():
             sub.records_not_drained = self.records_not_drained  # the shared ring's: each sub-env's manifest says it
             sub.finish(clean, terminated_by)
 
     def abort(self, error: str) -> None:
-        for sub in self.subs:
+        for sub in self.subs.values():
             sub.abort(error)
 
     def summary(self) -> dict[str, Any]:
-        per_env = [sub.summary() for sub in self.subs]
+        per_env = [sub.summary() for sub in self.subs.values()]
         return {
             "sub_envs": len(per_env),
             "episodes": sum(s["episodes"] for s in per_env),
@@ -192,3 +253,6 @@ class VectorSerializer(Handler):
             "records": self.records,
             "error": next((s["error"] for s in per_env if s["error"]), None),
         }
+
+
+_NO_META = pickle.dumps({"seed": None, "options": None}, protocol=5)

@@ -223,6 +223,11 @@ class VectorSerializerConfig:
     commit_interval: float | None = 5.0  # as SerializerConfig's
     folder_id: tuple[int, int] | None = None  # as SerializerConfig's
     ship_url: str | None = None  # shipping is on: each sub-env's budget waits for its ledger for this store
+    # the sub-envs whose traces are made at the start (None: all); with ``indexed``, each record names its rows
+    # (sections ``indices``, ``episodes``, ``keep`` first: envrec.record.sub_env_selection) and a sub-env first
+    # named there gets its trace then
+    sub_envs: tuple[int, ...] | None = None
+    indexed: bool = False
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,12 @@ from ..supervision.closers import register_closer, unregister_closer
 from ..supervision.restarts import RestartPolicy
 from ..supervision.shipper import ShipTargets, shipper_for, shipping_name
 from ..supervision.stream import RawRecord, Stream, warn_start_method
+from .batched import check_frame_batch, reset_mask_of
 from .call_lock import held_for_close
 from .clip_triggers import KeepIf, capped_cubic_video_schedule
+from .host_arrays import HostArrays
 from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
+from .sub_env_selection import Picker, RowPlan, SubEnvSelection
 
 __all__ = ["RecordVectorTrace", "autoreset_name", "batched_leaves"]
 
@@ -69,6 +72,8 @@ def batched_leaves(spec: dict, n: int) -> list[tuple[str, tuple]]:
 def _as_section(x, dtype: str, shape: tuple, where: str) -> memoryview:
     a = x if type(x) is np.ndarray else np.asarray(x)
     dt = np.dtype(dtype)
+    if a.dtype == object and dt != object:
+        raise RecordError(f"{where}: expected a {dt} array of shape {shape}, got an object array of shape {a.shape}")
     if a.shape != shape or (a.dtype != dt and not np.can_cast(a.dtype, dt, "safe")):
         raise RecordError(f"{where}: expected a {dt} array of shape {shape}, got {a.dtype} of shape {a.shape}")
     if a.dtype != dt:
@@ -99,11 +104,22 @@ class RecordVectorTrace(VectorWrapper):
             serializer is not replaced (it keeps no checkpoints), so
             ``max_restarts`` has no effect.
         start_method: deprecated and ignored (a ``DeprecationWarning``).
+        sub_envs: which sub-envs get a trace: a list of indices, or a picker
+            ``pick(indices) -> chosen`` asked as episodes end
+            (``envrec.record.sub_env_selection``). Only their rows are copied
+            from the batch (gathered on the device for GPU arrays). Default
+            None: every sub-env.
+
+    Batched values may be numpy arrays, torch tensors, JAX or CuPy arrays,
+    on the CPU or a CUDA GPU, or anything with ``__dlpack__`` or
+    ``__array__`` (``envrec.record.host_arrays``).
 
     Raises:
         ConfigError: a bad option, a folder that cannot be written, a name
-            prefix already used there, a Text space.
-        RecordError: from ``step()``/``reset()``, a batched value of the wrong dtype or shape.
+            prefix already used there, a Text space, ``sub_envs`` out of range.
+        RecordError: from ``step()``/``reset()``, a batched value of the wrong dtype or shape, a batch of
+            another size than ``num_envs``, an array on a device the host cannot read (naming the field;
+            nothing of that step is recorded).
         ClosedError: a call after ``close()``.
         WorkerError: only with ``strict=True``: the serializer failed.
     """
@@ -120,10 +136,11 @@ class RecordVectorTrace(VectorWrapper):
         commit_interval: float | None = 5.0,
         options: StreamOptions | None = None,
         start_method: str | None = None,
+        sub_envs: list[int] | tuple[int, ...] | Picker | None = None,
         **stream_options: Any,
     ) -> None:
         warn_start_method(start_method)
-        check_options("RecordVectorTrace", TRACE_OPTIONS, locals())
+        check_options("RecordVectorTrace", TRACE_OPTIONS, {k: v for k, v in locals().items() if k != "sub_envs"})
         opts = StreamOptions.merge(options, stream_options)
         ring_bytes = opts.ring_or(DEFAULT_RING_BYTES)
         check_max_bytes(max_bytes, batch_bytes)
@@ -135,6 +152,8 @@ class RecordVectorTrace(VectorWrapper):
         if opts.ship_to is not None:
             self.prefix = check_prefix(f"{self.prefix}.{unique_suffix()}")
         n = self.num_envs
+        self.selection = None if sub_envs is None else SubEnvSelection(n, sub_envs, autoreset_name(env))
+        self._host = HostArrays(n)
         for i in range(n):
             path = os.path.join(self.directory, manifest_name(f"{self.prefix}.env{i}"))
             if os.path.exists(path):
@@ -150,10 +169,12 @@ class RecordVectorTrace(VectorWrapper):
             {"batch_bytes": batch_bytes, "ring_bytes": ring_bytes, "backpressure": opts.backpressure, "num_envs": n,
              "autoreset_mode": self.autoreset_mode,
              "compression": compression.describe() if compression is not None else None, "max_bytes": max_bytes,
-             "commit_interval": commit_interval},
+             "commit_interval": commit_interval,
+             **({"sub_envs": self.selection.describe()} if self.selection is not None else {})},
             compression=compression, max_bytes=max_bytes, commit_interval=commit_interval,
             folder_id=folder_identity(self.directory),
             ship_url=store_url(opts.ship_to) if opts.ship_to is not None else None,
+            sub_envs=self._traced(), indexed=self.selection is not None,
         )
         self._shipper = shipper_for(opts, self.directory, cfg.folder_id,
                                     ShipTargets(prefixes=tuple(self.prefix_of(i) for i in range(n)), clip_recorders=()))
@@ -173,15 +194,28 @@ class RecordVectorTrace(VectorWrapper):
         self._closing = False
         register_closer(self)
 
-    def _sections(self, value, spec: dict, batched: list, where: str) -> list:
+    def _traced(self) -> tuple[int, ...] | None:
+        """The sub-envs whose traces the worker makes at its start (None: all; a picker's: as they are picked)."""
+        if self.selection is None:
+            return None
+        return tuple(self.selection.tracked.tolist()) if self.selection.fixed else ()
+
+    def _sections(self, value, spec: dict, batched: list, where: str, rows: np.ndarray | None = None) -> list:
         values = leaf_values(value, spec)
-        return [_as_section(v, dt, shape, where) for v, (dt, shape) in zip(values, batched, strict=True)]
+        out = []
+        for v, (dt, shape) in zip(values, batched, strict=True):
+            a = self._host.to_host(v, rows, where)
+            out.append(_as_section(a, dt, shape if rows is None else (len(rows), *shape[1:]), where))
+        return out
+
+    def _info(self, info: dict, rows: np.ndarray | None) -> bytes:
+        return pack_info(self._host.info(info, rows)) if info else b""
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
-        mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
+        mask = reset_mask_of(options, self.num_envs, self._host)  # read first: the vector env may pop it from options
         options = dict(options) if options else None
         obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # vector envs take a list of seeds too
-        recorded_options = {k: v for k, v in (options or {}).items() if k != "reset_mask"}
+        recorded_options = {k: v for k, v in (options or {}).items() if k not in ("reset_mask", "env_idx")}
         self.record_reset(obs, info, seed=seed, options=recorded_options, mask=mask)
         return obs, info
 
@@ -195,13 +229,31 @@ class RecordVectorTrace(VectorWrapper):
             options: the reset options: one dict for all, a list of one per sub-env, or None.
             mask: which sub-envs were reset. Default None: all of them.
         """
-        mask = np.ones(self.num_envs, bool) if mask is None else np.array(mask, bool)
-        sections: list[Any] = [_as_section(mask, "|b1", (self.num_envs,), "reset_mask")]
-        sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations")
-        sections += [pack_info({"seed": seed, "options": options or None}), pack_info(info) if info else b""]
-        with self._lock:
-            self._check_open()
-            self._stream.send(RawRecord(Kind.VRESET, 0, self._steps, sections))
+        mask = None if mask is None else self._host.to_host(mask, None, "reset_mask").astype(bool)
+        rows: np.ndarray | None = None
+        before = None
+        if self.selection is not None:
+            with self._lock:
+                before = self.selection.save()
+                plan = self.selection.on_reset(mask)
+            if not len(plan.rows):
+                return  # no recorded sub-env was reset
+            sections: list[Any] = plan.sections()
+            rows = plan.rows
+        else:
+            mask = np.ones(self.num_envs, bool) if mask is None else mask
+            sections = [_as_section(mask, "|b1", (self.num_envs,), "reset_mask")]
+        try:
+            sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations", rows)
+            sections += [pack_info({"seed": seed, "options": options or None}), self._info(info, rows)]
+            with self._lock:
+                self._check_open()
+                self._stream.send(RawRecord(Kind.VRESET, 0, self._steps, sections))
+        except BaseException:
+            if before is not None and self.selection is not None:
+                with self._lock:
+                    self.selection.restore(before)  # the reset was not recorded: as if it had not come
+            raise
 
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.env.step(actions)
@@ -219,19 +271,56 @@ class RecordVectorTrace(VectorWrapper):
             truncations: one flag per sub-env.
             info: its vector info (Gymnasium's dict of arrays, ``_key`` masks).
         """
+        if self.selection is not None:
+            self._record_rows(actions, obs, rewards, terminations, truncations, info)
+            return
         n = self.num_envs
+        host = self._host
         sections = self._sections(actions, self._act_spec, self._act_leaves, "actions")
         sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations")
         sections += [
-            _as_section(np.asarray(rewards, np.float64), "<f8", (n,), "rewards"),
-            _as_section(terminations, "|b1", (n,), "terminations"),
-            _as_section(truncations, "|b1", (n,), "truncations"),
-            pack_info(info) if info else b"",
+            _as_section(_rewards(host.to_host(rewards, None, "rewards")), "<f8", (n,), "rewards"),
+            _as_section(host.to_host(terminations, None, "terminations"), "|b1", (n,), "terminations"),
+            _as_section(host.to_host(truncations, None, "truncations"), "|b1", (n,), "truncations"),
+            self._info(info, None),
         ]
+        self._send_step(sections)
+
+    def _record_rows(self, actions, obs, rewards, terminations, truncations, info: dict) -> None:
+        """``record_step`` of the chosen sub-envs: their flags decide the rows, only those rows are copied."""
+        assert self.selection is not None
+        flag_rows = None if len(self.selection.tracked) == self.num_envs else self.selection.tracked
+        terms = _flags(self._host.to_host(terminations, flag_rows, "terminations"), "terminations")
+        truncs = _flags(self._host.to_host(truncations, flag_rows, "truncations"), "truncations")
+        with self._lock:
+            before = self.selection.save()
+            plan: RowPlan = self.selection.on_step(terms, truncs)
+        try:
+            rows, k = plan.rows, len(plan.rows)
+            if not k:
+                self._send_step(None)  # no recorded sub-env in this step: only its number counts
+                return
+            sections: list[Any] = plan.sections()
+            sections += self._sections(actions, self._act_spec, self._act_leaves, "actions", rows)
+            sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations", rows)
+            sections += [
+                _as_section(_rewards(self._host.to_host(rewards, rows, "rewards")), "<f8", (k,), "rewards"),
+                _as_section(terms[plan.positions], "|b1", (k,), "terminations"),
+                _as_section(truncs[plan.positions], "|b1", (k,), "truncations"),
+                self._info(info, rows),
+            ]
+            self._send_step(sections)
+        except BaseException:
+            with self._lock:
+                self.selection.restore(before)  # the step was not recorded: as if it had not come
+            raise
+
+    def _send_step(self, sections: list | None) -> None:
         with self._lock:  # the step number and the record in one order (envrec.record.call_lock)
             self._check_open()
             self._steps += 1
-            self._stream.send(RawRecord(Kind.VSTEP, 0, self._steps, sections))
+            if sections is not None:
+                self._stream.send(RawRecord(Kind.VSTEP, 0, self._steps, sections))
 
     def _check_open(self) -> None:
         if self._closing and not self._stream.closed:
@@ -248,7 +337,8 @@ class RecordVectorTrace(VectorWrapper):
 
     def _record_failure(self, reason: str) -> None:
         """Each sub-env's manifest that no serializer wrote says why (a worker that never started)."""
-        for i in range(self.num_envs):
+        traced = self._traced()
+        for i in range(self.num_envs) if traced is None else traced:
             prefix = self.prefix_of(i)
             record_failure_in_manifest(
                 os.path.join(self.directory, manifest_name(prefix)), reason, only_if_missing=True, prefix=prefix,
@@ -266,6 +356,18 @@ class RecordVectorTrace(VectorWrapper):
                     self._shipper.finish()
         finally:
             self.env.close(**kwargs)
+
+
+def _rewards(a: np.ndarray) -> np.ndarray:
+    return a if a.dtype == np.float64 else a.astype(np.float64)
+
+
+def _flags(a: np.ndarray, field: str) -> np.ndarray:
+    if a.dtype != bool:
+        if a.dtype == object or not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.bool_)):
+            raise RecordError(f"{field}: expected booleans, got {a.dtype}")
+        a = a.astype(bool)
+    return a
 
 
 def _outcomes(keep_if: KeepIf, recorders: dict) -> Any:
@@ -376,6 +478,8 @@ class RecordVectorVideo(VectorWrapper):
         self.tiled_length = tiled_length
         self.tiled = VideoRecorder(folder, fps=fps, **recorder_options) if tiled_step_trigger else None
         self._tiled_frames = 0
+        self._host = HostArrays(self.num_envs)
+        self._rows = np.array(self.sub_envs, dtype=np.int64)
         self.episode = {j: -1 for j in self.sub_envs}
         self.frames = {j: 0 for j in self.sub_envs}
         self.done = {j: False for j in self.sub_envs}
@@ -402,14 +506,26 @@ class RecordVectorVideo(VectorWrapper):
             return self.env.render()
         return {j: envs[j].render() for j, rec in self.recorders.items() if rec.recording}
 
+    def _own_frames(self, frames, live: list[int]) -> Any:
+        """The frames of the sub-envs in ``live``: a batch (B×H×W×C, any framework) gives up only their rows."""
+        if isinstance(frames, dict | list | tuple) or not live:
+            return frames
+        batch = self._host.to_host(frames, np.array(live, dtype=np.int64), "frames")
+        check_frame_batch(batch, len(live))
+        return dict(zip(live, batch, strict=True))
+
     def _capture(self, frames) -> None:
-        for j, rec in self.recorders.items():
-            if rec.recording:
-                rec.add_frame(frames[j], self.step_id)
-                self.frames[j] += 1
-                if self.frames[j] >= self.video_length:
-                    rec.end_clip(keep=self._keep(j))
+        live = [j for j, rec in self.recorders.items() if rec.recording]
+        own = self._own_frames(frames, live)
+        for j in live:
+            rec = self.recorders[j]
+            rec.add_frame(own[j], self.step_id)
+            self.frames[j] += 1
+            if self.frames[j] >= self.video_length:
+                rec.end_clip(keep=self._keep(j))
         if self.tiled is not None and self.tiled.recording:
+            if not isinstance(frames, list | tuple):
+                frames = check_frame_batch(self._host.to_host(frames, None, "frames"), self.num_envs)
             self.tiled.add_frame(tile(list(frames)), self.step_id)
             self._tiled_frames += 1
             if self._tiled_frames >= self.tiled_length:
@@ -419,8 +535,7 @@ class RecordVectorVideo(VectorWrapper):
         return any(r.recording for r in self.recorders.values()) or (self.tiled is not None and self.tiled.recording)
 
     def reset(self, *, seed=None, options=None):
-        mask = (options or {}).get("reset_mask")  # read first: the vector env may pop it from options
-        mask = None if mask is None else np.array(mask, bool)
+        mask = reset_mask_of(options, self.num_envs, self._host)  # read first: the vector env may pop it from options
         obs, info = self.env.reset(seed=seed, options=dict(options) if options else None)
         for j in self.sub_envs:
             if mask is None or mask[j]:
@@ -441,12 +556,16 @@ class RecordVectorVideo(VectorWrapper):
         ):
             self.tiled.start_clip(f"{self.name_prefix}-tiled-step-{self.step_id}")
             self._tiled_frames = 0
-        for j in self.sub_envs:
-            ended = bool(terminations[j] or truncations[j])
+        terms = self._host.to_host(terminations, self._rows, "terminations")  # only the recorded sub-envs' rows
+        truncs = self._host.to_host(truncations, self._rows, "truncations")
+        rews = self._host.to_host(rewards, self._rows, "rewards") if self.outcomes is not None else None
+        for k, j in enumerate(self.sub_envs):
+            ended = bool(terms[k] or truncs[k])
             if self.autoreset_mode == "NextStep" and self.done[j]:
                 self._begin_episode(j, info)  # this step reset the sub-env: its frame opens the next episode
             elif self.outcomes is not None:
-                self.outcomes.step(j, rewards[j], terminations[j], truncations[j], info, same_step=self.autoreset_mode == "SameStep")
+                assert rews is not None
+                self.outcomes.step(j, rews[k], terms[k], truncs[k], info, same_step=self.autoreset_mode == "SameStep")
             if self.autoreset_mode == "SameStep" and ended:
                 self._begin_episode(j, info)  # already reset within this step: the frame shows the next episode
                 ended = False

@@ -30,6 +30,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..errors import ConfigError, RecordError
 from ..extras import install_hint
+from ..record.host_arrays import to_host
 
 try:
     from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
@@ -115,7 +116,7 @@ def same_step(dones: np.ndarray, infos: Sequence[dict], reset_infos: Sequence[di
         RecordError: a done sub-env whose info has no ``terminal_observation`` (not an SB3 VecEnv's step).
     """
     n = len(infos)
-    ended = np.asarray(dones, bool).reshape(n)
+    ended = to_host(dones, None, "dones").astype(bool).reshape(n)
     truncations = np.zeros(n, bool)
     now: list[dict] = []
     final_obs: list[Any] = [None] * n
@@ -139,7 +140,7 @@ def batched_actions(actions: Any, space: gym.Space, n: int) -> Any:
     """The actions as an array of ``(n, *space.shape)`` when they hold that many values (SB3 passes Discrete ones as (n,) or (n, 1))."""
     if isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
         return actions
-    a = np.asarray(actions)
+    a = to_host(actions, None, "actions")
     shape = (n, *(space.shape or ()))
     return a.reshape(shape) if a.shape != shape and a.size == int(np.prod(shape)) else a
 
