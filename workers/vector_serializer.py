@@ -80,6 +80,9 @@ class VectorSerializer(Handler):
         self._extra = 3 if cfg.indexed else 0  # the sections indices, episodes, keep
         self.episode = np.full(cfg.num_envs, -1, np.int64)
         self.done = np.zeros(cfg.num_envs, bool)  # next-step mode: the next step of this sub-env is its reset
+        # per sub-env: the np_random state its next autoreset starts from, and whether it is inferred (read after
+        # the previous reset, same-step mode) rather than read just before it (envrec.record.sub_env_replay)
+        self.rng_next: dict[int, tuple[dict, bool]] = {}
         self.records = 0
         self.steps = 0
         self.position = 0  # ring position of the vector record being handled
@@ -93,7 +96,7 @@ class VectorSerializer(Handler):
                     cfg.folder, f"{cfg.prefix}.env{i}", cfg.observation_space, cfg.action_space, cfg.batch_bytes,
                     cfg.env_id, {**cfg.settings, "sub_env": i}, checkpoints=False,
                     compression=cfg.compression, max_bytes=cfg.max_bytes, commit_interval=cfg.commit_interval,
-                    folder_id=cfg.folder_id,
+                    folder_id=cfg.folder_id, env=cfg.env,
                     ship_ledger=ledger_name(f"{cfg.prefix}.env{i}", cfg.ship_url) if cfg.ship_url else None,
                 )
             )
@@ -126,6 +129,7 @@ class VectorSerializer(Handler):
         if self._open(i):
             self.subs[i].end_episode()
         self.done[i] = False
+        self.rng_next.pop(i, None)
 
     def _index(self, sections: list, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The rows' sub-envs, episode counts and keep flags (this worker's own count when not indexed)."""
@@ -157,6 +161,8 @@ class VectorSerializer(Handler):
         meta = unpack_info(body[n_obs])
         info = unpack_info(body[n_obs + 1])
         seed, options = meta.get("seed"), meta.get("options")
+        rng, after = meta.get("rng") or {}, meta.get("rng_next") or {}
+        self.rng_next.update((i, (state, True)) for i, state in after.items())
         if x:
             idx, episodes, keep = self._index(rec.sections, 0)
             rows = range(len(idx))
@@ -171,7 +177,7 @@ class VectorSerializer(Handler):
                 continue
             s = seed[i] if isinstance(seed, (list, tuple)) else (seed + i if isinstance(seed, int) else None)
             o = options[i] if isinstance(options, (list, tuple)) else options  # one per sub-env (SB3), or one for all
-            sub_meta = pickle.dumps({"seed": s, "options": o or None}, protocol=5)
+            sub_meta = pickle.dumps({"seed": s, "options": o or None, "rng": rng.get(i) if s is None else None}, protocol=5)
             self._reset(i, int(episodes[k]), self._rows(obs, self._obs_rows, k), sub_meta, split_info(info, k), rec.step)
 
     def _vstep(self, rec) -> None:
@@ -183,19 +189,24 @@ class VectorSerializer(Handler):
         terms = np.frombuffer(body[n_act + n_obs + 1], bool)
         truncs = np.frombuffer(body[n_act + n_obs + 2], bool)
         info = unpack_info(body[n_act + n_obs + 3])
+        ended_rng = unpack_info(body[n_act + n_obs + 4]) if len(body) > n_act + n_obs + 4 else {}
         idx, episodes, keep = self._index(rec.sections, len(rewards))
         step = rec.step
         mode = self.cfg.autoreset_mode
+        if mode == "NextStep":
+            self.rng_next.update((i, (state, False)) for i, state in ended_rng.items())
         for k in range(len(idx)):
             i = int(idx[k])
             a_k = self._rows(acts, self._act_rows, k)
             o_k = self._rows(obs, self._obs_rows, k)
             ended = bool(terms[k] or truncs[k])
             if mode == "NextStep" and self.done[i]:
-                self._reset(i, int(episodes[k]), o_k, _NO_META, split_info(info, k), step)  # its action was ignored
+                self._reset(i, int(episodes[k]), o_k, self._autoreset_meta(i), split_info(info, k), step)  # its action was ignored
                 continue
             if mode == "SameStep" and ended:
                 self._same_step_end(i, k, a_k, o_k, rewards[k], terms[k], truncs[k], info, step, int(episodes[k]), keep[k])
+                if i in ended_rng:
+                    self.rng_next[i] = (ended_rng[i], True)
                 continue
             self._step(i, a_k, o_k, rewards[k], terms[k], truncs[k], split_info(info, k), step)
             if ended and mode == "NextStep":
@@ -220,9 +231,17 @@ class VectorSerializer(Handler):
             final_obs, final_info = o_k, split_info(info, k)
         self._step(i, a_k, final_obs, reward, term, trunc, final_info, step)
         if keep:
-            self._reset(i, episode, o_k, _NO_META, split_info(info, k, skip=self._FINAL), step)
+            self._reset(i, episode, o_k, self._autoreset_meta(i), split_info(info, k, skip=self._FINAL), step)
         else:
             self._end(i)
+
+    def _autoreset_meta(self, i: int) -> bytes:
+        """The meta of sub-env ``i``'s autoreset: no seed, and the np_random state it starts from when one was read."""
+        found = self.rng_next.pop(i, None)
+        if found is None:
+            return _NO_META
+        state, inferred = found
+        return pickle.dumps({"seed": None, "options": None, "rng": state, "rng_inferred": inferred or None}, protocol=5)
 
     def idle_in(self) -> float | None:
         due = [d for sub in self.subs.values() if (d := sub.idle_in()) is not None]

@@ -228,6 +228,7 @@ class VectorSerializerConfig:
     # named there gets its trace then
     sub_envs: tuple[int, ...] | None = None
     indexed: bool = False
+    env: dict | None = None  # each sub-env trace's manifest "env" (envrec.record.sub_env_replay.describe_sub_envs)
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,17 @@ The vector trace stream's kinds (one record per vector call, each batched
 array copied once; the worker splits them per sub-env):
 
 * ``VRESET``: the reset mask (N x b1), each batched observation leaf, the
-  pickled ``{"seed", "options"}``, the pickled vector info.
+  pickled ``{"seed", "options"}`` with the replay fields ``rng`` and ``rng_next``
+  (``{sub_env: np_random state}``, see ``envrec.record.sub_env_replay``), the
+  pickled vector info.
 * ``VSTEP``: each batched action leaf, each batched observation leaf,
   rewards (N x f8), terminations (N x b1), truncations (N x b1), the
-  pickled vector info.
+  pickled vector info, the pickled ``{sub_env: np_random state}`` read after
+  the step for the sub-envs whose episode ended (empty when none was read).
+
+With ``sub_envs=`` (``VectorSerializerConfig.indexed``) both start with three
+sections naming their rows (sub-env indices, episode counts, keep flags), and
+their batched sections hold those rows only.
 
 The video stream's kinds:
 

@@ -21,7 +21,9 @@ __all__ = [
 # A step's snapshot travels to the serializer inside that step's packed info, under this key, and is taken
 # out there: the info written is the env's own.
 SNAPSHOT_INFO_KEY = "__envrec_snapshot__"
-FIRST_PART_KEYS = ("rng", "reset_snapshot")  # taken at the reset: on an episode's first part only
+# taken at the reset: on an episode's first part only. ``rng_inferred``: ``rng`` was read after the previous
+# episode's reset, not just before this one (a same-step autoreset: envrec.record.sub_env_replay)
+FIRST_PART_KEYS = ("rng", "rng_inferred", "reset_snapshot")
 EPISODE_KEYS = (*FIRST_PART_KEYS, "snapshots")
 _TAGGED_ARRAY = "numpy"  # how envrec.formats.infos tags an array in JSON
 
@@ -67,6 +69,8 @@ def check_episode_keys(raw: Mapping[str, Any], where: str) -> None:
     """
     if raw.get("rng") is not None:
         _check_rng(raw["rng"], f"{where}.rng")
+    if raw.get("rng_inferred") is not None and not isinstance(raw["rng_inferred"], bool):
+        raise _fail(f"{where}.rng_inferred", "true or false", raw["rng_inferred"])
     if raw.get("reset_snapshot") is not None:
         _check_tagged_array(raw["reset_snapshot"], f"{where}.reset_snapshot")
     snapshots = raw.get("snapshots")

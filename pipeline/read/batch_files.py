@@ -112,6 +112,9 @@ class Episode:
         seed, options: what ``reset`` was given (None when nothing).
         rng: the state of ``env.unwrapped.np_random``'s bit generator just before an unseeded reset (None:
             seeded, or recorded by an older envrec); replay starts the episode from it.
+        rng_inferred: ``rng`` was read after the previous episode's reset, not just before this one (a
+            same-step autoreset: SB3's VecEnvs, Gymnasium's ``SAME_STEP``); it holds when the env draws no
+            random numbers while stepping.
         reset_snapshot: a snapshot hook's state taken just before the reset (None: no hook).
         snapshots: the states taken mid-episode every ``snapshot_every`` steps (``SavedState``), oldest first.
         length: N, the number of steps read.
@@ -145,6 +148,7 @@ class Episode:
     parts: tuple[Part, ...] = ()
     extra: dict = field(default_factory=dict)
     rng: dict | None = None
+    rng_inferred: bool = False
     reset_snapshot: np.ndarray | None = None
     snapshots: tuple[SavedState, ...] = ()
 
@@ -245,6 +249,7 @@ class BatchFiles:
             parts=(Part(batch, record, part, first_step, length, continues),),
             extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS and k not in (_WHERE, _FROM)},
             rng=raw.get("rng"),
+            rng_inferred=bool(raw.get("rng_inferred")),
             reset_snapshot=_decode_array(raw.get("reset_snapshot"), raw, "reset_snapshot"),
             snapshots=tuple(
                 SavedState(s["step"], s.get("rng"), _state(s["state"], raw, f"snapshots[{i}].state"))

@@ -16,25 +16,35 @@ import platform
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
 
 from ..errors import ConfigError
 from .action_names import action_meanings
 from .snapshots import Snapshot, resolve_snapshot, snapshot_name
 
-__all__ = ["RECORDING_WRAPPERS", "ReplayCapture", "describe_env"]
+__all__ = ["RECORDING_WRAPPERS", "ReplayCapture", "describe_env", "env_description", "generator_state", "rng_state", "spec_json"]
 
 logger = logging.getLogger(__name__)
 
 # Wrappers that record: a replay must not run them again (they would write into the user's folders).
-RECORDING_WRAPPERS = ("envrec.", "gymnasium.wrappers.rendering:RecordVideo", "gymnasium.wrappers.rendering:HumanRendering")
+RECORDING_WRAPPERS = ("envrec.", "gymnasium.wrappers.rendering:RecordVideo", "gymnasium.wrappers.rendering:HumanRendering",
+                      "stable_baselines3.common.monitor:Monitor")
 
 
 def _spec(env: gym.Env) -> tuple[dict | None, str | None]:
     """The env's spec as JSON (its Gymnasium wrappers below the recorder included, recording ones left out),
     or why there is none."""
-    spec = env.spec
-    if spec is None:
+    if env.spec is None:
         return None, "the env was not made by gymnasium.make (env.spec is None)"
+    return spec_json(env.spec)
+
+
+def spec_json(spec: EnvSpec) -> tuple[dict | None, str | None]:
+    """``spec`` as the manifest's JSON, recording wrappers left out, or None and why it cannot be written.
+
+    Args:
+        spec: an env's ``EnvSpec`` (a sub-env's, for a vector recording).
+    """
     kept = tuple(w for w in spec.additional_wrappers if not str(w.entry_point).startswith(RECORDING_WRAPPERS))
     try:
         return json.loads(dataclasses.replace(spec, additional_wrappers=kept).to_json()), None
@@ -67,20 +77,46 @@ def describe_env(env: gym.Env, snapshot: Snapshot | None = None, snapshot_every:
         snapshot: the snapshot hook, or None.
         snapshot_every: steps between mid-episode snapshots, or None.
     """
-    spec, error = _spec(env)
+    return env_description(*_spec(env), snapshot=snapshot, snapshot_every=snapshot_every,
+                           meanings=action_meanings(env))
+
+
+def env_description(spec: dict | None, error: str | None, *, snapshot: Snapshot | None = None,
+                    snapshot_every: int | None = None, meanings: list[str] | None = None) -> dict:
+    """The manifest's ``env`` from its parts (``describe_env`` takes them from an env).
+
+    Args:
+        spec: the spec's JSON (``spec_json``), or None.
+        error: why there is no spec, or None.
+        snapshot: the snapshot hook, or None.
+        snapshot_every: steps between mid-episode snapshots, or None.
+        meanings: the names of the discrete actions, or None.
+    """
     return {
         "spec": spec,
         "spec_error": error,
         "versions": _versions(spec),
         "snapshot": None if snapshot is None else {"name": snapshot_name(snapshot), "every": snapshot_every},
-        "action_meanings": action_meanings(env),
+        "action_meanings": meanings,
     }
 
 
 def rng_state(env: gym.Env) -> dict | None:
     """The state of ``env.unwrapped.np_random``'s bit generator (a copy), or None when it has none."""
     try:
-        return dict(env.unwrapped.np_random.bit_generator.state)
+        return generator_state(env.unwrapped.np_random)
+    except AttributeError:
+        return None
+
+
+def generator_state(generator: Any) -> dict | None:
+    """A numpy ``Generator``'s bit generator state (a copy), or None when ``generator`` is none.
+
+    Args:
+        generator: an env's ``np_random`` (read in this process, or pickled from a sub-process).
+    """
+    try:
+        return dict(generator.bit_generator.state)
     except AttributeError:
         return None
 

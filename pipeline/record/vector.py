@@ -49,6 +49,7 @@ from .call_lock import held_for_close
 from .clip_triggers import KeepIf, capped_cubic_video_schedule
 from .host_arrays import HostArrays
 from .recorder import DEFAULT_RING_BYTES, TRACE_OPTIONS, check_folder, check_max_bytes, record_failure_in_manifest
+from .sub_env_replay import SubEnvRng, describe_sub_envs
 from .sub_env_selection import Picker, RowPlan, SubEnvSelection
 
 __all__ = ["RecordVectorTrace", "autoreset_name", "batched_leaves"]
@@ -164,6 +165,7 @@ class RecordVectorTrace(VectorWrapper):
         self._act_leaves = batched_leaves(self._act_spec, n)
         self.autoreset_mode = autoreset_name(env)
         env_id = env.spec.id if env.spec is not None else None
+        self._rng = SubEnvRng.of(env)
         self._cfg = cfg = VectorSerializerConfig(
             self.directory, self.prefix, n, self.autoreset_mode, self._obs_spec, self._act_spec, batch_bytes, env_id,
             {"batch_bytes": batch_bytes, "ring_bytes": ring_bytes, "backpressure": opts.backpressure, "num_envs": n,
@@ -174,7 +176,7 @@ class RecordVectorTrace(VectorWrapper):
             compression=compression, max_bytes=max_bytes, commit_interval=commit_interval,
             folder_id=folder_identity(self.directory),
             ship_url=store_url(opts.ship_to) if opts.ship_to is not None else None,
-            sub_envs=self._traced(), indexed=self.selection is not None,
+            sub_envs=self._traced(), indexed=self.selection is not None, env=describe_sub_envs(env),
         )
         self._shipper = shipper_for(opts, self.directory, cfg.folder_id,
                                     ShipTargets(prefixes=tuple(self.prefix_of(i) for i in range(n)), clip_recorders=()))
@@ -211,15 +213,34 @@ class RecordVectorTrace(VectorWrapper):
     def _info(self, info: dict, rows: np.ndarray | None) -> bytes:
         return pack_info(self._host.info(info, rows)) if info else b""
 
-    def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
+    def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
         mask = reset_mask_of(options, self.num_envs, self._host)  # read first: the vector env may pop it from options
         options = dict(options) if options else None
+        rng = self.rng_before_reset(seed, mask)
         obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]  # vector envs take a list of seeds too
         recorded_options = {k: v for k, v in (options or {}).items() if k not in ("reset_mask", "env_idx")}
-        self.record_reset(obs, info, seed=seed, options=recorded_options, mask=mask)
+        self.record_reset(obs, info, seed=seed, options=recorded_options, mask=mask, rng=rng)
         return obs, info
 
-    def record_reset(self, obs, info: dict, *, seed=None, options=None, mask=None) -> None:
+    def _recorded(self, mask: np.ndarray | None) -> np.ndarray:
+        """The sub-envs of ``mask`` (None: all) whose traces this recorder makes."""
+        tracked = np.arange(self.num_envs) if self.selection is None else self.selection.tracked
+        return tracked if mask is None else tracked[np.asarray(mask, bool)[tracked]]
+
+    def rng_before_reset(self, seed: int | list[int | None] | None, mask: np.ndarray | None = None) -> dict[int, dict]:
+        """The ``np_random`` states of the recorded sub-envs an unseeded reset is about to reset (read before it;
+        ``{}`` when the vector env does not expose its sub-envs). What ``record_reset``'s ``rng`` takes.
+
+        Args:
+            seed: the reset's seed: an int (every sub-env seeded), a list of one per sub-env, or None.
+            mask: which sub-envs it resets. Default None: all of them.
+        """
+        if self._rng is None or isinstance(seed, int):
+            return {}
+        unseeded = [int(i) for i in self._recorded(mask) if seed is None or seed[int(i)] is None]
+        return self._rng.states(unseeded)
+
+    def record_reset(self, obs, info: dict, *, seed=None, options=None, mask=None, rng=None) -> None:
         """Record a reset the vector env did already (how adapters of other vector APIs record: ``envrec.sb3``).
 
         Args:
@@ -228,8 +249,11 @@ class RecordVectorTrace(VectorWrapper):
             seed: an int (sub-env I got ``seed + I``), a list of one per sub-env, or None.
             options: the reset options: one dict for all, a list of one per sub-env, or None.
             mask: which sub-envs were reset. Default None: all of them.
+            rng: ``{sub_env: np_random state}`` read before an unseeded reset (``rng_before_reset``), which
+                replay starts those episodes from. Default None: not read.
         """
         mask = None if mask is None else self._host.to_host(mask, None, "reset_mask").astype(bool)
+        replay = self._replay_at_reset(mask, rng)
         rows: np.ndarray | None = None
         before = None
         if self.selection is not None:
@@ -245,7 +269,7 @@ class RecordVectorTrace(VectorWrapper):
             sections = [_as_section(mask, "|b1", (self.num_envs,), "reset_mask")]
         try:
             sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations", rows)
-            sections += [pack_info({"seed": seed, "options": options or None}), self._info(info, rows)]
+            sections += [pack_info({"seed": seed, "options": options or None, **replay}), self._info(info, rows)]
             with self._lock:
                 self._check_open()
                 self._stream.send(RawRecord(Kind.VRESET, 0, self._steps, sections))
@@ -254,6 +278,22 @@ class RecordVectorTrace(VectorWrapper):
                 with self._lock:
                     self.selection.restore(before)  # the reset was not recorded: as if it had not come
             raise
+
+    def _replay_at_reset(self, mask: np.ndarray | None, rng: dict[int, dict] | None) -> dict[str, Any]:
+        """The reset's replay fields (``envrec.record.sub_env_replay``): ``rng``, the states read before it, and
+        with same-step autoreset ``rng_next``, the states after it (they stand for the next autoreset's)."""
+        out: dict[str, Any] = {"rng": dict(rng)} if rng else {}
+        if self._rng is not None and self.autoreset_mode == "SameStep":
+            out["rng_next"] = self._rng.states(self._recorded(mask).tolist())
+        return out
+
+    def _rng_at_ends(self, ended: np.ndarray) -> bytes:
+        """The packed states of the recorded sub-envs ``ended`` (sub-env indices) whose episode just ended, b"" when
+        none is read: what their next autoreset starts from (see ``envrec.record.sub_env_replay``)."""
+        if self._rng is None or not len(ended):
+            return b""
+        states = self._rng.states(ended.tolist())
+        return pack_info(states) if states else b""
 
     def step(self, actions):
         obs, rewards, terminations, truncations, info = self.env.step(actions)
@@ -276,14 +316,17 @@ class RecordVectorTrace(VectorWrapper):
             return
         n = self.num_envs
         host = self._host
+        terms = host.to_host(terminations, None, "terminations")
+        truncs = host.to_host(truncations, None, "truncations")
         sections = self._sections(actions, self._act_spec, self._act_leaves, "actions")
         sections += self._sections(obs, self._obs_spec, self._obs_leaves, "observations")
         sections += [
             _as_section(_rewards(host.to_host(rewards, None, "rewards")), "<f8", (n,), "rewards"),
-            _as_section(host.to_host(terminations, None, "terminations"), "|b1", (n,), "terminations"),
-            _as_section(host.to_host(truncations, None, "truncations"), "|b1", (n,), "truncations"),
+            _as_section(terms, "|b1", (n,), "terminations"),
+            _as_section(truncs, "|b1", (n,), "truncations"),
             self._info(info, None),
         ]
+        sections.append(self._rng_at_ends(np.flatnonzero(_ended(terms, truncs)) if self._rng is not None else _NONE))
         self._send_step(sections)
 
     def _record_rows(self, actions, obs, rewards, terminations, truncations, info: dict) -> None:
@@ -309,6 +352,8 @@ class RecordVectorTrace(VectorWrapper):
                 _as_section(truncs[plan.positions], "|b1", (k,), "truncations"),
                 self._info(info, rows),
             ]
+            ended = rows[np.logical_or(terms[plan.positions], truncs[plan.positions])] if self._rng is not None else _NONE
+            sections.append(self._rng_at_ends(ended))
             self._send_step(sections)
         except BaseException:
             with self._lock:
@@ -356,6 +401,13 @@ class RecordVectorTrace(VectorWrapper):
                     self._shipper.finish()
         finally:
             self.env.close(**kwargs)
+
+
+_NONE = np.zeros(0, np.int64)
+
+
+def _ended(terms: np.ndarray, truncs: np.ndarray) -> np.ndarray:
+    return np.logical_or(np.asarray(terms, bool).reshape(-1), np.asarray(truncs, bool).reshape(-1))
 
 
 def _rewards(a: np.ndarray) -> np.ndarray:

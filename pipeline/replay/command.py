@@ -48,7 +48,7 @@ def add_common(p: argparse.ArgumentParser, default_episodes: str) -> None:
     p.add_argument("directory", metavar="DIR", help="the recording folder")
     p.add_argument("--prefix", default=None, help="only the recording with this file prefix (default: every one in DIR)")
     p.add_argument("--episodes", default=default_episodes, metavar="SEL",
-                   help=f"which episodes: ids (3), ranges (7-9), worst:K, best:K, failed, last:K, every:N, all, "
+                   help=f"which episodes: ids (3), ranges (7-9), worst:K, best:K, failed, last:K, every:N, replayable, all, "
                         f"comma-separated (default {default_episodes})")
     p.add_argument("--jobs", type=_count, default=1, metavar="N", help="replay in N job processes (default 1)")
     p.add_argument("--ray", action="store_true", help="replay as Ray tasks (the folder on storage they share)")

@@ -38,7 +38,7 @@ from ..record.snapshots import resolve_snapshot
 from .compare import UNKNOWN, Difference, first_difference
 from .trust import Refused, recorded_snapshot
 
-__all__ = ["UNKNOWN", "CannotReplay", "Difference", "Replay", "ReplayStep", "Start", "Transition", "compare",
+__all__ = ["INFERRED_RNG", "UNKNOWN", "CannotReplay", "Difference", "Replay", "ReplayStep", "Start", "Transition", "compare",
            "plan_start", "restore_rng", "snapshot_hook"]
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,12 @@ _BIT_GENERATORS = {c.__name__: c for c in (np.random.PCG64, np.random.PCG64DXSM,
 NO_RNG = (("reset without a seed, and the recording has no np_random state (a vector env's own autoreset, as SB3's "
            "VecEnvs', or an older envrec)"),
           "seed the reset, or record each env with RecordTrace (it records np_random before each reset it sees)")
+
+
+INFERRED_RNG = (("it started from the np_random state read after the previous episode's reset (a same-step "
+                 "autoreset, as SB3's VecEnvs': the state just before its reset cannot be read), which holds only "
+                 "for envs that draw no random numbers while stepping"),
+                "record with next-step autoreset (Gymnasium's default) or seed the sub-envs' resets")
 
 
 class CannotReplay(Exception):

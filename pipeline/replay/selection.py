@@ -8,7 +8,10 @@ A selection is comma-separated terms, their union, in episode order:
 * ``failed``: the episodes that ended terminated;
 * ``last:K``: the K last episodes;
 * ``every:N``: the episodes whose id is a multiple of N;
-* ``all``: every episode.
+* ``all``: every episode;
+* ``replayable``: the episodes whose start was recorded (a seed, an ``np_random`` state or a reset
+  snapshot, or a snapshot after an evicted start): a vector env's unseeded autoresets recorded by an
+  older envrec, or by a vector env that does not expose its sub-envs, are left out.
 
 Stable API (``envrec render`` builds on it): ``parse_selection(text) -> list[Term]`` checks the
 grammar only; ``select_episodes(episodes, selection) -> list`` picks among any objects with
@@ -29,10 +32,10 @@ from ..errors import ConfigError, TraceError
 from ..read.batch_files import BatchFiles
 from ..read.reader import TraceReader
 
-__all__ = ["GRAMMAR", "EpisodeRef", "Term", "episode_refs", "parse_selection", "select_episodes"]
+__all__ = ["GRAMMAR", "EpisodeRef", "Term", "episode_refs", "parse_selection", "replayable", "select_episodes"]
 
 GRAMMAR = ("comma-separated terms: an episode id (3), an id range (7-9), worst:K, best:K, failed, last:K, "
-           "every:N, all")
+           "every:N, replayable, all")
 _RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")  # ASCII digits only: not "\\d", which takes fullwidth ones
 _COUNTED = re.compile(r"^(worst|best|last|every):([0-9]+)$")
 MAX_NUMBER = 2**63 - 1  # ids and counts are 64-bit; a larger number is no episode of any recording
@@ -78,6 +81,7 @@ class EpisodeRef:
         ended_by: ``"terminated"``, ``"truncated"``, or why the recording stopped inside it.
         length: the steps read.
         first_step: the episode step of its first kept action (0 unless its start was evicted).
+        replayable: what replay starts it from was recorded (see ``replayable``).
     """
 
     index: int
@@ -86,6 +90,7 @@ class EpisodeRef:
     ended_by: str | None
     length: int
     first_step: int
+    replayable: bool = True
 
 
 def parse_selection(text: str) -> list[Term]:
@@ -102,7 +107,7 @@ def parse_selection(text: str) -> list[Term]:
     terms = []
     for raw in text.split(","):
         term = raw.strip().lower()
-        if term in ("all", "failed"):
+        if term in ("all", "failed", "replayable"):
             terms.append(Term(term))
             continue
         ids, counted = _RANGE.match(term), _COUNTED.match(term)
@@ -161,6 +166,8 @@ def _pick(term: Term, episodes: Sequence[_Ranked], position: dict[int, int], ids
         return range(n)
     if term.kind == "failed":
         return [i for i, ep in enumerate(episodes) if ep.ended_by == "terminated"]
+    if term.kind == "replayable":
+        return [i for i, ep in enumerate(episodes) if replayable(ep)]
     if term.kind == "last":
         return range(max(0, n - term.count), n)
     if term.kind == "every":
@@ -194,6 +201,25 @@ def _missing(found: list[int], first: int, last: int, limit: int = 5) -> list[in
     return out
 
 
+def replayable(episode: Any) -> bool:
+    """Whether what replay starts ``episode`` from was recorded: its reset's seed, ``np_random`` state or reset
+    snapshot, or (its start evicted) a snapshot kept after it. Whether it then reproduces is ``verify``'s to say.
+
+    Args:
+        episode: an ``EpisodeRef`` (its ``replayable``) or an ``Episode``.
+    """
+    if isinstance(episode, EpisodeRef):
+        return episode.replayable
+    if getattr(episode, "first_step", 0) > 0:
+        return bool(getattr(episode, "snapshots", ()))
+    return (getattr(episode, "seed", None) is not None or getattr(episode, "rng", None) is not None
+            or getattr(episode, "reset_snapshot", None) is not None)
+
+
+def _start_recorded(raw: dict) -> bool:
+    return any(raw.get(k) is not None for k in ("seed", "rng", "reset_snapshot"))
+
+
 def _finite(x: Any) -> bool:
     return x is not None and math.isfinite(float(x))
 
@@ -214,7 +240,8 @@ def episode_refs(reader: TraceReader) -> list[EpisodeRef]:
     """
     refs = _from_records(reader)
     if refs is None:
-        refs = [EpisodeRef(ep.index, ep.episode_id, ep.total_reward, ep.ended_by, ep.length, ep.first_step) for ep in reader]
+        refs = [EpisodeRef(ep.index, ep.episode_id, ep.total_reward, ep.ended_by, ep.length, ep.first_step, replayable(ep))
+                for ep in reader]
     seen: set[int] = set()
     for ref in refs:
         if ref.episode_id in seen:
@@ -237,7 +264,7 @@ def _from_records(reader: TraceReader) -> list[EpisodeRef] | None:
                         return None
                     n = len(refs)
                     refs.append(EpisodeRef(n, raw.get("episode_id", n), raw.get("return"), raw.get("ended_by", "unknown"),
-                                           raw.get("length", 0), 0))
+                                           raw.get("length", 0), 0, _start_recorded(raw)))
     finally:
         files.close()
     return refs

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ConfigError, TraceError
 from ..read.reader import TraceReader
-from .engine import CannotReplay, Replay, Start, compare, plan_start, snapshot_hook
+from .engine import INFERRED_RNG, CannotReplay, Replay, Start, compare, plan_start, snapshot_hook
 from .jobs import JOB_TIMEOUT_S, Item, run_jobs
 from .recreate import KEEP, CannotRecreate, load_callable, recreate_env, spec_trusted
 from .selection import episode_refs, parse_selection, select_episodes
@@ -148,6 +148,9 @@ def _verify_one(s: _Session, index: int, episode_id: int) -> Verdict:
         for step in replay:
             at = step.step
             found = compare(step, atol=s.options.get("atol", 0.0), infos=s.options.get("infos", False))
+            if found is not None and start.how == "rng" and ep.rng_inferred:  # no divergence can be told from it
+                return Verdict(**common, status="cannot_replay", steps=found.step - start.from_step,
+                               reason=f"{found.field} differ at step {found.step}: {INFERRED_RNG[0]}", hint=INFERRED_RNG[1])
             if found is not None:
                 return Verdict(**common, status="diverged", steps=found.step - start.from_step, step=found.step,
                                field=found.field, where=found.where, recorded=found.recorded, replayed=found.replayed,

@@ -31,6 +31,7 @@ from gymnasium.vector.utils import batch_space
 from ..errors import ConfigError, RecordError
 from ..extras import install_hint
 from ..record.host_arrays import to_host
+from ..record.replay_capture import generator_state
 
 try:
     from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
@@ -165,6 +166,13 @@ class VecEnvView(gym.vector.VectorEnv):
         self.render_mode = venv.render_mode
         spec = sub_env_attr(venv, "spec")
         self.spec = spec if isinstance(spec, gym.envs.registration.EnvSpec) else None
+        self.sub_env_spec = self.spec  # what envrec.record.sub_env_replay reads
+
+    def sub_env_rng_states(self, indices: list[int]) -> list[dict | None]:
+        """The ``np_random`` states of sub-envs ``indices`` (SB3's ``get_attr``: one round trip to each of a
+        ``SubprocVecEnv``'s processes), None for one that has none."""
+        generators = self.venv.get_attr("np_random", indices=indices)
+        return [generator_state(g) for g in generators]
 
     def reset(self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None):
         raise NotImplementedError("a VecEnvView is not stepped: reset the SB3 VecEnv (VecRecordTrace.reset)")

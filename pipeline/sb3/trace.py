@@ -67,9 +67,10 @@ class VecRecordTrace(VecEnvWrapper):
         """Reset every sub-env (SB3's ``reset()``) and record each one's reset, with the seeds and options it got."""
         seeds = list(getattr(self._base, "_seeds", None) or [None] * self.num_envs)  # read before: reset() clears them
         options = [o or None for o in getattr(self._base, "_options", None) or [None] * self.num_envs]
+        rng = self.recorder.rng_before_reset(seeds)
         obs = self.venv.reset()
         infos = getattr(self._base, "reset_infos", None) or [{}] * self.num_envs
-        self.recorder.record_reset(obs, vector_info([dict(i) for i in infos]), seed=seeds, options=options)
+        self.recorder.record_reset(obs, vector_info([dict(i) for i in infos]), seed=seeds, options=options, rng=rng)
         return obs
 
     def step_async(self, actions: np.ndarray) -> None:
