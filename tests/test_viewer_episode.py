@@ -134,7 +134,9 @@ def test_an_image_recording_is_described_and_its_pixels_not_plotted(pong):
     server, episodes, _ = pong
     status, _, body = get(server, "/api/episode?recording=pong&episode=1")
     doc = json.loads(body)
-    assert status == 200 and doc["image"] == {"height": 210, "width": 160, "channels": 3}
+    assert status == 200 and doc["image"] == {"height": 210, "width": 160, "channels": 3, "frames": 1, "leaf": 0, "label": "",
+                                              "dims": [0, 210 * 160 * 3], "png_width": 160, "png_height": 210}
+    assert doc["images"] == [doc["image"]]
     assert doc["action_space"] == {"n": 6, "start": 0, "names": PONG_NAMES, "named": True}
     assert doc["series"]["observations"] == [] and doc["observation_dims"] == 210 * 160 * 3
     assert doc["seed"] is None and doc["length"] == PONG_STEPS and len(body) < 20_000
@@ -171,7 +173,8 @@ def test_grey_and_rgba_observations_are_pngs_too(tmp_path, shape):
     server = ViewerServer(tmp_path).start()
     try:
         doc = json.loads(get(server, "/api/episode?recording=img&episode=0")[2])
-        assert doc["image"] == {"height": 12, "width": 10, "channels": 1 if len(shape) == 2 else shape[2]}
+        assert {k: doc["image"][k] for k in ("height", "width", "channels", "frames")} == {
+            "height": 12, "width": 10, "channels": 1 if len(shape) == 2 else shape[2], "frames": 1}
         body = get(server, "/api/observation.png?recording=img&episode=0&step=2")[2]
     finally:
         server.close()
@@ -241,6 +244,8 @@ def test_a_steps_info_is_sent_bounded(tmp_path):
     ("/api/observation.png?recording=pong&episode=0&step=41", 404, "no step 41"),
     ("/api/observation.png?recording=pong&step=1", 400, "episode=N"),
     ("/api/observation.png?recording=cp&episode=0&step=1", 404, "not images"),
+    ("/api/observation.png?recording=pong&episode=0&step=1&leaf=1", 404, "leaf 1 of 'pong' is not an image"),
+    ("/api/observation.png?recording=pong&episode=0&step=1&leaf=x", 400, "leaf=K"),
     ("/api/observation.png?recording=../pong&episode=0&step=1", 404, "no episode"),
     ("/api/observation.png?recording=%2Fetc%2Fpasswd&episode=0&step=1", 404, "no episode"),
     ("/api/step?recording=..%2F..%2Fpong&episode=0&step=1", 404, "no episode"),
@@ -259,7 +264,7 @@ def test_the_parts_read_last_are_kept_for_step_requests_and_no_more(pong):
     cat = server.catalog
     cat.parts.clear()
     reader, _ = cat.open("pong", 0)
-    reader.frame(30, {"height": 210, "width": 160, "channels": 3})
+    reader.frame(30, {"leaf": 0, "label": "", "height": 210, "width": 160, "channels": 3, "frames": 1})
     part = cat.parts.get(reader.where, 0)
     assert cat.open("pong", 0)[0].step(31, []) and cat.parts.get(reader.where, 0) is part  # read once: the next cursor move parses no JSON
     small = episode_read.PartCache(max_parts=1)

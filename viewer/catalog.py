@@ -49,7 +49,7 @@ from .episode_read import PartCache, PieceReader
 from .listing import CLIP_SORTS, EPISODE_SORTS, Listing, page
 from .live import STALE_AFTER_S, State
 from .pieces import NotFound, Where, build, clip_json, settle, summary_of
-from .step_view import action_space_json, image_layout
+from .step_view import action_space_json, image_leaves
 from .verdict_marks import VerdictMarks
 
 __all__ = ["Catalog", "NotFound"]
@@ -250,15 +250,15 @@ class Catalog:
                 first_step: int | None = None) -> dict[str, Any]:
         """Plot data of one episode: reward, return, actions and chosen observation dimensions, downsampled, read a
         part at a time (``envrec.viewer.episode_read``). ``first_step`` picks one of the pieces of an episode split by
-        a damaged part (default: the first). An image observation's pixels are not plotted unless asked for
-        (``obs_dims``): the page shows it as an image."""
+        a damaged part (default: the first). The pixels of image observations and image leaves
+        (``step_view.image_leaves``: ``"images"``, the first also as ``"image"``) are not plotted unless asked for
+        (``obs_dims``): the page shows them as images, and plots the other dimensions."""
         reader, manifest, clip, marks = self._open(recording, episode_id, first_step)
-        extras = {"image": image_layout(manifest.get("observation_space")),
+        images = image_leaves(manifest.get("observation_space"))
+        extras = {"images": images, "image": images[0] if images else None,
                   "action_space": action_space_json(manifest.get("action_space"), manifest.get("env"))}
-        if obs_dims is None and extras["image"] is not None:
-            obs_dims = []
+        plot = reader.plot(max(50, min(int(width), 4000)), obs_dims, [i["dims"] for i in images])
         s = reader.where.summary
-        plot = reader.plot(max(50, min(int(width), 4000)), obs_dims)
         return {
             "recording": recording, "episode_id": s["episode_id"], "length": reader.length, "first_step": reader.first_step,
             "parts": len(reader.where.parts), "return": s["return"], "ended_by": s["ended_by"], "complete": s["complete"],

@@ -41,7 +41,7 @@ from envrec.read.stitch import check_follows
 
 from .pieces import NotFound, Where, evicted
 from .series import MAX_SERIES, Downsampler, Layout
-from .step_view import encode_png, info_texts, number
+from .step_view import encode_png, frame_strip, info_texts, number
 
 __all__ = ["DEFAULT_OBS_DIMS", "OPEN_PARTS", "Evicted", "PartCache", "PieceReader"]
 
@@ -150,13 +150,14 @@ class PieceReader:
         self.first_step = int(where.summary["first_step"])
 
     # -- plots -----------------------------------------------------------------------
-    def plot(self, width: int, obs_dims: list[int] | None) -> dict[str, Any]:
-        """Reward, return, actions and observation dimensions ``obs_dims`` (None: the first ``DEFAULT_OBS_DIMS``),
-        each downsampled to at most ``width`` columns; x is the episode's observation index."""
+    def plot(self, width: int, obs_dims: list[int] | None, shown: list[list[int]] | tuple = ()) -> dict[str, Any]:
+        """Reward, return, actions and observation dimensions ``obs_dims`` (None: the first ``DEFAULT_OBS_DIMS``
+        outside ``shown``, the ``[start, stop)`` dimensions of the leaves the page shows as images), each downsampled
+        to at most ``width`` columns; x is the episode's observation index."""
         first = self.cache.get(self.where, 0)
         actions = Layout(first.fields["actions"], BatchFiles.leaf_shape)
         observations = Layout(first.fields["observations"], BatchFiles.leaf_shape)
-        dims = list(range(min(observations.count, DEFAULT_OBS_DIMS))) if obs_dims is None else obs_dims
+        dims = _default_dims(observations.count, shown) if obs_dims is None else obs_dims
         bad = [d for d in dims if not 0 <= d < observations.count]
         if bad or len(dims) > MAX_SERIES:
             raise NotFound(f"observation dimensions {bad or dims}: choose up to {MAX_SERIES} of 0..{observations.count - 1}")
@@ -242,15 +243,26 @@ class PieceReader:
             out["actions"].append({"label": actions.label(d), "value": number(self.cache.row(part, "actions", leaf, i)[j])})
         return out
 
-    def frame(self, step: int, layout: dict[str, int]) -> bytes:
-        """Observation ``step`` as a PNG (``layout``: ``step_view.image_layout`` of the observation space)."""
+    def frame(self, step: int, image: dict[str, Any]) -> bytes:
+        """Observation ``step``'s image leaf as a PNG, a stack as a strip of its frames (``image``: one of
+        ``step_view.image_leaves`` of the observation space); LookupError when it is not those pixels."""
         k, row = self.locate(step)
         part = self.cache.get(self.where, k)
-        frame = self.cache.row(part, "observations", 0, row)
-        h, w, c = layout["height"], layout["width"], layout["channels"]
-        if frame.dtype != np.uint8 or frame.size != h * w * c:
-            raise LookupError(f"observation {step} is not a {h}x{w}x{c} uint8 image")
-        return encode_png(frame.reshape(h, w, c))
+        try:
+            return encode_png(frame_strip(self.cache.row(part, "observations", image["leaf"], row), image))
+        except (ValueError, IndexError) as exc:
+            raise LookupError(f"observation {step}{' ' + image['label'] if image['label'] else ''}: {exc}") from None
+
+
+def _default_dims(count: int, shown: list[list[int]] | tuple) -> list[int]:
+    """The first ``DEFAULT_OBS_DIMS`` of ``count`` observation dimensions outside the ``[start, stop)`` ranges."""
+    out: list[int] = []
+    d = 0
+    for start, stop in sorted(shown):
+        out.extend(range(d, min(start, count, d + DEFAULT_OBS_DIMS - len(out))))
+        d = max(d, stop)
+    out.extend(range(d, min(count, d + DEFAULT_OBS_DIMS - len(out))))
+    return out[:DEFAULT_OBS_DIMS]
 
 
 def _blocks(part: _Part, leaf: Any, skip_first: bool) -> Iterator[np.ndarray]:

@@ -33,7 +33,8 @@ and ``/api/clips?offset=&limit=&sort=`` (pages: ``Catalog.episodes``,
 parameter is answered 400 with what it must be.
 
 ``/api/step`` (one step's values and info) and ``/api/observation.png`` (its
-image observation) read only episodes the catalog lists, by recording name
+image observation, or with ``&leaf=K`` the image leaf ``K`` of a Dict/Tuple
+one, a frame stack as a strip: ``step_view.image_leaves``) read only episodes the catalog lists, by recording name
 and episode number: nothing in a query is a path.
 
 Byte ranges (``Range: bytes=a-b``, ``a-``, ``-n``) are answered 206, which
@@ -61,7 +62,7 @@ from envrec.formats.inside import open_inside
 from .catalog import Catalog, NotFound
 from .connections import REQUEST_DEADLINE_S, DeadlineReader, Slots
 from .live import STALE_AFTER_S
-from .step_view import image_layout, parse_step_query
+from .step_view import image_leaves, parse_step_query
 
 __all__ = ["CLIP_TYPES", "ViewerServer"]
 
@@ -278,14 +279,24 @@ class _Handler(BaseHTTPRequestHandler):
             raise NotFound(str(exc)) from None
 
     def _observation_png(self, q: dict[str, list[str]]) -> bytes:
-        """One step's image observation as a PNG; NotFound when the recording's observations are not images."""
+        """One step's image observation (``leaf=K``: its image leaf ``K``, default the first) as a PNG; NotFound when
+        the recording's observations have no such image."""
         recording, episode, step, first_step, _ = parse_step_query(q)
-        reader, manifest = self.server.catalog.open(recording, episode, first_step)
-        layout = image_layout(manifest.get("observation_space"))
-        if layout is None:
-            raise NotFound(f"the observations of {recording!r} are not images (a uint8 Box HxW or HxWxC, C in 1, 3, 4)")
         try:
-            return reader.frame(step, layout)
+            leaf = int(q["leaf"][0]) if "leaf" in q else None
+        except ValueError:
+            raise ValueError("expected leaf=K (an integer: the observation leaf shown as an image)") from None
+        reader, manifest = self.server.catalog.open(recording, episode, first_step)
+        images = image_leaves(manifest.get("observation_space"))
+        image = next((i for i in images if leaf is None or i["leaf"] == leaf), None)
+        if image is None:
+            if images:
+                raise NotFound(f"observation leaf {leaf} of {recording!r} is not an image: its image leaves are "
+                               f"{[i['leaf'] for i in images]}")
+            raise NotFound(f"the observations of {recording!r} are not images and hold none (an image: a uint8 Box HxW, "
+                           "HxWxC with C in 1, 3, 4, or a stack of them, KxHxW or KxHxWxC)")
+        try:
+            return reader.frame(step, image)
         except LookupError as exc:
             raise NotFound(str(exc)) from None
 

@@ -130,6 +130,7 @@ async function loadPanes(withMedia) {
   $("#title").textContent = `${main.recording}, episode ${main.episode_id}` +
     (docs[1] ? ` compared with ${docs[1].recording}, episode ${docs[1].episode_id}` : "");
   if (!dims) $("#obs-dims").value = main.series.observations.map((o) => o.dim).join(",");
+  if ((main.images || []).length) $("#obs-dims").placeholder = "none: the pixels are shown as images";
   const at = state.step;
   state.step = null;
   setCursor(at ?? state.panes[0].stepOfPlayer() ?? main.first_step);

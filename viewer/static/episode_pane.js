@@ -44,6 +44,12 @@ function wholeScale(w, h, maxWidth) {
   return s;
 }
 
+function imageText(image) {
+  const frame = `${image.height}x${image.width}x${image.channels}`;
+  const what = image.frames > 1 ? `a stack of ${image.frames} ${frame} frames (shown side by side, oldest left)` : `a ${frame} image`;
+  return image.label ? `${image.label} is ${what}` : `is ${what}`;
+}
+
 function seedText(seed) {
   return seed === null || seed === undefined ? "not seeded" : `seed ${fmt(seed)}`;
 }
@@ -84,6 +90,7 @@ class Pane {
       this.root.append(this.parts[name]);
     }
     this.readoutFetch = new Latest((step) => this.fetchReadout(step));
+    this.images = [];  // each image leaf's {img, caption, image} (the episode's "images")
     this.imageFetch = new Latest((step) => this.fetchImage(step));
   }
   id(name) { return name + this.suffix; }
@@ -103,8 +110,10 @@ class Pane {
     this.parts.heading.textContent = `${doc.recording}, episode ${doc.episode_id}`;
     const span = doc.first_step ? ` (steps ${doc.first_step}..${doc.first_step + doc.length - 1}: the ones before not kept)` : "";
     const parts = doc.parts > 1 ? `, in ${doc.parts} parts` : "";
-    const obs = doc.image ? `observation is a ${doc.image.height}x${doc.image.width}x${doc.image.channels} image`
-                          : `observation has ${doc.observation_dims} dimension(s)`;
+    const images = doc.images || [];
+    const obs = images.length ? `observation ${images.map(imageText).join(", ")}` + (images.length > 1 || images[0].label
+                                ? `, ${doc.observation_dims} dimension(s) in all` : "")
+                              : `observation has ${doc.observation_dims} dimension(s)`;
     this.parts.summary.textContent = `${doc.length} steps${span}${parts}, return ${fmt(doc["return"])}, ended by ` +
       `${doc.ended_by ?? "nothing yet (continues)"}${doc.complete ? "" : " (incomplete)"}, ${seedText(doc.seed)}; ${obs}`;
     this.showVerdict();
@@ -124,9 +133,9 @@ class Pane {
     }
   }
   async showMedia() {
-    const clip = this.doc.clip, media = this.parts.media, image = this.doc.image;
+    const clip = this.doc.clip, media = this.parts.media, images = this.doc.images || [];
     media.replaceChildren();
-    const each = image ? (this.width - 12) / 2 : this.width;  // the clip and the observation image side by side
+    const each = images.length && clip && clip.url ? (this.width - 12) / 2 : this.width;  // a clip and the image(s) side by side
     if (!clip || !clip.url) {
       const none = el("div", {}, el("p", {class: "muted"}, "no clip of this episode: plots only"));
       if (this.doc.render_command) {
@@ -151,13 +160,14 @@ class Pane {
         this.player = video;
       }
     }
-    if (image) {
-      const img = el("img", {id: this.id("obs-image"), class: "obs-image", alt: "the observation at the cursor"});
-      this.scale(img, image.width, image.height, each);
-      this.obsCaption = el("div", {class: "muted"}, "observation");
-      media.append(el("figure", {class: "obs-box"}, img, this.obsCaption));
-      this.image = img;
-    }
+    this.images = images.map((image, i) => {
+      const img = el("img", {id: this.id(i ? `obs-image-${i}` : "obs-image"), class: "obs-image", "data-leaf": String(image.leaf),
+                             "data-frames": String(image.frames), alt: `the observation${image.label ? " " + image.label : ""} at the cursor`});
+      this.scale(img, image.png_width, image.png_height, each);  // a stack's PNG: its frames side by side
+      const caption = el("div", {class: "muted"}, "observation");
+      media.append(el("figure", {class: "obs-box"}, img, caption));
+      return {img, caption, image};
+    });
   }
   scale(node, w, h, maxWidth) {
     if (!w || !h) return;
@@ -198,7 +208,7 @@ class Pane {
     for (const p of this.plots) p.moveCursor(at);
     this.root.dataset.cursorStep = String(at);
     this.readoutFetch.want(at);
-    if (this.image) this.imageFetch.want(at);
+    if (this.images.length) this.imageFetch.want(at);
   }
   async fetchReadout(step) {
     const dims = this.doc.series.observations.map((o) => o.dim).join(",");
@@ -228,16 +238,16 @@ class Pane {
     this.parts["step-info"].replaceChildren(table);
   }
   fetchImage(step) {
-    return new Promise((resolve) => {
-      const img = this.image;
+    return Promise.all(this.images.map(({img, caption, image}) => new Promise((resolve) => {
       const done = () => {
         img.dataset.step = String(step);
-        this.obsCaption.textContent = `observation ${step}`;
+        caption.textContent = `observation${image.label ? " " + image.label : ""} ${step}` +
+          (image.frames > 1 ? `: its ${image.frames} stacked frames, oldest left, newest right` : "");
         resolve();
       };
       img.onload = done;
       img.onerror = () => resolve();
-      img.src = `/api/observation.png?${this.query()}&step=${step}`;
-    });
+      img.src = `/api/observation.png?${this.query()}&step=${step}&leaf=${image.leaf}`;
+    })));
   }
 }
