@@ -18,6 +18,7 @@ An id of the form ``module:Env-v0`` is Gymnasium's own way and works as is.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 from importlib.metadata import entry_points
@@ -86,15 +87,22 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     """``gym.make(env_id, **kwargs)`` once the packages registering ``env_id`` are loaded.
 
     Gymnasium's own errors pass through; "Namespace ALE not found" with
-    ale-py missing also says what to install.
+    ale-py missing also says what to install. An id ``module:Env-v0`` stays
+    the env's ``spec.id`` as given (Gymnasium drops the module), so a
+    recording names the module the env comes from and replay can make it
+    again once the user trusts that module (``--import module``).
     """
     missing = load_env_namespace(env_id)
     try:
-        return gym.make(env_id, **kwargs)
+        env = gym.make(env_id, **kwargs)
     except gym.error.NamespaceNotFound as exc:
         if missing is None:
             raise
         raise gym.error.NamespaceNotFound(f"{exc} ({missing})") from exc
+    base = env.unwrapped
+    if ":" in env_id and base.spec is not None and base.spec.id != env_id:
+        base.spec = dataclasses.replace(base.spec, id=env_id)
+    return env
 
 
 def declared_render_modes(env_id: str) -> list[str] | None:

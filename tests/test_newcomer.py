@@ -1,7 +1,8 @@
 """What a new user hit (issue 36), replayed as the commands they typed: fresh processes, the base install.
 
 Each test runs ``envrec ...`` or a short script in a fresh interpreter, as a user would, and checks what
-they see: every clip kept when two commands write into one folder, the doctor's fix and exit 2 for an env
+they see: every clip kept when two commands write into one folder, an env of the user's own module verified
+with ``--import``, the doctor's fix and exit 2 for an env
 that cannot render here, ansi-only envs filmed as asciicast, a clip logger that loses nothing however its
 writer is closed, quiet vector sub-processes, a read-only folder named as such, install hints that work
 from a clone, MuJoCo's camera as documented, and the misuses Gymnasium's API leaves open (a step after
@@ -105,6 +106,57 @@ def test_two_envrec_record_started_at_once_keep_every_clip_each_meta_beside_its_
     assert sorted(map(sorted, by_recorder.values())) == [[0, 1], [0, 1]]  # each process's own two clips
     reference = open(os.path.join(ROOT, "docs", "reference.md")).read()
     assert "`rl-video-YYYYmmdd-HHMMSS-episode-N.mp4`" in reference  # the names are documented as they are
+
+
+# -- 4. envs registered by the user's own module --------------------------------------------------------------------
+
+USER_ENVS = '''
+import gymnasium as gym
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+
+class UserPole(CartPoleEnv):
+    pass
+
+
+gym.register("UserPole-v0", entry_point=UserPole, max_episode_steps=15)  # a class, as Gymnasium's docs show
+gym.register("UserPoleNamed-v0", entry_point="userenvs:UserPole", max_episode_steps=15)
+'''
+
+
+@pytest.mark.variants
+@pytest.mark.parametrize("env_id", ["userenvs:UserPole-v0", "userenvs:UserPoleNamed-v0"])
+def test_a_users_module_env_recorded_by_envrec_record_verifies_and_renders_with_import(tmp_path, env_id):
+    """`envrec record --env module:Id` records the id as given and a spec (a class entry point named module:Class);
+    verify and render make it again once the user names the module (--import), and say so when not; the viewer's
+    render hint says which module to trust, importing nothing."""
+    (tmp_path / "userenvs.py").write_text(USER_ENVS)
+    out = tmp_path / "out"
+    env = environment(path=(str(tmp_path),))
+    rec = envrec("record", "--env", env_id, "--episodes", "3", "--video-every", "0", "--out", str(out), "-q", env=env)
+    assert rec.returncode == 0, rec.stdout + rec.stderr
+    (manifest,) = [json.loads(p.read_text()) for p in out.glob("*.manifest.json")]
+    assert manifest["env_id"] == env_id and manifest["env"]["spec"]["id"] == env_id
+    assert manifest["env"]["spec"]["entry_point"] == "userenvs:UserPole" and manifest["env"]["spec_error"] is None
+
+    refused = envrec("verify", str(out), env=env)
+    assert refused.returncode == 1 and "pass --import userenvs if you trust that module" in refused.stdout, refused.stdout
+    ok = envrec("verify", str(out), "--import", "userenvs", env=env)
+    assert ok.returncode == 0 and "3 reproduced, 0 diverged, 0 cannot replay" in ok.stdout, ok.stdout + ok.stderr
+    rendered = envrec("render", str(out), "--episodes", "0", "--import", "userenvs", env=env)
+    assert rendered.returncode == 0, rendered.stdout + rendered.stderr
+    assert len(list((out / "videos").glob("*.mp4"))) == 1
+
+    from envrec.viewer.catalog import Catalog
+
+    catalog = Catalog(str(out))
+    catalog.index()
+    name = manifest["prefix"]
+    hint = catalog.episode(name, 1)["render_needs"]
+    assert hint is not None and "add --import userenvs if you trust it" in hint
+    catalog.verdicts.imports = ("userenvs",)
+    assert catalog.episode(name, 1)["render_needs"] is None
+    assert "userenvs" not in sys.modules  # shown, never imported
 
 
 # -- 5. envs that cannot render as asked ---------------------------------------------------------------------------

@@ -24,7 +24,17 @@ from envrec.read.reader import Damaged
 from envrec.replay.verdict_text import clean, detail, render_command, short, verify_command
 from envrec.replay.verdicts import VERDICT_SUFFIX, VerdictFile, read_verdicts
 
-__all__ = ["VerdictMarks"]
+__all__ = ["VerdictMarks", "env_module"]
+
+
+def env_module(manifest: Any) -> str | None:
+    """The module a recording's env id names (``module:Env-v0``, as ``envrec record --env`` records it), when it is a
+    dotted name of identifiers; None otherwise. Only ever shown: a folder never names a module to import."""
+    env_id = manifest.get("env_id") if isinstance(manifest, dict) else None
+    module = env_id.rpartition(":")[0] if isinstance(env_id, str) else ""
+    if not module or len(module) > 100 or not all(part.isidentifier() for part in module.split(".")):
+        return None
+    return module
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,7 @@ class _Verified:
     error: str | None
     folder: str  # the recording's folder, as the user would type it
     prefix: str | None  # for --prefix: set when the folder holds several recordings
+    env_module: str | None = None  # the module its env id names (module:Id), said to the user, never imported
 
 
 class VerdictMarks:
@@ -65,7 +76,7 @@ class VerdictMarks:
             vf, error = self._read(src.directory, prefix)
             if error is not None:
                 damaged.append(Damaged(os.path.relpath(os.path.join(src.directory, prefix + VERDICT_SUFFIX), self.root), error))
-            recordings[src.name] = _Verified(vf, error, folder, prefix if several else None)
+            recordings[src.name] = _Verified(vf, error, folder, prefix if several else None, env_module(src.manifest))
         self._recordings = recordings  # swapped in whole: other threads read the one before meanwhile
 
     def _read(self, directory: str, prefix: str) -> tuple[VerdictFile | None, str | None]:
@@ -117,4 +128,7 @@ class VerdictMarks:
         known = type(episode_id) is int  # a folder's episode record may lack its id: no command names it then
         out["verify_command"] = verify_command(r.folder, r.prefix, self.imports) + f" --episodes {episode_id}" if r and unverified and known else None
         out["render_command"] = render_command(r.folder, episode_id, r.prefix, self.imports) if r and not clip and known else None
+        needs = r.env_module if r is not None and r.env_module not in self.imports else None
+        out["render_needs"] = (f"its env comes from your module {needs}: add --import {needs} if you trust it "
+                               "(the viewer never imports it)") if needs and out["render_command"] else None
         return out

@@ -46,10 +46,21 @@ def spec_json(spec: EnvSpec) -> tuple[dict | None, str | None]:
         spec: an env's ``EnvSpec`` (a sub-env's, for a vector recording).
     """
     kept = tuple(w for w in spec.additional_wrappers if not str(w.entry_point).startswith(RECORDING_WRAPPERS))
+    named = {k: _callable_name(getattr(spec, k)) for k in ("entry_point", "vector_entry_point") if callable(getattr(spec, k))}
     try:
-        return json.loads(dataclasses.replace(spec, additional_wrappers=kept).to_json()), None
+        return json.loads(dataclasses.replace(spec, additional_wrappers=kept, **named).to_json()), None
     except Exception as exc:  # noqa: BLE001  (gymnasium says why in its own words; any failure means no spec)
         return None, f"its spec cannot be written as JSON: {exc}"
+
+
+def _callable_name(entry_point: Any) -> Any:
+    """A callable entry point (``gym.register(id, entry_point=MyEnv)``) as the ``module:qualname`` string Gymnasium
+    loads, so the spec can be written as JSON; the callable itself when it has no such name (made in ``__main__`` or
+    in a function): ``to_json`` then says why the spec cannot be written."""
+    module, qualname = getattr(entry_point, "__module__", None), getattr(entry_point, "__qualname__", None)
+    if not module or not qualname or module == "__main__" or "<locals>" in qualname:
+        return entry_point
+    return f"{module}:{qualname}"
 
 
 def _versions(spec: dict | None) -> dict[str, str]:

@@ -140,6 +140,7 @@ class Pane {
       const none = el("div", {}, el("p", {class: "muted"}, "no clip of this episode: plots only"));
       if (this.doc.render_command) {
         none.append(el("p", {}, "render it from the trace: ", el("code", {id: this.id("render-command")}, this.doc.render_command)));
+        if (this.doc.render_needs) none.append(el("p", {class: "muted", id: this.id("render-needs")}, this.doc.render_needs));
       }
       media.append(none);
     } else {
