@@ -108,6 +108,58 @@ def test_two_envrec_record_started_at_once_keep_every_clip_each_meta_beside_its_
     assert "`rl-video-YYYYmmdd-HHMMSS-episode-N.mp4`" in reference  # the names are documented as they are
 
 
+# -- 2. and 3. recordings that verify -----------------------------------------------------------------------------
+
+VECTOR_SCRIPT = """
+import sys
+import gymnasium as gym
+import envrec
+
+mode = sys.argv[2] if sys.argv[2] != "default" else None
+envs = gym.make_vec("CartPole-v1", num_envs=2, max_episode_steps=8, vectorization_mode=mode)
+envs = envrec.RecordVectorTrace(envs, sys.argv[1])
+envs.reset()
+for _ in range(40):
+    envs.step(envs.action_space.sample())
+envs.close()
+"""
+
+
+@pytest.mark.variants
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_issues_vector_recording_verifies(tmp_path, mode):
+    """The issue's make_vec(max_episode_steps=8) recording verified as 'diverged at step 8' and its autoresets
+    'cannot replay': with sub-envs that can be made one by one, every episode now reproduces."""
+    made = script(VECTOR_SCRIPT, str(tmp_path), mode)
+    assert made.returncode == 0, made.stderr
+    proc = envrec("verify", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 diverged, 0 cannot replay" in proc.stdout and "older envrec" not in proc.stdout + proc.stderr
+
+
+def test_a_numpy_vectorized_recording_says_why_it_cannot_replay_and_what_would(tmp_path):
+    """make_vec's default for CartPole steps all sub-envs as one array: verify says so and names the fix."""
+    made = script(VECTOR_SCRIPT, str(tmp_path), "default")
+    assert made.returncode == 0, made.stderr
+    proc = envrec("verify", str(tmp_path))
+    assert proc.returncode == 1 and "0 reproduced, 0 diverged" in proc.stdout, proc.stdout + proc.stderr
+    assert "CartPoleVectorEnv steps all its sub-envs as one array" in proc.stdout
+    assert "vectorization_mode='sync'" in proc.stdout and "older envrec" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow  # two Pong episodes (~1,800 steps) recorded and replayed
+def test_the_readmes_atari_command_verifies(tmp_path):
+    """`envrec record --env ALE/Pong-v5` then `envrec verify`: 4 of 5 episodes diverged (sticky actions); the ALE
+    snapshot is now taken by default, and every episode reproduces."""
+    pytest.importorskip("ale_py")
+    out = tmp_path / "pong"
+    rec = envrec("record", "--env", "ALE/Pong-v5", "--episodes", "2", "--video-every", "0", "--out", str(out), "-q")
+    assert rec.returncode == 0, rec.stderr
+    proc = envrec("verify", str(out))
+    assert proc.returncode == 0 and "2 reproduced" in proc.stdout, proc.stdout + proc.stderr
+    assert "started from its snapshot" in proc.stdout  # the unseeded second episode
+
+
 # -- 4. envs registered by the user's own module --------------------------------------------------------------------
 
 USER_ENVS = '''

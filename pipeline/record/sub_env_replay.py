@@ -73,11 +73,22 @@ def describe_sub_envs(env: Any) -> dict:
     except Exception as exc:  # noqa: BLE001  (a sub-process that cannot answer: the recording goes on without it)
         return env_description(None, f"its sub-envs' spec could not be read: {exc!r}")
     if spec is None:
-        return env_description(None, NO_SUB_ENVS if not _exposes(base) else "the sub-envs were not made by "
-                                                                            "gymnasium.make (their spec is None)")
+        if _exposes(base):
+            return env_description(None, "the sub-envs were not made by gymnasium.make (their spec is None)")
+        return env_description(None, _not_exposed(base))
     described, error = spec_json(spec)
     meanings = action_meanings(base.envs[0]) if isinstance(base, gym.vector.SyncVectorEnv) else None
     return env_description(described, error, meanings=meanings)
+
+
+def _not_exposed(base: Any) -> str:
+    """Why a vector env's sub-envs cannot be made one by one, and what would record ones that can."""
+    spec = getattr(base, "spec", None)
+    if spec is not None and (spec.kwargs or {}).get("vectorization_mode") in ("vector_entry_point", None) and spec.vector_entry_point:
+        return (f"{type(base).__name__} steps all its sub-envs as one array (gym.make_vec's default for {spec.id}: "
+                "vectorization_mode='vector_entry_point'), so they cannot be made one by one; "
+                "gym.make_vec(..., vectorization_mode='sync') or 'async' records sub-envs that replay")
+    return NO_SUB_ENVS
 
 
 def _exposes(base: Any) -> bool:

@@ -7,8 +7,8 @@ How an episode starts (``plan_start``; see docs/replay.md):
    env's ``np_random`` (``env.unwrapped._np_random``, a fresh ``Generator`` of the recorded bit generator);
 3. ``env.reset(seed=episode.seed, options=episode.options)``.
 
-A reset without a seed, without ``rng`` and without ``reset_snapshot`` (a vector env's own autoreset, as SB3's
-VecEnvs', or an older envrec) cannot be replayed: ``CannotReplay`` says why and what would make it replayable. An episode whose start
+A reset without a seed, without ``rng`` and without ``reset_snapshot`` (the autoreset of a vector env that does not
+expose its sub-envs, or an older envrec) cannot be replayed: ``CannotReplay`` says why and what would make it replayable. An episode whose start
 was evicted (``first_step > 0``), or a replay asked to start mid-episode, starts from a recorded
 ``SavedState``: after a reset, the hook restores its state, its ``rng`` becomes ``np_random`` and every
 ``TimeLimit`` wrapper counts its ``step`` steps.
@@ -38,15 +38,15 @@ from ..record.snapshots import resolve_snapshot
 from .compare import UNKNOWN, Difference, first_difference
 from .trust import Refused, recorded_snapshot
 
-__all__ = ["INFERRED_RNG", "UNKNOWN", "CannotReplay", "Difference", "Replay", "ReplayStep", "Start", "Transition", "compare",
+__all__ = ["INFERRED_RNG", "NO_RNG", "UNKNOWN", "CannotReplay", "Difference", "Replay", "ReplayStep", "Start", "Transition", "compare",
            "plan_start", "restore_rng", "snapshot_hook"]
 
 logger = logging.getLogger(__name__)
 
 _BIT_GENERATORS = {c.__name__: c for c in (np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937,
                                              np.random.Philox, np.random.SFC64)}
-NO_RNG = (("reset without a seed, and the recording has no np_random state (a vector env's own autoreset, as SB3's "
-           "VecEnvs', or an older envrec)"),
+NO_RNG = (("reset without a seed, and the recording has no np_random state (the autoreset of a vector env that does "
+           "not expose its sub-envs, or a recording of an older envrec)"),
           "seed the reset, or record each env with RecordTrace (it records np_random before each reset it sees)")
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ConfigError, TraceError
 from ..read.reader import TraceReader
-from .engine import INFERRED_RNG, CannotReplay, Replay, Start, compare, plan_start, snapshot_hook
+from .engine import INFERRED_RNG, NO_RNG, CannotReplay, Replay, Start, compare, plan_start, snapshot_hook
 from .jobs import JOB_TIMEOUT_S, Item, run_jobs
 from .recreate import KEEP, CannotRecreate, load_callable, recreate_env, spec_trusted
 from .selection import episode_refs, parse_selection, select_episodes
@@ -137,7 +137,12 @@ def _verify_one(s: _Session, index: int, episode_id: int) -> Verdict:
         if refused is not None:
             raise CannotReplay(refused.reason, refused.hint)
     except (CannotReplay, TraceError, IndexError) as exc:
-        return Verdict(**base, status="cannot_replay", reason=getattr(exc, "reason", str(exc)), hint=getattr(exc, "hint", None))
+        reason, hint = getattr(exc, "reason", str(exc)), getattr(exc, "hint", None)
+        no_spec = None if s.options.get("make") is not None else _no_spec(s.manifest)
+        if no_spec is not None and isinstance(exc, CannotReplay):  # the root cause, with its own fix
+            what = "reset without a seed, and no np_random state was recorded" if reason == NO_RNG[0] else reason
+            reason, hint = f"{what}: {no_spec}", None
+        return Verdict(**base, status="cannot_replay", reason=reason, hint=hint)
     try:
         env = s.env()
     except (CannotRecreate, ConfigError) as exc:
@@ -179,6 +184,15 @@ def _plan(s: _Session, ep: Any) -> tuple[Any, Start]:
                        start.how, missing.hint)
         return None, start
     return hook, plan_start(ep, hook)
+
+
+def _no_spec(manifest: Mapping[str, Any]) -> str | None:
+    """Why the recording has no env spec (its ``spec_error``), None when it has one or says nothing."""
+    env = manifest.get("env")
+    if not isinstance(env, Mapping) or env.get("spec") is not None:
+        return None
+    why = env.get("spec_error")
+    return why if isinstance(why, str) and why else None
 
 
 def _is_ale(manifest: Mapping[str, Any]) -> bool:
