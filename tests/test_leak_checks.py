@@ -97,7 +97,8 @@ def test_a_memfd_held_by_an_orphan_of_this_run():
 
 def test_an_envrec_job_outside_the_tree_is_not_this_tests(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != RUN_ENV}  # another job: not this run's
-    pid = _double_fork(os.path.join(HERE, "job.pid"), os.path.join(HERE, "job.py"), str(tmp_path / "job"),
+    # the job writes outside this test's tmp_path: its files are not this test's either
+    pid = _double_fork(os.path.join(HERE, "job.pid"), os.path.join(HERE, "job.py"), os.path.join(HERE, "job-out"),
                        os.path.join(HERE, "STOP-job"), env=env)
     assert pid not in ours()
     theirs, deadline = set(), time.monotonic() + 30
@@ -123,6 +124,13 @@ def _stop(folder, name: str) -> None:
             psutil.Process(pid).kill()
             break
         time.sleep(0.05)
+    while _writing(os.path.join(folder, f"{name}-out")) and time.monotonic() < deadline:
+        time.sleep(0.05)  # its workers finish what it recorded after it exited
+
+
+def _writing(folder) -> bool:
+    """Whether files are still being written in ``folder`` (their temporaries are there)."""
+    return any(n.endswith(".tmp") for _, _, names in os.walk(folder) for n in names)
 
 
 @pytest.mark.parametrize("workers", [[], ["-p", "xdist", "-n", "2"]], ids=["one-process", "xdist"])

@@ -1,4 +1,5 @@
-"""``python -m envrec.workers ROLE --config-fd=N --report-fd=M``: a worker process's first code.
+"""``python -m envrec.workers ROLE --config-fd=N --report-fd=M``: a worker process's first code (or
+``--spare-fd=N``: a spare that becomes a worker later, ``envrec.supervision.spare``).
 
 Started by the env side's launcher (``envrec.supervision.launcher``), never by hand. It
 reads its pickled ``(role, config, ring spec, env pid)`` from the inherited
@@ -11,11 +12,14 @@ user's program is imported: the worker runs the same in a script without a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import fcntl
 import logging
 import os
 import pickle
 import signal
+import socket
 import sys
 from multiprocessing.connection import Connection
 
@@ -25,6 +29,17 @@ from .loop import MAINS, latch_termination
 
 PR_SET_PDEATHSIG = 1  # prctl(2) option: a signal this process gets when its parent exits
 PARENT_DEATH_SIGNAL = signal.SIGUSR1  # only wakes the worker, which then checks its parent itself
+
+
+PR_SET_NAME = 15  # prctl(2) option: the process's name (``comm``: ps -o comm, top), 15 bytes at most
+SPARE_NAME = "envrec-spare"
+
+
+def name_process(name: str) -> None:
+    """Set what ``ps -o comm`` and ``top`` show: ``envrec-ROLE`` for a worker, ``envrec-spare`` for a spare
+    (a spare's command line is the same before and after it becomes a worker)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 def _ask_for_parent_death_signal() -> bool:
@@ -42,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config-fd", type=int, required=True)
     parser.add_argument("--report-fd", type=int, required=True)
     args = parser.parse_args(argv)
+    name_process(f"envrec-{args.role}")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     with os.fdopen(args.config_fd, "rb") as f:
         role, config, ring_spec, parent_pid = pickle.load(f)
@@ -64,5 +80,51 @@ def main(argv: list[str] | None = None) -> None:
     MAINS[role](config, ring_spec, conn, parent_pid)
 
 
+def serve_as_spare(sock_fd: int) -> None:
+    """``--spare-fd=N``: wait, imports done, until the env process makes this interpreter a worker
+    (``envrec.supervision.spare``): it sends a memory file of ``(argv, environment, sys.path, folder)`` and the
+    descriptors the worker inherits, with the numbers they have in the env process, which the worker's
+    arguments and config name. Exits when the env process closes its end first (it exited, or died).
+
+    Args:
+        sock_fd: this side of the socket pair.
+    """
+    name_process(SPARE_NAME)
+    sock = socket.socket(fileno=sock_fd)
+    try:
+        message, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 256)
+    except OSError:
+        raise SystemExit(0) from None
+    finally:
+        sock.close()
+    if not message or not fds:
+        raise SystemExit(0)  # the env process closed it: never used
+    numbers: list[int] = pickle.loads(message)
+    payload_fd, received = fds[0], fds[1:]
+    with os.fdopen(payload_fd, "rb") as f:
+        argv, environ, path, folder = pickle.load(f)
+    _place(received, numbers)
+    os.environ.clear()
+    os.environ.update(environ)
+    sys.path[:] = path
+    os.chdir(folder)
+    main(argv)
+
+
+def _place(received: list[int], numbers: list[int]) -> None:
+    """Move each received descriptor to the number it has in the env process: first all above every number
+    involved, so that no move overwrites a descriptor still to be moved."""
+    floor = max([*received, *numbers]) + 1
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for fd in received]
+    for fd in received:
+        os.close(fd)
+    for fd, number in zip(high, numbers, strict=True):
+        os.dup2(fd, number)
+        os.close(fd)
+
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 2 and sys.argv[1].startswith("--spare-fd="):
+        serve_as_spare(int(sys.argv[1].split("=", 1)[1]))
+    else:
+        main()

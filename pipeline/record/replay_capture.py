@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib.metadata
 import json
 import logging
 import platform
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -69,14 +71,38 @@ def _versions(spec: dict | None) -> dict[str, str]:
     modules = ["numpy"]
     if spec is not None and isinstance(spec.get("entry_point"), str):
         modules.append(spec["entry_point"].split(":")[0].split(".")[0])
-    dists = importlib.metadata.packages_distributions()
     for module in modules:
-        for dist in dists.get(module, ())[:1]:
-            try:
-                out[module] = importlib.metadata.version(dist)
-            except importlib.metadata.PackageNotFoundError:
-                pass
+        version = _module_version(module)
+        if version is not None:
+            out[module] = version
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _module_version(module: str) -> str | None:
+    """The version of the distribution that installs top-level ``module``, None when none does (an env of the
+    user's own). Its distribution's name is tried first (``ale_py`` finds ``ale-py``): listing every installed
+    distribution's files (``packages_distributions``) costs a recorder's start hundreds of milliseconds, so it is
+    the fallback, and each answer is kept for the process."""
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        dist = importlib.metadata.distribution(module)
+        if module in _top_level(dist):
+            return dist.version
+    where = str(getattr(sys.modules.get(module), "__file__", None) or "")
+    if where and not any(part in where for part in ("site-packages", "dist-packages")):
+        return None  # a module of the user's own (their script's folder): no distribution installs it
+    for name in importlib.metadata.packages_distributions().get(module, ())[:1]:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            return importlib.metadata.version(name)
+    return None
+
+
+def _top_level(dist: importlib.metadata.Distribution) -> set[str]:
+    """The top-level modules a distribution declares (``top_level.txt``), else its own name as a module."""
+    declared = dist.read_text("top_level.txt")
+    if declared:
+        return set(declared.split())
+    return {dist.metadata["Name"].replace("-", "_").lower()}
 
 
 def describe_env(env: gym.Env, snapshot: Snapshot | None = None, snapshot_every: int | None = None) -> dict:

@@ -55,8 +55,9 @@ import psutil
 
 from ..contract.ring import RingSpec
 from ..formats.fullwrite import write_all
+from .spare import payload, spare_workers
 
-__all__ = ["PYTHON_ENV_VAR", "STDERR_TAIL_LINES", "WorkerProcess"]
+__all__ = ["PYTHON_ENV_VAR", "STDERR_TAIL_LINES", "Started", "WorkerProcess", "start_interpreter"]
 
 PYTHON_ENV_VAR = "ENVREC_PYTHON"
 STDERR_TAIL_LINES = 20  # lines of a worker's output kept to explain its death
@@ -101,6 +102,24 @@ def _config_file(payload: bytes) -> int:
     return fd
 
 
+def _taken_spare(role: str, args: list[str], fds: tuple[int, ...]) -> Started | None:
+    """A spare interpreter made the worker of ``args`` (``envrec.supervision.spare``), or None when none waits."""
+    spare = spare_workers().take(args[0], start_interpreter)
+    if spare is None:
+        return None
+    if spare.started.python != python_executable():  # ENVREC_PYTHON changed since it started
+        spare.discard()
+        return None
+    request = _config_file(payload(args[1:]))
+    try:
+        if not spare.hand_over(fds, request):
+            return None
+    finally:
+        os.close(request)
+    spare.started.role = role
+    return spare.started
+
+
 def reap_later(children: list[psutil.Process]) -> None:
     """Kill, in a thread, whichever of ``children`` are still running ``CHILD_GRACE_S`` from now."""
     if children:
@@ -114,59 +133,95 @@ def _kill_survivors(children: list[psutil.Process]) -> None:
             child.kill()
 
 
-class WorkerProcess:
-    """One worker interpreter: its pid, exit status, report pipe and the tail of its output.
+class Started:
+    """A started interpreter: its ``Popen`` (None when it could not be executed: ``start_error``), and a thread
+    draining its output into ``tail`` and the log under ``envrec.workers.<role>``.
 
-    ``start_error`` is set (and the object otherwise inert, as a process
-    that died at once) when the interpreter could not even be executed.
+    Args:
+        role: what it runs, for messages and the logger's name (a spare's changes when it is taken).
     """
 
-    def __init__(self, role: str, main: str, config: Any, ring: RingSpec | None, fds: tuple[int, ...],
-                 module: str = "envrec.workers") -> None:
+    def __init__(self, role: str) -> None:
         self.role = role
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.proc: subprocess.Popen | None = None
         self.start_error: str | None = None
-        self.conn: Connection | None = None
-        self._proc: subprocess.Popen | None = None
-        self._drain: threading.Thread | None = None
-        self.pid = -1
-        payload = pickle.dumps((main, config, ring, os.getpid()), protocol=pickle.HIGHEST_PROTOCOL)
-        config_fd = _config_file(payload)
-        report_r, report_w = os.pipe()
-        out_r, out_w = os.pipe()
-        python = python_executable()
-        argv = [python, "-P", "-m", module, main, f"--config-fd={config_fd}", f"--report-fd={report_w}"]
-        try:
-            with _blocked_in_this_thread(LATCHED_SIGNALS):
-                self._proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out_w,
-                    stderr=out_w,
-                    pass_fds=(config_fd, report_w, *fds),
-                    env=_child_environment(),
-                )
-        except OSError as exc:
-            self.start_error = f"cannot start the {role} with {python!r}: {exc}"
-            os.close(report_r)
-            os.close(out_r)
-        else:
-            self.pid = self._proc.pid
-            self.conn = Connection(report_r, writable=False)
-            self._drain = threading.Thread(target=self._read_output, args=(out_r,), name=f"envrec-{role}-output", daemon=True)
-            self._drain.start()
-        finally:
-            for fd in (config_fd, report_w, out_w):
-                os.close(fd)
+        self.python = python_executable()
+        self.drain: threading.Thread | None = None
 
-    def _read_output(self, fd: int) -> None:
-        log = logging.getLogger(f"envrec.workers.{self.role.replace(' ', '-')}")
+    def read_output(self, fd: int) -> None:
         with open(fd, "rb") as f:  # a pipe: each read returns what has arrived, a line is never held back
             for raw in iter(f.readline, b""):
                 line = raw.decode("utf-8", "replace").rstrip()
                 if line:
                     self.tail.append(line)
-                    log.debug("[pid %d] %s", self.pid, line)
+                    pid = self.proc.pid if self.proc is not None else -1
+                    logging.getLogger(f"envrec.workers.{self.role.replace(' ', '-')}").debug("[pid %d] %s", pid, line)
+
+
+def start_interpreter(role: str, args: list[str], fds: tuple[int, ...]) -> Started:
+    """``python -P -m ARGS``, inheriting ``fds`` and started with SIGTERM and SIGINT blocked (see the module
+    docstring); ``start_error`` says why when it could not be executed.
+
+    Args:
+        role: what it runs, for messages and its logger.
+        args: what follows ``-m``: the module and its arguments.
+        fds: the descriptors it inherits, at their numbers here.
+    """
+    started = Started(role)
+    out_r, out_w = os.pipe()
+    try:
+        with _blocked_in_this_thread(LATCHED_SIGNALS):
+            started.proc = subprocess.Popen(
+                [started.python, "-P", "-m", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=out_w,
+                pass_fds=fds,
+                env=_child_environment(),
+            )
+    except OSError as exc:
+        started.start_error = f"cannot start the {role} with {started.python!r}: {exc}"
+        os.close(out_r)
+    else:
+        started.drain = threading.Thread(target=started.read_output, args=(out_r,), name=f"envrec-{role}-output", daemon=True)
+        started.drain.start()
+    finally:
+        os.close(out_w)
+    return started
+
+
+class WorkerProcess:
+    """One worker interpreter: its pid, exit status, report pipe and the tail of its output.
+
+    A spare interpreter started ahead (``envrec.supervision.spare``) is taken when one waits; else one
+    is started now. ``start_error`` is set (and the object otherwise inert, as a process that died at
+    once) when the interpreter could not even be executed.
+    """
+
+    def __init__(self, role: str, main: str, config: Any, ring: RingSpec | None, fds: tuple[int, ...],
+                 module: str = "envrec.workers") -> None:
+        self.role = role
+        self.conn: Connection | None = None
+        self.pid = -1
+        payload = pickle.dumps((main, config, ring, os.getpid()), protocol=pickle.HIGHEST_PROTOCOL)
+        config_fd = _config_file(payload)
+        report_r, report_w = os.pipe()
+        args = [module, main, f"--config-fd={config_fd}", f"--report-fd={report_w}"]
+        passed = (config_fd, report_w, *fds)
+        try:
+            self._started = _taken_spare(role, args, passed) or start_interpreter(role, args, passed)
+        finally:
+            for fd in (config_fd, report_w):
+                os.close(fd)
+        self.start_error = self._started.start_error
+        self._proc = self._started.proc
+        self.tail = self._started.tail
+        if self._proc is None:
+            os.close(report_r)
+        else:
+            self.pid = self._proc.pid
+            self.conn = Connection(report_r, writable=False)
 
     @property
     def returncode(self) -> int | None:
@@ -208,8 +263,8 @@ class WorkerProcess:
         """The worker's last lines of output (after it exited: all of them), or the start error."""
         if self.start_error is not None:
             return self.start_error
-        if self._drain is not None and self.returncode is not None:
-            self._drain.join(OUTPUT_DRAIN_S)
+        if self._started.drain is not None and self.returncode is not None:
+            self._started.drain.join(OUTPUT_DRAIN_S)
         return "\n".join(self.tail)
 
     def close(self) -> None:
