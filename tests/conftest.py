@@ -114,8 +114,8 @@ def _children() -> set[int]:
             cmd = " ".join(p.cmdline())
             if "resource_tracker" in cmd:
                 continue  # multiprocessing's own, started once per interpreter
-            if "--spare-fd=" in cmd and p.name() == "envrec-spare":
-                continue  # an idle spare worker: one per process, it lives as long as the process (test_spare.py)
+            if "--spare-fd=" in cmd and not (p.name().startswith("envrec-") and p.name() != "envrec-spare"):
+                continue  # an idle spare worker (still importing, or waiting): it lives as long as the process (test_spare.py)
             if cmd.startswith("ray::") or "/site-packages/ray/" in cmd:
                 continue  # a Ray cluster's own processes (its idle workers outlive a test; envrec's workers are checked)
         except psutil.Error:

@@ -1,5 +1,5 @@
-"""Spare workers (envrec.supervision.spare): after a worker starts, one more interpreter waits, imports done, and
-the next worker start takes it; it is this process's child like any worker, named envrec-spare while it waits
+"""Spare workers (envrec.supervision.spare): after a worker is closed, one more interpreter waits, imports done
+(two at most), and the next worker start takes it; it is this process's child like any worker, named envrec-spare while it waits
 and envrec-ROLE once taken; it exits with the process (closed or killed); a forked process never takes its
 parent's; ENVREC_SPARE_WORKER=0 starts none."""
 
@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import gymnasium as gym
 import psutil
@@ -17,12 +18,14 @@ import pytest
 
 import envrec
 from envrec import TraceReader
+from envrec.supervision.spare import MAX_SPARES
 
 from .support.processes import child_env
 from .support.waiting import wait_for
 
 
 def _spares(pid: int | None = None) -> list[psutil.Process]:
+    """The spares waiting (named so once their imports are done)."""
     out = []
     for p in psutil.Process(pid).children():
         try:
@@ -48,60 +51,86 @@ def _record(folder, prefix: str) -> envrec.RecordTrace:
     return rec
 
 
-def test_the_next_worker_is_the_spare_started_after_the_last(tmp_path):
+def test_no_spare_while_the_recorders_run_and_the_next_worker_takes_one_after(tmp_path):
     first = _record(tmp_path, "a")
-    spare = _waiting_spare(first.recorder._stream.worker_pid)
+    taken = first.recorder._stream.worker_pid
+    assert not [s for s in _spares() if s.pid != taken]  # a job that keeps its recorders never gets a spare
+    first.close()
+    spare = _waiting_spare(taken)
     second = _record(tmp_path, "b")
     worker = second.recorder._stream.worker_pid
     assert worker == spare.pid and psutil.Process(worker).ppid() == os.getpid()
     assert wait_for(lambda: psutil.Process(worker).name() == "envrec-serializ", 10.0)  # envrec-serializer, cut to 15
-    first.close()
     second.close()
     assert not psutil.pid_exists(worker)  # exited as a worker does, and reaped by this process (its parent)
     assert second.recorder._stream.worker.exitcode == 0 and not second.stats()["broken"]
     assert [len(list(TraceReader(str(tmp_path), prefix=p))) for p in ("a", "b")] == [1, 1]
+    assert wait_for(lambda: len(_spares()) == 1, 10.0)  # one worker closed: one spare
+    both = [_record(tmp_path, name) for name in "cd"]  # as a trace and a video recorder: two workers at once
+    for rec in both:
+        rec.close()
+    assert wait_for(lambda: len(_spares()) == MAX_SPARES, 10.0)
+    for name in "ef":
+        _record(tmp_path, name).close()  # each takes one and its close starts one: never more than MAX_SPARES
+    assert wait_for(lambda: len(_spares()) == MAX_SPARES, 10.0)
+    time.sleep(0.5)
+    assert len(_spares()) == MAX_SPARES
 
 
 SCRIPT = """
 import os, sys, time
 import gymnasium as gym, envrec
+from envrec.supervision.spare import spare_workers
 rec = envrec.RecordTrace(gym.make("CartPole-v1"), sys.argv[1])
 rec.reset(seed=0)
 rec.step(0)
 rec.close()
-time.sleep(0.5)  # the spare started after the worker
+while not spare_workers()._spares.get("envrec.workers"):  # a spare is started after a worker is closed
+    time.sleep(0.05)
 print(os.getpid(), flush=True)
-if sys.argv[2] == "wait":
-    time.sleep(60)
+sys.stdin.readline()  # then exits
 """
 
 
 @pytest.mark.parametrize("how", ["exit", "sigkill"])
 def test_a_spare_exits_with_its_process(tmp_path, how):
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path), "wait" if how == "sigkill" else "exit"],
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=child_env())
-    pid = int(proc.stdout.readline())
-    spares = _spares(pid) if psutil.pid_exists(pid) else []
-    if how == "sigkill":
-        assert len(spares) == 1
-        os.kill(pid, signal.SIGKILL)
-    proc.wait(30)
-    assert wait_for(lambda: not any(s.is_running() and s.status() != psutil.STATUS_ZOMBIE for s in spares), 10.0)
-    leftover = [p for p in psutil.process_iter(["cmdline"]) if "--spare-fd=" in " ".join(p.info["cmdline"] or [])
-                and p.ppid() in (pid, 1)]
-    assert not leftover
+    try:
+        pid = int(proc.stdout.readline())
+        assert wait_for(lambda: len(_spares(pid)) == 1, 10.0)
+        spares = _spares(pid)
+        if how == "sigkill":
+            os.kill(pid, signal.SIGKILL)
+        else:
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+        proc.wait(30)
+    finally:
+        proc.kill()
+    assert wait_for(lambda: not any(_running(s) for s in spares), 10.0)
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_no_spare_when_turned_off(tmp_path):
     env = {**child_env(), "ENVREC_SPARE_WORKER": "0"}
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path), "wait"], stdout=subprocess.PIPE,
-                            text=True, env=env)
-    try:
-        pid = int(proc.stdout.readline())
-        assert _spares(pid) == []
-    finally:
-        proc.kill()
-        proc.wait(30)
+    code = """
+import sys, time, gymnasium as gym, envrec
+from envrec.supervision.spare import spare_workers
+rec = envrec.RecordTrace(gym.make("CartPole-v1"), sys.argv[1])
+rec.reset(seed=0)
+rec.close()
+time.sleep(1.0)
+sys.exit(len(spare_workers()._spares.get("envrec.workers") or []) + spare_workers()._starting.get("envrec.workers", 0))
+"""
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, timeout=60)
+    assert proc.returncode == 0  # no spare waits, none starts
 
 
 def test_a_forked_process_starts_its_own_workers(tmp_path):

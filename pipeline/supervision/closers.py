@@ -16,6 +16,8 @@ import os
 import weakref
 from typing import Any
 
+from .spare import spare_workers
+
 __all__ = ["close_all", "register_closer", "unregister_closer"]
 
 logger = logging.getLogger(__name__)
@@ -34,12 +36,14 @@ def unregister_closer(obj: Any) -> None:
 
 
 def close_all(why: str) -> None:
-    """Close every recorder of this process still open (at exit, or on a signal: see ``envrec.supervision.signals``)."""
-    for obj in list(_live):
-        try:
-            obj.close()
-        except Exception:  # one failing recorder must not keep the others from closing
-            logger.exception("envrec: closing a recorder %s failed", why)
+    """Close every recorder of this process still open (at exit, or on a signal: see ``envrec.supervision.signals``);
+    its spare workers leave first (``envrec.supervision.spare``), and no more start."""
+    with spare_workers().paused():
+        for obj in list(_live):
+            try:
+                obj.close()
+            except Exception:  # one failing recorder must not keep the others from closing
+                logger.exception("envrec: closing a recorder %s failed", why)
 
 
 @atexit.register

@@ -44,6 +44,7 @@ import contextlib
 import logging
 import os
 import pickle
+import select
 import signal
 import subprocess
 import sys
@@ -62,6 +63,7 @@ __all__ = ["PYTHON_ENV_VAR", "STDERR_TAIL_LINES", "Started", "WorkerProcess", "s
 PYTHON_ENV_VAR = "ENVREC_PYTHON"
 STDERR_TAIL_LINES = 20  # lines of a worker's output kept to explain its death
 CHILD_GRACE_S = 2.0  # how long a killed worker's children (ffmpeg) get to finish on their own
+REAP_S = 5.0  # how long reaping an exited worker may take (it is immediate)
 OUTPUT_DRAIN_S = 1.0  # how long a dead worker's last output may take to arrive (its pipe closes with its last child)
 LATCHED_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})  # a worker starts with these blocked, until it can take them
 
@@ -104,7 +106,7 @@ def _config_file(payload: bytes) -> int:
 
 def _taken_spare(role: str, args: list[str], fds: tuple[int, ...]) -> Started | None:
     """A spare interpreter made the worker of ``args`` (``envrec.supervision.spare``), or None when none waits."""
-    spare = spare_workers().take(args[0], start_interpreter)
+    spare = spare_workers().take(args[0])
     if spare is None:
         return None
     if spare.started.python != python_executable():  # ENVREC_PYTHON changed since it started
@@ -202,6 +204,7 @@ class WorkerProcess:
     def __init__(self, role: str, main: str, config: Any, ring: RingSpec | None, fds: tuple[int, ...],
                  module: str = "envrec.workers") -> None:
         self.role = role
+        self.module = module
         self.conn: Connection | None = None
         self.pid = -1
         payload = pickle.dumps((main, config, ring, os.getpid()), protocol=pickle.HIGHEST_PROTOCOL)
@@ -217,11 +220,14 @@ class WorkerProcess:
         self.start_error = self._started.start_error
         self._proc = self._started.proc
         self.tail = self._started.tail
+        self._pidfd: int | None = None
         if self._proc is None:
             os.close(report_r)
         else:
             self.pid = self._proc.pid
             self.conn = Connection(report_r, writable=False)
+            with contextlib.suppress(OSError, AttributeError):  # Linux 5.3+: else wait() polls
+                self._pidfd = os.pidfd_open(self.pid)
 
     @property
     def returncode(self) -> int | None:
@@ -231,8 +237,15 @@ class WorkerProcess:
         return self._proc.poll()
 
     def wait(self, timeout_s: float) -> int | None:
+        """The exit status once the worker exits, None if it still runs ``timeout_s`` from now. Woken by the
+        worker's exit itself (a pidfd), not by ``Popen.wait``'s polling, which sleeps up to 50 ms a look."""
         if self._proc is None:
             return 1
+        if self._proc.poll() is None and self._pidfd is not None:
+            exited, _, _ = select.select([self._pidfd], [], [], max(timeout_s, 0.0))
+            if not exited:
+                return None
+            timeout_s = REAP_S  # it exited: reaping it is immediate
         try:
             return self._proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -268,7 +281,12 @@ class WorkerProcess:
         return "\n".join(self.tail)
 
     def close(self) -> None:
-        """Forget a finished worker: its report pipe closes; its output thread ends with the pipe."""
+        """Forget a finished worker: its report pipe closes; its output thread ends with the pipe. A spare is
+        started for the next worker start of this kind (``envrec.supervision.spare``)."""
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+            spare_workers().prepare(self.module, start_interpreter)

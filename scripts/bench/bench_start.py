@@ -8,7 +8,7 @@ For each round, in one process (imports already warm, as in a training job):
 
 It prints the median over ``--rounds`` of the time until the first ``reset()``
 returns, the time until every worker reports ready (attached to its ring, its
-output open), and ``close()``. Usage: ``python scripts/bench/bench_start.py [--rounds 10]``.
+output open), and ``close()``. Usage: ``python scripts/bench/bench_start.py [--rounds 10] [--pause 0.5]``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def one_round(variant: str, folder: str) -> tuple[float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--pause", type=float, default=0.5,
+                        help="seconds between two rounds, as a notebook's cells or an evaluation's episodes are apart "
+                             "(spare workers start meanwhile; 0: back to back, each round competing with them)")
     args = parser.parse_args()
     variants = ("none", "trace", "trace+video")
     results: dict[str, list[tuple[float, float, float]]] = {v: [] for v in variants}
@@ -63,6 +66,7 @@ def main() -> None:
         one_round("trace+video", f"{folder}/warm")  # imports, ffmpeg lookup
         for r in range(args.rounds):
             for v in variants:
+                time.sleep(args.pause)
                 results[v].append(one_round(v, f"{folder}/{r}-{v.replace('+', '-')}"))
     base = statistics.median(x[0] for x in results["none"])
     print(f"{'variant':<12} {'first reset ms':>15} {'+ vs none ms':>13} {'workers ready ms':>17} {'close ms':>9}")
