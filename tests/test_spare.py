@@ -18,7 +18,7 @@ import pytest
 
 import envrec
 from envrec import TraceReader
-from envrec.supervision.spare import MAX_SPARES
+from envrec.supervision.spare import MAX_SPARES, spare_workers
 
 from .support.processes import child_env
 from .support.waiting import wait_for
@@ -52,6 +52,10 @@ def _record(folder, prefix: str) -> envrec.RecordTrace:
 
 
 def test_no_spare_while_the_recorders_run_and_the_next_worker_takes_one_after(tmp_path):
+    left = _spares()
+    with spare_workers().paused():
+        pass  # the spares earlier tests of this process left exit
+    assert wait_for(lambda: not _spares(), 10.0), left
     first = _record(tmp_path, "a")
     taken = first.recorder._stream.worker_pid
     assert not [s for s in _spares() if s.pid != taken]  # a job that keeps its recorders never gets a spare

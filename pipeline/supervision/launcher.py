@@ -289,4 +289,5 @@ class WorkerProcess:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
-            spare_workers().prepare(self.module, start_interpreter)
+            if not os.environ.get(PYTHON_ENV_VAR):  # an interpreter of the user's (a wrapper, an embedding): none kept idle
+                spare_workers().prepare(self.module, start_interpreter)

@@ -16,7 +16,7 @@ blocked, it watches the env process.
 A spare exits when this process closes its socket: at exit, when a signal closes the recorders, or when
 this process dies (the kernel closes it). A process forked from this one never uses its parent's spares
 and closes its copies of their sockets, so a spare never waits for a forked child.
-``ENVREC_SPARE_WORKER=0`` starts none.
+``ENVREC_SPARE_WORKER=0`` starts none, and none is started for an interpreter ``ENVREC_PYTHON`` names.
 """
 
 from __future__ import annotations
