@@ -29,7 +29,7 @@ def _spares(pid: int | None = None) -> list[psutil.Process]:
     out = []
     for p in psutil.Process(pid).children():
         try:
-            if p.name() == "envrec-spare":
+            if p.name() == "envrec-spare" and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(p)
         except psutil.Error:
             continue

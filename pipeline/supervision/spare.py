@@ -27,6 +27,7 @@ import logging
 import os
 import pickle
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -41,6 +42,7 @@ SPARE_MODULES = frozenset({"envrec.workers"})  # the modules whose mains can wai
 MAX_SPARES = 2  # per module: a trace and a video recorder start two workers at once
 # after a worker is closed: its recorder's other workers finish closing first, not competing with the spare's imports
 START_DELAY_S = 0.25
+REAP_S = 10.0  # how long a discarded spare gets to see its socket closed and exit
 
 
 class Spare:
@@ -62,9 +64,21 @@ class Spare:
         return True
 
     def discard(self) -> None:
-        """Let it exit (it sees its socket close)."""
+        """Let it exit (it sees its socket close), and reap it in a thread once it has."""
         with contextlib.suppress(OSError):
             self.sock.close()
+        proc = self.started.proc
+        threading.Thread(target=_reap, args=(proc,), name="envrec-spare-reap", daemon=True).start()
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Wait for a discarded spare; one that does not leave is killed (it holds nothing of a recording)."""
+    try:
+        proc.wait(REAP_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(REAP_S)
 
 
 class SpareWorkers:
