@@ -376,3 +376,20 @@ def test_sb3_vec_env_chosen_sub_envs_equal_all(tmp_path):
     assert sorted(os.listdir(tmp_path / "two")) == sorted(
         f for f in os.listdir(tmp_path / "all") if ".env1." in f or ".env3." in f
     )
+
+
+def test_more_sub_env_traces_than_files_may_be_open_is_a_config_error(tmp_path, monkeypatch):
+    """Recording every sub-env of a large batch kept one file set per sub-env open in one worker, which died with
+    'Too many open files' (4,096 sub-envs against a limit of 20,000): refused at once, naming sub_envs=."""
+    from envrec.record import vector
+
+    monkeypatch.setattr(vector, "open_files_limit", lambda: 200)  # room for 17 sub-env traces
+    env = gym.make_vec("CartPole-v1", num_envs=32, vectorization_mode="sync")
+    with pytest.raises(ConfigError, match=r"sub_envs: recording 32 sub-envs' traces .* record at most 17 of them"):
+        envrec.RecordVectorTrace(env, tmp_path / "all")
+    assert not (tmp_path / "all").exists() or not list((tmp_path / "all").iterdir())
+    rec = envrec.RecordVectorTrace(env, tmp_path / "some", sub_envs=list(range(17)))
+    rec.reset(seed=0)
+    rec.step(env.action_space.sample())
+    rec.close()
+    assert len(list((tmp_path / "some").glob("*.manifest.json"))) == 17

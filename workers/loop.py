@@ -118,8 +118,11 @@ def encoder_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
 
 def vector_serializer_main(cfg, ring_spec: RingSpec, conn, parent_pid: int) -> None:
     """Run a vector trace serializer (one trace per sub-env) until its recorder closes or its env process dies."""
+    from envrec.contract.open_files import raise_soft_limit
+
     from .vector_serializer import VectorSerializer
 
+    raise_soft_limit()  # a file set per recorded sub-env: the env side checked they fit under the hard limit
     _run(cfg, VectorSerializer, ring_spec, conn, parent_pid)
 
 

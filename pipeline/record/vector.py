@@ -29,6 +29,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorWrapper
 
+from ..contract.open_files import FILES_PER_SUB_ENV_TRACE, FILES_SPARE, open_files_limit
 from ..contract.protocol import Kind, VectorSerializerConfig
 from ..errors import ClosedError, ConfigError, RecordError
 from ..formats.compression import Compression, parse_compression
@@ -154,6 +155,8 @@ class RecordVectorTrace(VectorWrapper):
             self.prefix = check_prefix(f"{self.prefix}.{unique_suffix()}")
         n = self.num_envs
         self.selection = None if sub_envs is None else SubEnvSelection(n, sub_envs, autoreset_name(env))
+        if self.selection is None or self.selection.fixed:  # a picker's sub-envs are not known yet: it may choose few
+            _check_open_files(n if self.selection is None else len(self.selection.tracked))
         self._host = HostArrays(n)
         for i in range(n):
             path = os.path.join(self.directory, manifest_name(f"{self.prefix}.env{i}"))
@@ -404,6 +407,16 @@ class RecordVectorTrace(VectorWrapper):
 
 
 _NONE = np.zeros(0, np.int64)
+
+
+def _check_open_files(traced: int) -> None:
+    """``ConfigError`` when one worker could not keep the traces of ``traced`` sub-envs open."""
+    need, limit = traced * FILES_PER_SUB_ENV_TRACE + FILES_SPARE, open_files_limit()
+    if need > limit:
+        most = (limit - FILES_SPARE) // FILES_PER_SUB_ENV_TRACE
+        raise ConfigError(f"sub_envs: recording {traced} sub-envs' traces keeps about {need} files open in one worker, "
+                          f"more than this user may open ({limit}, ulimit -Hn): record at most {max(most, 0)} of them "
+                          "with sub_envs=[...] (or a picker), split them across recorders, or raise the limit")
 
 
 def _ended(terms: np.ndarray, truncs: np.ndarray) -> np.ndarray:
