@@ -154,9 +154,7 @@ class RecordVectorTrace(VectorWrapper):
         if opts.ship_to is not None:
             self.prefix = check_prefix(f"{self.prefix}.{unique_suffix()}")
         n = self.num_envs
-        self.selection = None if sub_envs is None else SubEnvSelection(n, sub_envs, autoreset_name(env))
-        if self.selection is None or self.selection.fixed:  # a picker's sub-envs are not known yet: it may choose few
-            _check_open_files(n if self.selection is None else len(self.selection.tracked))
+        self.selection = _selection(n, sub_envs, autoreset_name(env))
         self._host = HostArrays(n)
         for i in range(n):
             path = os.path.join(self.directory, manifest_name(f"{self.prefix}.env{i}"))
@@ -407,6 +405,15 @@ class RecordVectorTrace(VectorWrapper):
 
 
 _NONE = np.zeros(0, np.int64)
+
+
+def _selection(n: int, sub_envs: Any, mode: str) -> SubEnvSelection | None:
+    """The sub-envs a vector trace records (None: all), checked to fit the user's open-files limit (a picker's are
+    not known yet: it may choose few)."""
+    selection = None if sub_envs is None else SubEnvSelection(n, sub_envs, mode)
+    if selection is None or selection.fixed:
+        _check_open_files(n if selection is None else len(selection.tracked))
+    return selection
 
 
 def _check_open_files(traced: int) -> None:

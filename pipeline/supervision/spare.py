@@ -58,9 +58,9 @@ class Spare:
         try:
             socket.send_fds(self.sock, [pickle.dumps(list(fds))], [payload_fd, *fds])
         except OSError:
+            self.discard()  # gone since it was looked at: reaped, and the worker started afresh
             return False
-        finally:
-            self.sock.close()
+        self.sock.close()
         return True
 
     def discard(self) -> None:
