@@ -29,13 +29,31 @@ from gymnasium.envs.registration import load_env_creator, parse_env_id, registry
 
 from .extras import install_hint
 
-__all__ = ["NAMESPACE_PACKAGES", "PLUGIN_GROUP", "declared_render_modes", "load_env_namespace", "make_env"]
+__all__ = ["NAMESPACE_PACKAGES", "PLUGIN_GROUP", "callable_name", "declared_render_modes", "id_module", "is_module_name",
+           "load_env_namespace", "make_env"]
 
 logger = logging.getLogger(__name__)
 
 PLUGIN_GROUP = "gymnasium.envs"
 # Namespaces whose package registers them on import and declares no plugin.
 NAMESPACE_PACKAGES = {"ALE": ("ale_py", "atari")}  # namespace: (module, envrec's extra that installs it)
+
+
+def is_module_name(text: Any) -> bool:
+    """Whether ``text`` is a dotted module name (``mypackage.envs``): what ``--import`` takes and ``module:Id`` names."""
+    return isinstance(text, str) and bool(text) and all(part.isidentifier() for part in text.split("."))
+
+
+def id_module(env_id: str) -> str:
+    """The module an env id ``module:Env-v0`` names (Gymnasium's form), ``""`` for any other id."""
+    return env_id.rpartition(":")[0]
+
+
+def callable_name(obj: Any) -> str | None:
+    """An entry point (a registered class or function) as the ``module:qualname`` Gymnasium loads, or None when it
+    has no such name."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    return f"{module}:{qualname}" if module and qualname else None
 
 
 def _known(env_id: str) -> bool:

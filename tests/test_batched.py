@@ -14,6 +14,7 @@ import sys
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch  # the test extra installs it: its absence fails, never skips
 
 import envrec
 from envrec.errors import ConfigError, RecordError
@@ -22,8 +23,6 @@ from envrec.record.vector import RecordVectorTrace, RecordVectorVideo
 
 from .support.batched_sims import BatchedSim, Jaxy, Torchy, reference
 from .support.video import meta
-
-torch = pytest.importorskip("torch")
 
 N = 1024
 CHOSEN = [0, 3, 77, 500, 1023]
@@ -156,7 +155,7 @@ def test_isaac_lab_style_no_terminal_observation(tmp_path):
 
 
 def test_jax_cpu_arrays(tmp_path):
-    pytest.importorskip("jax")
+    import jax  # noqa: F401  (the test extra installs jax[cpu]: its absence fails, never skips)
     style = "same-step"
     xp = Jaxy()
     env = RecordVectorTrace(sim(xp, 256, style), tmp_path, name_prefix="j", sub_envs=[1, 200])
@@ -316,7 +315,8 @@ def test_cuda_torch_batch(tmp_path, style):
 
 
 def test_cuda_jax_batch(tmp_path):
-    jax = pytest.importorskip("jax")
+    import jax
+
     if not any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("no JAX GPU device on this machine: this case tests arrays in device memory, which only a GPU has")
     xp = Jaxy()
@@ -351,7 +351,6 @@ def test_rss_flat_over_100k_batched_steps(tmp_path):
 
 def test_sb3_vec_env_chosen_sub_envs_equal_all(tmp_path):
     """``envrec.sb3.VecRecordTrace(sub_envs=...)``: the chosen sub-envs' traces equal those of a run recording all."""
-    pytest.importorskip("stable_baselines3")
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from envrec.sb3 import VecRecordTrace

@@ -1,5 +1,8 @@
 """What a new user hit (issue 36), replayed as the commands they typed: fresh processes, the base install.
 
+The packages a case needs besides (ale-py, MuJoCo, tensorboardX, SB3) come with the test extra: a case imports its
+package first, so that its absence fails the case, never skips it.
+
 Each test runs ``envrec ...`` or a short script in a fresh interpreter, as a user would, and checks what
 they see: every clip kept when two commands write into one folder, an env of the user's own module verified
 with ``--import``, the doctor's fix and exit 2 for an env
@@ -11,6 +14,7 @@ from a clone, MuJoCo's camera as documented, and the misuses Gymnasium's API lea
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -151,7 +155,7 @@ def test_a_numpy_vectorized_recording_says_why_it_cannot_replay_and_what_would(t
 def test_the_readmes_atari_command_verifies(tmp_path):
     """`envrec record --env ALE/Pong-v5` then `envrec verify`: 4 of 5 episodes diverged (sticky actions); the ALE
     snapshot is now taken by default, and every episode reproduces."""
-    pytest.importorskip("ale_py")
+    importlib.import_module("ale_py")
     out = tmp_path / "pong"
     rec = envrec("record", "--env", "ALE/Pong-v5", "--episodes", "2", "--video-every", "0", "--out", str(out), "-q")
     assert rec.returncode == 0, rec.stderr
@@ -236,7 +240,7 @@ def test_an_ansi_only_env_is_recorded_as_asciicast(tmp_path):
 
 @pytest.mark.slow  # MuJoCo's GL probes; tests/test_cli.py's headless MuJoCo test is the quick one of this path
 def test_headless_mujoco_without_mujoco_gl_gets_the_doctors_fix_and_leaves_nothing(tmp_path):
-    pytest.importorskip("mujoco")
+    importlib.import_module("mujoco")
     out = tmp_path / "out"
     proc = envrec("record", "--env", "HalfCheetah-v5", "--episodes", "1", "--out", str(out), "-q",
                   env=environment(drop=("MUJOCO_GL", "PYOPENGL_PLATFORM", "DISPLAY")))
@@ -250,7 +254,7 @@ def test_headless_mujoco_without_mujoco_gl_gets_the_doctors_fix_and_leaves_nothi
 
 @pytest.mark.slow  # tensorboardX and a recording; tests/test_clip_callbacks.py's drain tests are the quick ones
 def test_closing_the_writer_right_after_the_env_loses_no_clip(tmp_path):
-    pytest.importorskip("tensorboardX")
+    importlib.import_module("tensorboardX")
     proc = script("""
         import sys, gymnasium as gym, envrec
         from tensorboardX import SummaryWriter
@@ -313,7 +317,7 @@ SB3_VIDEO = """
 ])
 def test_vector_video_sub_processes_print_no_sdl_complaint(tmp_path, code):
     if "stable_baselines3" in code:
-        pytest.importorskip("stable_baselines3")
+        importlib.import_module("stable_baselines3")
     proc = script(code, str(tmp_path / "videos"), env=environment(drop=NO_DISPLAY))
     assert proc.returncode == 0, proc.stderr
     assert "XDG_RUNTIME_DIR" not in proc.stderr, proc.stderr
@@ -361,7 +365,7 @@ def test_a_missing_extras_hint_works_from_a_clone(tmp_path):
 
 @pytest.mark.slow  # ALE's first reset and a short recording; tests/test_cli.py checks clip_fps quickly
 def test_atari_clips_play_in_real_time(tmp_path):
-    pytest.importorskip("ale_py")
+    importlib.import_module("ale_py")
     proc = envrec("record", "--env", "ALE/Pong-v5", "--steps", "20", "--out", str(tmp_path), "-q", "--snapshot", "none")
     assert proc.returncode == 0, proc.stderr
     assert [m["fps"] for m in clip_metas(tmp_path)] == [15]  # 60 / frameskip 4, not ale-py 0.12's render_fps of 30
@@ -370,7 +374,7 @@ def test_atari_clips_play_in_real_time(tmp_path):
 def test_mujoco_aims_its_camera_once_per_env_as_documented(tmp_path):
     """The README and docs/replay.md say why HalfCheetah's live clips after the first differ from envrec render's:
     Gymnasium's MuJoCo renderer aims its camera at the first render and keeps it. This checks the env still does."""
-    pytest.importorskip("mujoco")
+    importlib.import_module("mujoco")
     from .support.headless_gl import need_headless_gl
 
     backend = need_headless_gl()

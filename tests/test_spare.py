@@ -155,3 +155,18 @@ def test_a_forked_process_starts_its_own_workers(tmp_path):
     assert os.waitstatus_to_exitcode(status) == 0
     assert spare.is_running() and spare.name() == "envrec-spare"  # still waiting for this process
     assert len(list(TraceReader(str(tmp_path), prefix="child"))) == 1
+
+
+def test_a_spare_becomes_a_worker_when_the_working_folder_was_removed(tmp_path, monkeypatch):
+    """A process whose working folder was removed (a test's temporary folder, a job's scratch) still gets workers."""
+    parent = _record(tmp_path / "out", "a")
+    parent.close()
+    spare = _waiting_spare(parent.recorder._stream.worker_pid)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    rec = _record(tmp_path / "out", "b")
+    assert rec.recorder._stream.worker_pid == spare.pid
+    rec.close()
+    assert not rec.stats()["broken"] and len(list(TraceReader(str(tmp_path / "out"), prefix="b"))) == 1

@@ -8,6 +8,7 @@ import signal
 import sys
 import webbrowser
 
+from envrec.env_ids import is_module_name
 from envrec.errors import ConfigError
 
 from .live import STALE_AFTER_S
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"envrec view: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    bad = [m for m in args.import_modules if not all(part.isidentifier() for part in m.split("."))]
+    bad = [m for m in args.import_modules if not is_module_name(m)]
     if bad:
         server.server_close()
         print(f"envrec view: --import {bad[0]!r} is not a module name (e.g. mypackage.envs)", file=sys.stderr)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envrec.env_ids import id_module, is_module_name
 from envrec.errors import TraceError
 from envrec.export.sources import RecordingSource
 from envrec.formats.inside import name_parts
@@ -31,10 +32,8 @@ def env_module(manifest: Any) -> str | None:
     """The module a recording's env id names (``module:Env-v0``, as ``envrec record --env`` records it), when it is a
     dotted name of identifiers; None otherwise. Only ever shown: a folder never names a module to import."""
     env_id = manifest.get("env_id") if isinstance(manifest, dict) else None
-    module = env_id.rpartition(":")[0] if isinstance(env_id, str) else ""
-    if not module or len(module) > 100 or not all(part.isidentifier() for part in module.split(".")):
-        return None
-    return module
+    module = id_module(env_id) if isinstance(env_id, str) else ""
+    return module if len(module) <= 100 and is_module_name(module) else None
 
 
 @dataclass(frozen=True)

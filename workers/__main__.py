@@ -107,7 +107,9 @@ def serve_as_spare(sock_fd: int) -> None:
     os.environ.clear()
     os.environ.update(environ)
     sys.path[:] = path
-    os.chdir(folder)
+    if folder is not None:
+        with contextlib.suppress(OSError):  # removed meanwhile: a worker started now would be in no folder either
+            os.chdir(folder)
     main(argv)
 
 

@@ -28,11 +28,13 @@ def _say(out: TextIO, stage: str, **facts: Any) -> None:
 def _entry_point(env_id: str) -> str:
     import gymnasium as gym
 
+    from ..env_ids import callable_name
+
     try:
         entry = gym.spec(env_id.split(":", 1)[-1]).entry_point
     except gym.error.Error:
         return ""
-    return entry if isinstance(entry, str) else f"{getattr(entry, '__module__', '?')}:{getattr(entry, '__qualname__', '?')}"
+    return entry if isinstance(entry, str) else callable_name(entry) or repr(entry)
 
 
 def _frame_facts(frame: Any, mode: str) -> dict[str, Any]:

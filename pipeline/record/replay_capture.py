@@ -20,6 +20,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
+from ..env_ids import callable_name
 from ..errors import ConfigError
 from .action_names import action_meanings
 from .snapshots import Snapshot, resolve_snapshot, snapshot_name
@@ -57,12 +58,10 @@ def spec_json(spec: EnvSpec) -> tuple[dict | None, str | None]:
 
 def _callable_name(entry_point: Any) -> Any:
     """A callable entry point (``gym.register(id, entry_point=MyEnv)``) as the ``module:qualname`` string Gymnasium
-    loads, so the spec can be written as JSON; the callable itself when it has no such name (made in ``__main__`` or
-    in a function): ``to_json`` then says why the spec cannot be written."""
-    module, qualname = getattr(entry_point, "__module__", None), getattr(entry_point, "__qualname__", None)
-    if not module or not qualname or module == "__main__" or "<locals>" in qualname:
-        return entry_point
-    return f"{module}:{qualname}"
+    loads, so the spec can be written as JSON; the callable itself when it has no such name, or one no other process
+    can import (made in ``__main__`` or in a function): ``to_json`` then says why the spec cannot be written."""
+    name = callable_name(entry_point)
+    return entry_point if name is None or name.startswith("__main__:") or "<locals>" in name else name
 
 
 def _versions(spec: dict | None) -> dict[str, str]:

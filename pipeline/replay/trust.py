@@ -60,7 +60,7 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
-from ..env_ids import load_env_namespace
+from ..env_ids import callable_name, is_module_name, load_env_namespace
 from ..errors import ConfigError
 
 __all__ = ["BUILT_IN_SNAPSHOTS", "CELLS_FLOOR", "SIZE_FACTOR", "SIZE_FLOOR", "STEP_LIMITS", "WRITING_WRAPPERS",
@@ -122,7 +122,7 @@ def import_user_modules(names: Iterable[str] | None) -> tuple[str, ...]:
         raise ConfigError(f"import_modules must be a list of module names, not the string {names!r}")
     out = tuple(names or ())
     for name in out:
-        if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+        if not is_module_name(name):
             raise ConfigError(f"--import {name!r} is not a module name (e.g. mypackage.envs)")
         try:
             module = importlib.import_module(name)
@@ -168,8 +168,7 @@ def _name(entry_point: Any) -> str | None:
     """An entry point as ``module:qualname`` (a registered callable's too), None when it is neither."""
     if isinstance(entry_point, str):
         return entry_point if entry_point.count(":") == 1 else None
-    module, qualname = getattr(entry_point, "__module__", None), getattr(entry_point, "__qualname__", None)
-    return f"{module}:{qualname}" if module and qualname else None
+    return callable_name(entry_point)
 
 
 def _top_package(entry_point: str) -> str:

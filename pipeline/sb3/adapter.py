@@ -166,7 +166,11 @@ class VecEnvView(gym.vector.VectorEnv):
         self.render_mode = venv.render_mode
         spec = sub_env_attr(venv, "spec")
         self.spec = spec if isinstance(spec, gym.envs.registration.EnvSpec) else None
-        self.sub_env_spec = self.spec  # what envrec.record.sub_env_replay reads
+
+    @property
+    def sub_env_spec(self) -> gym.envs.registration.EnvSpec | None:
+        """The sub-envs' spec (what ``envrec.record.sub_env_replay`` reads): SB3's sub-envs are whole envs."""
+        return self.spec
 
     def sub_env_rng_states(self, indices: list[int]) -> list[dict | None]:
         """The ``np_random`` states of sub-envs ``indices`` (SB3's ``get_attr``: one round trip to each of a

@@ -189,4 +189,8 @@ def spare_workers() -> SpareWorkers:
 
 def payload(argv: list[str]) -> bytes:
     """What a spare needs besides descriptors: the worker's arguments, the environment, ``sys.path``, the folder."""
-    return pickle.dumps((argv, dict(os.environ), list(sys.path), os.getcwd()), protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        folder: str | None = os.getcwd()
+    except OSError:  # removed since this process went there: the spare stays where it is
+        folder = None
+    return pickle.dumps((argv, dict(os.environ), list(sys.path), folder), protocol=pickle.HIGHEST_PROTOCOL)
