@@ -26,6 +26,8 @@ from envrec.formats.ffmpeg import VideoSettings
 from envrec.record.packer import frame_packer
 from envrec.workers import loop
 from envrec.workers.encoder import Encoder
+from envrec.workers.ffmpeg_process import FfmpegProcess
+from envrec.workers.frame_feed import FrameFeed
 
 from .support.video import FFMPEG, decode, meta
 from .support.worker_loop import Conn, count_runs
@@ -144,3 +146,70 @@ def test_runs_of_frames_larger_than_ffmpegs_pipe(tmp_path, zero_copy):
     r = _encode(tmp_path, {"large": frames}, zero_copy=zero_copy, runs=True, prefill=True, ring_bytes=32 << 20)
     assert r["runs"] >= 3 and r["summary"]["frames_written"] == 12
     _colours_ok(tmp_path / "large.mp4", frames, 12)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_a_producer_waiting_for_room_gets_it_frame_by_frame_while_a_run_goes_to_ffmpeg(tmp_path, monkeypatch, zero_copy):
+    """A producer with no env to step fills the ring and waits for room: while a run of frames is handed to
+    ffmpeg, the room of each frame ffmpeg took is given back then (inside the run), not once the run is
+    over; no room is given back before ffmpeg read it (every frame decodes to the colour it was sent with)."""
+    runs: list[tuple[int, int]] = []  # (ring position of a run's first frame, of the end of its last)
+    released_inside: list[int] = []
+    send_run = FrameFeed.send_run
+
+    def watched_send_run(feed, proc, position, record_bytes, frames, between=None):
+        runs.append((position, position + len(frames) * record_bytes))
+        return send_run(feed, proc, position, record_bytes, frames, between)
+
+    release_if_waited_for = loop._release_if_waited_for
+
+    def watched_release(reader, handler):
+        release_if_waited_for(reader, handler)
+        read_pos = reader.cursor - reader.held_bytes()
+        start, end = runs[-1]
+        if start < read_pos < end:
+            released_inside.append(read_pos)
+
+    monkeypatch.setattr(FrameFeed, "send_run", watched_send_run)
+    monkeypatch.setattr(loop, "_release_if_waited_for", watched_release)
+    frames = _frames(600, (120, 160))  # 57.6 KB each: 145 fill the ring, runs of up to 18 (its 1/8) fill the pipe
+    r = _encode(tmp_path, {"waited": frames}, zero_copy, runs=True, ring_bytes=8 << 20)
+    assert len(runs) > 10 and r["summary"]["frames_written"] == 600
+    assert len(released_inside) > 10, f"room given back inside a run {len(released_inside)} times in {len(runs)} runs"
+    _colours_ok(tmp_path / "waited.mp4", frames, 600)
+
+
+@pytest.mark.timeout(120)
+def test_the_next_clips_frames_go_to_its_ffmpeg_while_the_last_clips_ffmpeg_finishes(tmp_path, monkeypatch):
+    """A clip's ffmpeg finishes (and its remux runs) in the ending thread: the next clip's frames reach their
+    own ffmpeg meanwhile, through a ring that wraps while the first is finishing; the frames the finishing
+    ffmpeg had not read stay held until it exits, so both clips decode to the colours sent, and their
+    metadata is written in the order the clips ended."""
+    finishing: list[int] = []  # pid of each ffmpeg told to finish
+    next_clip_fed = threading.Event()
+    overlapped: list[bool] = []
+    finish, send_run = FfmpegProcess.finish, FrameFeed.send_run
+
+    def slow_finish(proc, *args, **kwargs):
+        if not finishing:
+            overlapped.append(next_clip_fed.wait(10))  # the first clip's: until the second's frames flow
+            time.sleep(0.3)  # they go on, and wrap the ring
+        finishing.append(proc.pid)
+        return finish(proc, *args, **kwargs)
+
+    def noting_send_run(feed, proc, *args, **kwargs):
+        if "second" in " ".join(proc.cmd):
+            next_clip_fed.set()
+        return send_run(feed, proc, *args, **kwargs)
+
+    monkeypatch.setattr(FfmpegProcess, "finish", slow_finish)
+    monkeypatch.setattr(FrameFeed, "send_run", noting_send_run)
+    clips = {"first": _frames(60, (48, 64)), "second": _frames(300, (48, 64))}  # 9 KB frames, a 1 MiB ring
+    r = _encode(tmp_path, clips, zero_copy=True, runs=True)
+    assert overlapped == [True]
+    assert r["summary"]["frames_written"] == 360 and r["summary"]["clips"] == 2 and r["summary"]["clips_broken"] == 0
+    first, second = meta(tmp_path, "first"), meta(tmp_path, "second")
+    assert first["finished_seq"] < second["finished_seq"] and not first["broken"] and not second["broken"]
+    for name, frames in clips.items():
+        _colours_ok(tmp_path / f"{name}.mp4", frames, len(frames))

@@ -5,7 +5,11 @@ each frame goes to ffmpeg's stdin straight from the ring (``FrameFeed``),
 those already waiting in the ring taken as one run; at the clip's
 end ffmpeg finishes, the fragmented MP4 is remuxed into a standard one (unless
 ``VideoSettings.faststart`` is False), and
-``NAME.meta.json`` is written beside it. A clip whose ffmpeg dies, hangs or
+``NAME.meta.json`` is written beside it. Finishing and remuxing (~50 ms for a
+600x400 clip) run in a thread while the next clip's frames go on to its own
+ffmpeg (``_Ending``): a full ring would otherwise make the env wait that long
+at each clip's end. The clips' metadata, counts and disk budget are still
+done in this thread, in the order the clips ended. A clip whose ffmpeg dies, hangs or
 refuses its input, or whose frames change shape, is *broken*: what ffmpeg
 wrote is kept (a fragmented MP4 decodes up to its last complete fragment),
 later frames of that clip are dropped and counted, and the metadata says why.
@@ -29,7 +33,10 @@ import logging
 import os
 import stat
 import subprocess
+import sys
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -59,6 +66,7 @@ REMUX_TIMEOUT_S = 60.0  # ffmpeg moving a finished clip's index to the front (fa
 # A broken clip's ffmpeg (bad frame, shape changed): how long it may take to write out what it has, playable up
 # to its last fragment; shorter than FINISH_TIMEOUT_S, since the env goes on and what it has not written is lost anyway.
 BROKEN_FINISH_GRACE_S = 5.0
+ENDING_POLL_S = 0.01  # an idle worker looks this often whether a clip finished encoding
 VERSION_TIMEOUT_S = 10.0  # ``ffmpeg -version``, asked once per worker for the clips' metadata
 
 
@@ -84,6 +92,18 @@ class _Clip:
     layout: RecordLayout | None = None  # of its frames in the ring, once its shape is known
     template: np.ndarray | None = None  # the header of those frames
     shape_row: np.ndarray | None = None  # its FRAME_SHAPE section as bytes
+
+
+@dataclass
+class _Ending:
+    """A clip that ended, in the order clips ended: its ffmpeg finishing (and the remux) in the ending
+    thread until ``encoded`` is done; its metadata is written once it is."""
+
+    clip: _Clip
+    path: str
+    env_side: dict
+    encoded: Future | None = None  # None: nothing to wait for (no ffmpeg ran, or it was already gone)
+    hold: int | None = None  # ring position of its oldest frame ffmpeg had not read (zero copy): held until it exits
 
 
 class Encoder(Handler):
@@ -115,6 +135,8 @@ class Encoder(Handler):
         self.own = OwnFolder(cfg.folder, is_clip_file, expect=cfg.folder_id)
         self.budget = ClipBudget(self.own, cfg.recorder, cfg.max_bytes, cfg.keep_last_clips, cfg.ship_ledger)
         self.feed = FrameFeed()
+        self._endings: deque[_Ending] = deque()
+        self._ending_thread: ThreadPoolExecutor | None = None  # started at the first clip end with an ffmpeg
 
     # -- names ---------------------------------------------------------------
     def _video_name(self, clip: _Clip) -> str:
@@ -143,6 +165,8 @@ class Encoder(Handler):
     # -- records -------------------------------------------------------------
     def handle(self, rec, position: int) -> bool:
         self.faults.point("record")
+        if self._endings:
+            self._complete_endings(wait=False)
         self.records += 1
         kind = rec.kind
         if kind == Kind.FRAME:
@@ -237,7 +261,7 @@ class Encoder(Handler):
         same = (rows[:, shape_at : shape_at + FRAME_SHAPE.size] == clip.shape_row).all(axis=1)
         k = n if same.all() else int(same.argmin())  # frames of the clip's shape (same size, other shape: breaks it)
         pixels = rows[:k, pixels_at : pixels_at + nbytes]  # a record may end in padding
-        taken, failed = self.feed.send_run(proc, position, rows.shape[1], pixels) if k else (0, None)
+        taken, failed = self.feed.send_run(proc, position, rows.shape[1], pixels, self.release_now) if k else (0, None)
         if taken:
             steps = rows[[0, taken - 1], REC_STEP_AT : REC_STEP_AT + 8].copy().view("<u8").ravel()
             self._count_frames(clip, int(steps[0]), int(steps[1]), taken)
@@ -251,7 +275,21 @@ class Encoder(Handler):
     def release_point(self, cursor: int) -> int:
         """How far the worker loop may release the ring (``cursor``: all it has read): up to the oldest
         frame whose pages ffmpeg has not read yet (``VideoSettings.zero_copy`` hands it the ring's pages)."""
-        return self.feed.release_point(self.clip.proc if self.clip is not None else None, cursor)
+        point = self.feed.release_point(self.clip.proc if self.clip is not None else None, cursor)
+        for ending in self._endings:
+            if ending.hold is not None and ending.encoded is not None and not ending.encoded.done():
+                point = min(point, ending.hold)
+        return point
+
+    def idle_in(self) -> float | None:
+        """A clip that finished encoding has its metadata due now; one still finishing, soon."""
+        if not self._endings:
+            return None
+        encoded = self._endings[0].encoded
+        return 0.0 if encoded is None or encoded.done() else ENDING_POLL_S
+
+    def on_idle(self, cursor: int) -> None:
+        self._complete_endings(wait=False)
 
     def _start_ffmpeg(self, clip: _Clip, shape: tuple) -> None:
         h, w, c = shape
@@ -302,35 +340,61 @@ class Encoder(Handler):
 
     # -- clip end ------------------------------------------------------------
     def _end_clip(self, env_side: dict) -> None:
-        clip = self.clip  # stays current until the end: _break works on it
+        """The open clip ended: its ffmpeg finishes in the ending thread, the next clip may start now."""
+        clip = self.clip  # stays current until its ffmpeg is handed over: _break works on it
         assert clip is not None
-        dropped_env = int(env_side.get("frames_dropped", 0))
         if "env_process" in env_side:
             clip.extra["env_process"] = env_side["env_process"]
         clip.extra.update(env_side.get("extra") or {})  # keys known only at the clip's end (end_clip(extra=...))
         if clip.started_at is not None and clip.frames:
             clip.extra["encode_wall_s"] = time.monotonic() - clip.started_at
-        path = self._video_name(clip)
+        ending = _Ending(clip, self._video_name(clip), env_side)
         self.faults.point("clip:end")
         if clip.cast is not None:
             clip.cast.finish()
         elif clip.proc is not None:
             proc, clip.proc = clip.proc, None
             facts = process_facts(proc.pid)  # its CPU for this clip, before it exits
-            rc = proc.finish()
-            self.feed.clear()  # it has read everything, or is gone
             if facts:
                 clip.extra["ffmpeg_cpu_s"] = facts["cpu_s"]
+            unread = self.feed.release_point(proc, sys.maxsize)  # with zero copy, its pipe still holds these
+            ending.hold = unread if unread != sys.maxsize else None
+            self.feed.clear()
             self._status(Status.ENCODER_PID, 0)
-            clip.exit_status = signal_name(rc)
-            clip.stderr_tail = list(proc.tail)
-            if rc != 0:
-                clip.broken = clip.broken or proc.describe(proc.killed_reason or "ffmpeg failed")
-            else:
-                if self.cfg.settings.faststart:
-                    self._remux(clip, path)
-                clip.extra["fragmented"] = not self.cfg.settings.faststart or "remux_error" in clip.extra
+            if self._ending_thread is None:
+                self._ending_thread = ThreadPoolExecutor(1, thread_name_prefix="envrec-clip-ending")
+            ending.encoded = self._ending_thread.submit(self._finish_encoding, clip, proc, ending.path)
         self.clip = None
+        self._endings.append(ending)
+        self._complete_endings(wait=False)
+
+    def _finish_encoding(self, clip: _Clip, proc: FfmpegProcess, path: str) -> None:
+        """In the ending thread: ffmpeg finishes the clip, then the remux (touches this clip alone)."""
+        rc = proc.finish()
+        clip.exit_status = signal_name(rc)
+        clip.stderr_tail = list(proc.tail)
+        if rc != 0:
+            clip.broken = clip.broken or proc.describe(proc.killed_reason or "ffmpeg failed")
+        else:
+            if self.cfg.settings.faststart:
+                self._remux(clip, path)
+            clip.extra["fragmented"] = not self.cfg.settings.faststart or "remux_error" in clip.extra
+
+    def _complete_endings(self, wait: bool) -> None:
+        """Write the metadata of the clips that finished encoding, in the order they ended (``wait``: all of
+        them, waiting for those still finishing). An error of the ending thread is raised here."""
+        endings = self._endings
+        while endings:
+            encoded = endings[0].encoded
+            if encoded is not None and not wait and not encoded.done():
+                return
+            ending = endings.popleft()
+            if encoded is not None:
+                encoded.result()
+            self._complete(ending)
+
+    def _complete(self, ending: _Ending) -> None:
+        clip, path, env_side = ending.clip, ending.path, ending.env_side
         if not env_side.get("keep", True):
             self._discard(clip, path)
             return
@@ -341,7 +405,7 @@ class Encoder(Handler):
             self.clips_broken += 1
             self._status(Status.CLIPS_BROKEN, self.clips_broken)
         self.faults.point("clip:meta")
-        meta = self._write_meta(clip, path, empty, dropped_env, env_side.get("frames_sent"))
+        meta = self._write_meta(clip, path, empty, int(env_side.get("frames_dropped", 0)), env_side.get("frames_sent"))
         self.clips += 1
         if self.budget.active:
             self.budget.add(clip.name + META_SUFFIX, meta["path"])
@@ -425,6 +489,8 @@ class Encoder(Handler):
                 if self.records_not_drained:
                     self.clip.extra["records_not_drained"] = self.records_not_drained  # frames the deadline cut off
             self._end_clip({})
+        self._complete_endings(wait=True)
+        self._stop_ending_thread()
 
     def abort(self, error: str) -> None:
         self.error = error
@@ -434,6 +500,17 @@ class Encoder(Handler):
                 self._end_clip({})
             except Exception:  # already failing: keep the first error
                 logger.exception("envrec: could not finalize clip after a failure")
+        while self._endings:  # each failure takes its clip out of the queue
+            try:
+                self._complete_endings(wait=True)
+            except Exception:
+                logger.exception("envrec: could not finalize clip after a failure")
+        self._stop_ending_thread()
+
+    def _stop_ending_thread(self) -> None:
+        if self._ending_thread is not None:
+            self._ending_thread.shutdown(wait=True)
+            self._ending_thread = None
 
     def summary(self) -> dict:
         return {

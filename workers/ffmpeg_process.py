@@ -24,6 +24,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -112,17 +113,23 @@ class FfmpegProcess:
         view = memoryview(data)
         self._send(pipe_splice.iovec_of(view) if self.zero_copy else None, (view,))
 
-    def write_frames(self, frames: np.ndarray) -> None:
+    def write_frames(self, frames: np.ndarray, between: Callable[[], None] | None = None) -> None:
         """``write`` for the rows of ``frames`` ((n, frame bytes) uint8, each row contiguous, e.g. frames of
-        consecutive records in a ring), in order: with zero copy, one call for all of them."""
-        self._send(pipe_splice.iovecs(frames) if self.zero_copy else None, frames)
+        consecutive records in a ring), in order: with zero copy, one call for all of them. ``between()``
+        after each system call that handed some over (``sent`` counts them by then)."""
+        self._send(pipe_splice.iovecs(frames) if self.zero_copy else None, frames, between)
 
-    def _send(self, iov, buffers) -> None:
+    def _send(self, iov, buffers, between: Callable[[], None] | None = None) -> None:
         """The buffers' pages by reference (``iov``, zero copy), or a ``write`` of each."""
+        progress = self._progress
+        if between is not None:
+            def progress(k: int) -> None:
+                self._progress(k)
+                between()
         self._writing_since = time.monotonic()
         try:
             if iov is not None:
-                pipe_splice.splice_all(self._fd, iov, self._progress)
+                pipe_splice.splice_all(self._fd, iov, progress)
             else:
                 for b in buffers:
                     view = memoryview(b)
@@ -131,7 +138,7 @@ class FfmpegProcess:
                         if k <= 0:  # a short write goes on with the rest; one that wrote nothing fails loudly
                             raise OSError(errno.EIO, "a write into ffmpeg's pipe wrote nothing")
                         view = view[k:]
-                        self._progress(k)
+                        progress(k)
         except OSError as exc:
             self.proc.wait(FFMPEG_EXIT_GRACE_S)
             self._drainer.join(STDERR_TAIL_GRACE_S)

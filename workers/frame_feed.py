@@ -12,6 +12,7 @@ loop may release the ring.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 
 import numpy as np
 
@@ -39,25 +40,32 @@ class FrameFeed:
             self._in_pipe.append((position, proc.sent))
         return None
 
-    def send_run(self, proc: FfmpegProcess, position: int, record_bytes: int, frames: np.ndarray) -> tuple[int, str | None]:
+    def send_run(self, proc: FfmpegProcess, position: int, record_bytes: int, frames: np.ndarray,
+                 between: Callable[[], None] | None = None) -> tuple[int, str | None]:
         """Hand ``proc`` the rows of ``frames``: the pixels of consecutive records ``record_bytes`` apart in
         the ring, the first at ring position ``position``. Returns how many frames it took whole, and why it
-        took no more (ffmpeg died or hangs) or None."""
+        took no more (ffmpeg died or hangs) or None. ``between()``: after each system call of the hand-over
+        (``Handler.release_now``), when ``release_point`` already counts the frames not handed over yet."""
         nbytes, before = frames.shape[1], proc.sent
+        self._in_pipe.extend((position + i * record_bytes, before + (i + 1) * nbytes) for i in range(len(frames)))
         try:
-            proc.write_frames(frames)
+            proc.write_frames(frames, between)
         except FfmpegError as exc:
-            return (proc.sent - before) // nbytes, str(exc)
-        if proc.zero_copy:
-            self._in_pipe.extend((position + i * record_bytes, before + (i + 1) * nbytes) for i in range(len(frames)))
+            return (proc.sent - before) // nbytes, str(exc)  # the clip breaks: nothing in the pipe matters now
         return len(frames), None
 
     def release_point(self, proc: FfmpegProcess | None, cursor: int) -> int:
         """How far the ring may be released (``cursor``: all the worker loop has read): up to the oldest frame
-        ``proc`` has not read yet (None: ffmpeg has finished, it reads nothing more)."""
+        ``proc`` has not read yet (None: ffmpeg has finished, it reads nothing more), or, without zero copy,
+        not taken yet."""
         pending = self._in_pipe
         if pending:
-            consumed = proc.consumed() if proc is not None else pending[-1][1]
+            if proc is None:
+                consumed = pending[-1][1]
+            elif proc.zero_copy:
+                consumed = proc.consumed()
+            else:
+                consumed = proc.sent
             while pending and pending[0][1] <= consumed:
                 pending.popleft()
             if pending:

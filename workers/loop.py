@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import functools
 import logging
 import os
 import signal
@@ -209,10 +210,7 @@ def handle_records(reader: RingReader, handler: Handler | None, conn, parent_pid
         parent_pid: the env process: once it is no longer this process's parent, it is gone.
     """
     broken = handler is None
-    policy = handler.release if handler is not None else ReleasePolicy.HANDLED
-    ckpt = handler if isinstance(handler, CheckpointingHandler) else None  # the policy is CHECKPOINTED
-    if ckpt is not None:
-        reader.skip_to(ckpt.resume_cursor)  # records its predecessor's checkpoint already covers
+    policy, ckpt = _prepare(reader, handler)
     discarded = beats = 0
     last_record_at = time.monotonic()
     suspect = ckpt.suspect if ckpt is not None else None
@@ -268,6 +266,26 @@ def handle_records(reader: RingReader, handler: Handler | None, conn, parent_pid
     if ckpt is not None:
         ckpt.discard_checkpoint()
     return False
+
+
+def _prepare(reader: RingReader, handler: Handler | None) -> tuple[ReleasePolicy, CheckpointingHandler | None]:
+    """The handler's release policy, and the handler if it checkpoints (then the records its predecessor's
+    checkpoint covers are skipped); a RELEASE_POINT handler gets its ``release_now``."""
+    policy = handler.release if handler is not None else ReleasePolicy.HANDLED
+    ckpt = handler if isinstance(handler, CheckpointingHandler) else None  # the policy is CHECKPOINTED
+    if ckpt is not None:
+        reader.skip_to(ckpt.resume_cursor)  # records its predecessor's checkpoint already covers
+    if handler is not None and policy is ReleasePolicy.RELEASE_POINT:
+        handler.release_now = functools.partial(_release_if_waited_for, reader, handler)
+    return policy, ckpt
+
+
+def _release_if_waited_for(reader: RingReader, handler: Handler) -> None:
+    """``Handler.release_now``: while a run of frames goes to ffmpeg, the room of those it has read is given
+    back at once if the env process waits for room (else after the run), so that a full ring makes the env
+    wait frame by frame, not a run at a time."""
+    if reader.producer_waits():
+        reader.release(handler.release_point(reader.cursor))
 
 
 def _quarantined(ckpt: CheckpointingHandler, suspect: Suspect, start: int, end: int, rec) -> bool:

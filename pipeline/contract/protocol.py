@@ -56,6 +56,10 @@ def _no_status(index: int, value: int) -> None:
     """A handler driven outside a ring (the vector serializer's sub-serializers, tests) keeps no status."""
 
 
+def _nothing() -> None:
+    """A handler driven outside a ring has no room to give back."""
+
+
 class ReleasePolicy(Enum):
     """When the worker loop gives a handled record's room in the ring back to the env process: one per
     handler class (``Handler.release``), chosen there once."""
@@ -84,6 +88,9 @@ class Handler(abc.ABC):
         self.cfg = cfg
         self._status: StatusSink = status or _no_status
         self.takes_runs = True  # False: records come one at a time, never as a run (``run_template``)
+        # ReleasePolicy.RELEASE_POINT: gives the room up to ``release_point`` back at once if the env process
+        # waits for room; set by the worker loop, called while a run is being handed over (its frames one by one)
+        self.release_now: Callable[[], None] = _nothing
         self.records_not_drained = 0  # left in the ring when the drain after a SIGTERM ran out of time (workers.loop)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

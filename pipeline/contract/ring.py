@@ -184,6 +184,8 @@ class RingWriter:
         self._items = Wakeup()
         self._space = Wakeup()
         self._data = self._mem.buf[HEADER_BYTES:]
+        self.data = self._data  # the data area, for callers that write a reserved record in place
+        self._words = self._mem.words  # read and written per record: one attribute, not two
         self._prefault()
         self._write_pos = 0
         self._read_pos = 0  # last value seen; the consumer's copy only grows
@@ -275,10 +277,6 @@ class RingWriter:
         self.publish()
         return True
 
-    @property
-    def data(self) -> memoryview:
-        """The data area, for callers that write a reserved record in place."""
-        return self._data
 
     def reserve(self, n: int) -> int:
         """Room for a record of ``n`` bytes (a multiple of 8): its offset in ``data``, or -1 if dropped.
@@ -299,7 +297,7 @@ class RingWriter:
         pad = cap - off if off + n > cap else 0
         need = pad + n
         if cap - (w - self._read_pos) < need:
-            self._read_pos = self._mem.words[_W_READ_POS]
+            self._read_pos = self._words[_W_READ_POS]
             if cap - (w - self._read_pos) < need and not self._wait_for_room(need):
                 return -1
         if pad:
@@ -311,13 +309,14 @@ class RingWriter:
 
     def publish(self) -> None:
         """Make the record written at the last reservation visible, and wake the consumer."""
-        self._write_pos += self._pending
-        self._mem.words[_W_WRITE_POS] = self._write_pos
-        used = self._write_pos - self._read_pos
+        words = self._words
+        w = self._write_pos = self._write_pos + self._pending
+        words[_W_WRITE_POS] = w
+        used = w - self._read_pos
         if used > self.high_water:  # noqa: PLR1730  (a compare, not a call: this runs per record)
             self.high_water = used
         self.records += 1
-        if self._mem.words[_W_SLEEPING]:
+        if words[_W_SLEEPING]:
             self._items.post()
 
     def _wait_for_room(self, need: int) -> bool:

@@ -210,6 +210,10 @@ class RingReader:
             return
         self._wake_producer(words)
 
+    def producer_waits(self) -> bool:
+        """Whether the env process is waiting for room in the ring now."""
+        return self._mem.words[_W_WAITING] != 0
+
     def _wake_producer(self, words) -> None:
         """Post ``space`` when a waiting producer now has the room it waits for."""
         need = words[_W_WAITING]

@@ -209,6 +209,8 @@ class TraceRecorder:
         self.prefix = self._choose_prefix(name_prefix, opts.ship_to is not None)
         obs_spec, act_spec = describe_space(observation_space), describe_space(action_space)
         self._packer = TracePacker(obs_spec, act_spec)
+        # the common STEP (one leaf each, no Text): written by this method of the packer straight, per step
+        self._write_one_each = self._packer.step.write_one_each if self._packer.single_leaves else None
         smallest = self._packer.min_step_bytes()
         if smallest > ring_bytes:
             raise ConfigError(
@@ -344,9 +346,10 @@ class TraceRecorder:
             packed = pack_info(info) if info else b""
             episode, step = self._episode, self._step
             try:
-                if self._packer.single_leaves:  # the common STEP, written by the packer's method straight (per step)
+                write_one_each = self._write_one_each
+                if write_one_each is not None:
                     lead = (reward if type(reward) is float else reward_value(reward), terminated, truncated)
-                    self._stream.send_call(self._packer.step.write_one_each, episode, step, action, observation, packed, lead)
+                    self._stream.send_call(write_one_each, episode, step, action, observation, packed, lead)
                 else:
                     self._stream.send(StepRecord(self._packer, episode, step, action, observation, reward, terminated, truncated, packed))
             except RecordTooLargeError as exc:

@@ -5,7 +5,8 @@ change and one of the commit after). The two run ``envrec bench`` in turn, ``--p
 machine drift hits both alike; each run measures every variant against the bare env in the same
 run, so the ratios compare across runs. Prints, per variant, the median ratio to the bare env and
 the median env-side µs per step above it for each install, and after/before of both (for a
-free env, whose ratios are tiny, the µs are what to compare).
+free env, whose ratios are tiny, the µs are what to compare); and the median over runs of each
+run's longest single ``step()``/``reset()`` call.
 
 Usage: ``python scripts/bench/bench_revisions.py BEFORE/bin/python AFTER/bin/python
 [--pairs 3] [--rounds 3] [--seconds 1] [--env CartPole-v1 | --frames 210x160 [--step-us 500]] [--variants ...]``.
@@ -48,12 +49,15 @@ def main() -> None:
         for side in (("before", "after") if i % 2 == 0 else ("after", "before")):
             runs[side].append(one_run(getattr(a, side), bench_args))
     variants = [v for v in runs["before"][0] if v != "none" and all(v in r for rs in runs.values() for r in rs)]
-    print(f"{'variant':<22} {'ratio before':>12} {'ratio after':>12} {'µs/step before':>15} {'µs/step after':>14} {'ratio a/b':>10} {'µs a/b':>8}")
+    print(f"{'variant':<22} {'ratio before':>12} {'ratio after':>12} {'µs/step before':>15} {'µs/step after':>14} {'ratio a/b':>10} {'µs a/b':>8}"
+          f" {'longest before':>15} {'longest after':>14}")
     for v in variants:
         ratio = {s: statistics.median(r[v]["ratio"] for r in rs) for s, rs in runs.items()}
         over = {s: statistics.median(r[v]["overhead_us"] for r in rs) for s, rs in runs.items()}
+        longest = {s: statistics.median(r[v]["longest_call_ms"] for r in rs) for s, rs in runs.items()}
         print(f"{v:<22} {ratio['before']:>12.3f} {ratio['after']:>12.3f} {over['before']:>15.1f} {over['after']:>14.1f}"
-              f" {ratio['after'] / ratio['before']:>9.2f}x {over['after'] / over['before']:>7.2f}x")
+              f" {ratio['after'] / ratio['before']:>9.2f}x {over['after'] / over['before']:>7.2f}x"
+              f" {longest['before']:>12.1f} ms {longest['after']:>11.1f} ms")
 
 
 if __name__ == "__main__":

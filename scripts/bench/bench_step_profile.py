@@ -2,9 +2,10 @@
 
 ``--parts``: each piece of ``TraceRecorder.add_step``'s path timed alone in a tight loop (the least of
 5 repeats of 50,000 calls, µs per call), then ``RecordTrace.step`` and the bare step in a loop.
-``--steps N [--variant bare|trace|untimed]``: N balanced CartPole steps and nothing else, for an
-instruction count that load cannot move: run it under ``valgrind --tool=callgrind`` with N=0 and
-N=10000; the difference of the totals over N is the instructions per step (repeat with ``bare``).
+``--steps N [--variant bare|trace|untimed|inprocess]``: N balanced CartPole steps and nothing else, for
+an instruction count that load cannot move: run it under ``valgrind --tool=callgrind`` with N=0 and
+N=10000; the difference of the totals over N is the instructions per step (repeat with ``bare``, and with
+``inprocess``: gym-recording's in-process writer, ``envrec.bench.variants.InProcessTrace``).
 Usage: ``python scripts/bench/bench_step_profile.py --parts`` or ``--steps 10000 --variant trace``.
 """
 
@@ -19,13 +20,16 @@ import timeit
 import gymnasium as gym
 
 import envrec
+from envrec.bench.variants import InProcessTrace
 from envrec.supervision.stats import CallTimes
 
 
 def steps(variant: str, n: int) -> None:
     """N steps of CartPole (episodes run to the 500-step limit), after 1,000 of warm-up."""
     env = gym.make("CartPole-v1")
-    if variant != "bare":
+    if variant == "inprocess":
+        env = InProcessTrace(env, tempfile.mkdtemp())
+    elif variant != "bare":
         env = envrec.RecordTrace(env, tempfile.mkdtemp(), timing=variant == "trace")
     obs, _ = env.reset(seed=0)
     t0 = 0.0
@@ -71,7 +75,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--parts", action="store_true")
     p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--variant", choices=("bare", "trace", "untimed"), default="trace")
+    p.add_argument("--variant", choices=("bare", "trace", "untimed", "inprocess"), default="trace")
     args = p.parse_args()
     if args.steps is not None:
         steps(args.variant, args.steps)

@@ -39,13 +39,15 @@ def one_run(folder: str, steps: int, threshold_s: float) -> list[tuple[int, str,
     env.action_space.seed(0)
     long_calls = []
     done = True
+    in_episode = 0
     for t in range(steps):
         b0, t0 = blocked(env), time.perf_counter()
-        what = "reset" if done else "step"
+        what = "reset" if done else f"step {in_episode + 1} of its episode"
         if done:
             env.reset(seed=t)
-            done = False
+            done, in_episode = False, 0
         else:
+            in_episode += 1
             _, _, terminated, truncated, _ = env.step(env.action_space.sample())
             done = terminated or truncated
         dt = time.perf_counter() - t0
@@ -75,7 +77,7 @@ def main() -> None:
         for t, what, dt, blocked_s in calls:
             cause = "full ring" if blocked_s > 0.5 * dt else "close (not a step)" if what == "close" else "OTHER"
             unexplained += cause == "OTHER"
-            print(f"  call {t:>4} {what:<6} {dt * 1e3:7.1f} ms, blocked {blocked_s * 1e3:7.1f} ms: {cause}")
+            print(f"  call {t:>4} {what:<25} {dt * 1e3:7.1f} ms, blocked {blocked_s * 1e3:7.1f} ms: {cause}")
     print(f"calls above {args.ms:g} ms not explained by a full ring: {unexplained}")
 
 
