@@ -34,6 +34,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -104,6 +105,7 @@ class _Ending:
     env_side: dict
     encoded: Future | None = None  # None: nothing to wait for (no ffmpeg ran, or it was already gone)
     hold: int | None = None  # ring position of its oldest frame ffmpeg had not read (zero copy): held until it exits
+    exited: threading.Event = field(default_factory=threading.Event)  # its ffmpeg is gone: the hold is over
 
 
 class Encoder(Handler):
@@ -277,7 +279,7 @@ class Encoder(Handler):
         frame whose pages ffmpeg has not read yet (``VideoSettings.zero_copy`` hands it the ring's pages)."""
         point = self.feed.release_point(self.clip.proc if self.clip is not None else None, cursor)
         for ending in self._endings:
-            if ending.hold is not None and ending.encoded is not None and not ending.encoded.done():
+            if ending.hold is not None and not ending.exited.is_set():
                 point = min(point, ending.hold)
         return point
 
@@ -363,14 +365,18 @@ class Encoder(Handler):
             self._status(Status.ENCODER_PID, 0)
             if self._ending_thread is None:
                 self._ending_thread = ThreadPoolExecutor(1, thread_name_prefix="envrec-clip-ending")
-            ending.encoded = self._ending_thread.submit(self._finish_encoding, clip, proc, ending.path)
+            ending.encoded = self._ending_thread.submit(self._finish_encoding, clip, proc, ending.path, ending.exited)
         self.clip = None
         self._endings.append(ending)
         self._complete_endings(wait=False)
 
-    def _finish_encoding(self, clip: _Clip, proc: FfmpegProcess, path: str) -> None:
-        """In the ending thread: ffmpeg finishes the clip, then the remux (touches this clip alone)."""
-        rc = proc.finish()
+    def _finish_encoding(self, clip: _Clip, proc: FfmpegProcess, path: str, exited: threading.Event) -> None:
+        """In the ending thread: ffmpeg finishes the clip (``exited`` set once it is gone: it reads no more of
+        the ring), then the remux (touches this clip alone)."""
+        try:
+            rc = proc.finish()
+        finally:
+            exited.set()
         clip.exit_status = signal_name(rc)
         clip.stderr_tail = list(proc.tail)
         if rc != 0:
