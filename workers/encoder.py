@@ -8,8 +8,9 @@ end ffmpeg finishes, the fragmented MP4 is remuxed into a standard one (unless
 ``NAME.meta.json`` is written beside it. Finishing and remuxing (~50 ms for a
 600x400 clip) run in a thread while the next clip's frames go on to its own
 ffmpeg (``_Ending``): a full ring would otherwise make the env wait that long
-at each clip's end. The clips' metadata, counts and disk budget are still
-done in this thread, in the order the clips ended. A clip whose ffmpeg dies, hangs or
+at each clip's end. Every file is still committed in this thread, in the
+order the clips ended: the remuxed video (fsync, rename), then the metadata,
+counts and disk budget. A clip whose ffmpeg dies, hangs or
 refuses its input, or whose frames change shape, is *broken*: what ffmpeg
 wrote is kept (a fragmented MP4 decodes up to its last complete fragment),
 later frames of that clip are dropped and counted, and the metadata says why.
@@ -106,6 +107,7 @@ class _Ending:
     encoded: Future | None = None  # None: nothing to wait for (no ffmpeg ran, or it was already gone)
     hold: int | None = None  # ring position of its oldest frame ffmpeg had not read (zero copy): held until it exits
     exited: threading.Event = field(default_factory=threading.Event)  # its ffmpeg is gone: the hold is over
+    remuxed: str | None = None  # the temporary file the remux wrote, committed over ``path`` in the main thread
 
 
 class Encoder(Handler):
@@ -365,26 +367,27 @@ class Encoder(Handler):
             self._status(Status.ENCODER_PID, 0)
             if self._ending_thread is None:
                 self._ending_thread = ThreadPoolExecutor(1, thread_name_prefix="envrec-clip-ending")
-            ending.encoded = self._ending_thread.submit(self._finish_encoding, clip, proc, ending.path, ending.exited)
+            ending.encoded = self._ending_thread.submit(self._finish_encoding, ending, proc)
         self.clip = None
         self._endings.append(ending)
         self._complete_endings(wait=False)
 
-    def _finish_encoding(self, clip: _Clip, proc: FfmpegProcess, path: str, exited: threading.Event) -> None:
-        """In the ending thread: ffmpeg finishes the clip (``exited`` set once it is gone: it reads no more of
-        the ring), then the remux (touches this clip alone)."""
+    def _finish_encoding(self, ending: _Ending, proc: FfmpegProcess) -> None:
+        """In the ending thread: ffmpeg finishes the clip (``ending.exited`` set once it is gone: it reads no
+        more of the ring), then remuxes it into a temporary file. Its files are committed in the main thread."""
+        clip = ending.clip
         try:
             rc = proc.finish()
         finally:
-            exited.set()
+            ending.exited.set()
         clip.exit_status = signal_name(rc)
         clip.stderr_tail = list(proc.tail)
         if rc != 0:
             clip.broken = clip.broken or proc.describe(proc.killed_reason or "ffmpeg failed")
-        else:
-            if self.cfg.settings.faststart:
-                self._remux(clip, path)
-            clip.extra["fragmented"] = not self.cfg.settings.faststart or "remux_error" in clip.extra
+            return
+        clip.extra["fragmented"] = True  # until a remuxed video is committed over it
+        if self.cfg.settings.faststart:
+            ending.remuxed = self._remux(clip, ending.path)
 
     def _complete_endings(self, wait: bool) -> None:
         """Write the metadata of the clips that finished encoding, in the order they ended (``wait``: all of
@@ -401,6 +404,8 @@ class Encoder(Handler):
 
     def _complete(self, ending: _Ending) -> None:
         clip, path, env_side = ending.clip, ending.path, ending.env_side
+        if ending.remuxed is not None:
+            self._commit_remux(clip, path, ending.remuxed)
         if not env_side.get("keep", True):
             self._discard(clip, path)
             return
@@ -432,7 +437,9 @@ class Encoder(Handler):
         self._status(Status.CLIPS_DISCARDED, self.clips_discarded)
         self._status(Status.CLIPS, self.clips)
 
-    def _remux(self, clip: _Clip, path: str) -> None:
+    def _remux(self, clip: _Clip, path: str) -> str | None:
+        """Remux the clip's fragmented video into a standard one: the temporary file's name, or None (the
+        reason in ``remux_error``; the fragmented file stays: it plays in most players)."""
         own = self.own
         tmp = own.tmp_name(path)
         try:
@@ -441,15 +448,28 @@ class Encoder(Handler):
             out = subprocess.run(cmd, check=False, capture_output=True, timeout=REMUX_TIMEOUT_S, process_group=0,
                                  pass_fds=(own.fd,))
             if out.returncode == 0:
-                with own.open_read(tmp) as f:
-                    os.fsync(f.fileno())
-                own.replace(tmp, path)
-                return
+                return tmp
             clip.extra["remux_error"] = out.stderr.decode("utf-8", "replace").strip()[-500:]
         except (OSError, subprocess.SubprocessError, RecordError) as exc:
             clip.extra["remux_error"] = str(exc)
         with contextlib.suppress(OSError):
-            own.unlink(tmp)  # the fragmented file stays: it plays in most players
+            own.unlink(tmp)
+        return None
+
+    def _commit_remux(self, clip: _Clip, path: str, tmp: str) -> None:
+        """In the main thread, where every file of the folder is committed in the order clips ended: the
+        remuxed video made durable and put over the fragmented one."""
+        own = self.own
+        try:
+            with own.open_read(tmp) as f:
+                os.fsync(f.fileno())
+            own.replace(tmp, path)
+            clip.extra["fragmented"] = False
+            return
+        except (OSError, RecordError) as exc:
+            clip.extra["remux_error"] = str(exc)
+        with contextlib.suppress(OSError):
+            own.unlink(tmp)  # the fragmented file stays
 
     def _write_meta(self, clip: _Clip, path: str, empty: bool, dropped_env: int, frames_sent: int | None) -> ClipMeta:
         meta: ClipMeta = {
