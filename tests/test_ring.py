@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import subprocess
 import sys
@@ -13,10 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envrec.contract import shm
-from envrec.contract.ring import ConsumerGone, RingWriter, record_size
+from envrec.contract import reservation, shm
+from envrec.contract.ring import HEADER_BYTES, ConsumerGone, RingWriter, record_size
 from envrec.contract.ring_reader import RingReader
 from envrec.errors import RecordTooLargeError, SharedMemoryError
+
+from .support.waiting import wait_for
 
 
 @pytest.fixture
@@ -149,6 +153,105 @@ def test_creation_fails_clearly_when_memory_is_short(monkeypatch):
     monkeypatch.setattr(shm, "memory_available", lambda: 1 << 20)
     with pytest.raises(SharedMemoryError, match=r"64\.0 MiB.*only 1\.0 MiB of memory is available"):
         RingWriter(64 << 20)
+
+
+KIB64 = 64 << 10
+
+
+def _allocated(w: RingWriter) -> int:
+    """Bytes of the ring's memfd that have pages (reserved or touched)."""
+    return os.fstat(w._shm.fd).st_blocks * 512
+
+
+def _reserving_in_64k_chunks(monkeypatch, fail_at: int | None = None) -> tuple[list, threading.Event]:
+    """Reserve 64 KiB up front and 64 KiB a chunk; the thread's chunks wait for the returned event, and the
+    ``fail_at``th reservation (the constructor's is the 1st) fails with ENOMEM."""
+    for name in ("RESERVE_FIRST_BYTES", "RESERVE_CHUNK_BYTES", "RESERVE_AHEAD_BYTES"):
+        monkeypatch.setattr(reservation, name, KIB64)
+    monkeypatch.setattr("envrec.contract.ring.RESERVE_FIRST_BYTES", KIB64)
+    real, calls, go = shm.Memfd.reserve, [], threading.Event()
+
+    def reserve(self, offset, length):
+        calls.append((offset, length))
+        if len(calls) > 1:
+            assert go.wait(10)
+        if len(calls) == fail_at:
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        real(self, offset, length)
+
+    monkeypatch.setattr(shm.Memfd, "reserve", reserve)
+    return calls, go
+
+
+def _write_and_read(w: RingWriter, r: RingReader, count: int, sizes: list[int]) -> None:
+    """``count`` records of the given sizes in turn, each read back intact right after it was written."""
+    for i in range(count):
+        payload = _payload(sizes[i % len(sizes)], i)
+        assert w.write(1, 0, i, [payload])
+        rec = r.next(1.0)
+        assert rec.step == i and bytes(rec.sections[0]) == payload
+        r.release()
+
+
+def test_the_producer_writes_only_into_reserved_memory_while_the_rest_is_reserved(monkeypatch):
+    calls, go = _reserving_in_64k_chunks(monkeypatch)
+    w = RingWriter(1 << 20)
+    r = RingReader(w.spec)
+    try:
+        w.set_policy(block=False)
+        written = 0
+        while written < 5000 and w.write(1, 0, written, [_payload(1000, written)]):
+            r.next(1.0)
+            r.release()
+            written += 1
+        # the consumer released every record, yet the producer stops at the end of the first reservation
+        assert (KIB64 - 2 * 1032) // 1032 <= written <= KIB64 // 1032
+        assert _allocated(w) <= HEADER_BYTES + KIB64 + 4096 and calls[0] == (0, HEADER_BYTES + KIB64)
+        w.set_policy(block=True, timeout_s=10)
+        go.set()  # the reservation goes on: the producer waits for it, not for the consumer
+        _write_and_read(w, r, 3 * 1024, [1000, 3000, 500])  # ~5 laps
+        assert _allocated(w) >= HEADER_BYTES + (1 << 20)
+        assert [c[1] for c in calls[1:]] == [KIB64] * 15  # the rest, a chunk at a time
+    finally:
+        go.set()
+        r.close()
+        w.close()
+
+
+def test_a_ring_whose_reservation_fails_midway_records_in_what_it_got(monkeypatch, caplog):
+    calls, go = _reserving_in_64k_chunks(monkeypatch, fail_at=3)  # 64 KiB up front, a chunk, then ENOMEM
+    go.set()
+    w = RingWriter(1 << 20)
+    r = RingReader(w.spec)
+    try:
+        w.set_policy(block=True, timeout_s=10)
+        with caplog.at_level(logging.WARNING, "envrec"):
+            _write_and_read(w, r, 2000, [1000, 3000, 7, 500])  # ~20 laps of the 128 KiB it got
+        assert w._reservation._thread.join(5) is None and len(calls) == 3
+        assert any("could reserve only 128.0 KiB of a 1.0 MiB ring (Cannot allocate memory)" in m for m in caplog.messages)
+        assert _allocated(w) <= HEADER_BYTES + 2 * KIB64 + 4096  # nothing past it was touched, by either side
+        with pytest.raises(RecordTooLargeError, match="ring_bytes"):
+            w.write(1, 0, 0, [b"x" * (2 * KIB64)])
+        _write_and_read(w, r, 10, [KIB64 - 100])  # half of what it got still fits, every lap (as in any ring)
+    finally:
+        r.close()
+        w.close()
+
+
+def test_a_short_recording_reserves_only_what_it_used_and_a_long_one_all():
+    w = RingWriter(256 << 20)
+    r = RingReader(w.spec)
+    try:
+        w.set_policy(block=True, timeout_s=10)
+        _write_and_read(w, r, 100, [20_000])  # 2 MB: within the first reservation
+        time.sleep(0.2)  # what the thread would reserve unasked, it has by now
+        assert _allocated(w) <= HEADER_BYTES + reservation.RESERVE_FIRST_BYTES + reservation.RESERVE_CHUNK_BYTES
+        _write_and_read(w, r, 300, [1 << 20])  # 300 MiB: more than a lap
+        assert wait_for(lambda: _allocated(w) >= HEADER_BYTES + (256 << 20), 5)
+        assert w._reservation.reserved == reservation.UNBOUNDED
+    finally:
+        r.close()
+        w.close()
 
 
 def test_rings_are_memfds_no_file_in_dev_shm(ring):

@@ -125,8 +125,19 @@ def _place(received: list[int], numbers: list[int]) -> None:
         os.close(fd)
 
 
+def exit_at_once() -> None:
+    """A worker that finished: its files are committed and its summary sent, and the env process waits for its
+    exit. The interpreter's own teardown (~20 ms of freeing modules) would only make it wait longer."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 2 and sys.argv[1].startswith("--spare-fd="):
         serve_as_spare(int(sys.argv[1].split("=", 1)[1]))
     else:
         main()
+    exit_at_once()

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from envrec.contract.procinfo import signal_name
+from envrec.contract.procinfo import signal_name, wait_for_exit
 from envrec.errors import FfmpegError
 
 from . import pipe_splice
@@ -165,9 +165,7 @@ class FfmpegProcess:
         """Close stdin and wait for ffmpeg to exit (killing it after ``timeout_s``); its exit code."""
         with contextlib.suppress(OSError):
             self._stdin.close()
-        try:
-            self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
+        if wait_for_exit(self.proc, timeout_s) is None:
             self.kill(f"ffmpeg did not finish within {timeout_s:.0f} s of its input ending")
         self._done.set()
         self._drainer.join(STDERR_FINISH_GRACE_S)

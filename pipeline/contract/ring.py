@@ -50,19 +50,22 @@ the caller's timeout for the consumer), which also notices a dead peer, and
 a missed wake-up costs at most one slice, never a record. A consumer that
 replaces a dead one starts at ``read_pos`` and re-reads what its predecessor
 had read but not released.
+
+Memory: every page is reserved before the producer writes into it, a
+chunk at a time ahead of it (``envrec.contract.reservation``): a page a
+memfd cannot allocate when it is touched would kill the process with
+SIGBUS. Until the whole ring is, the producer writes no further than what is.
 """
 
 from __future__ import annotations
 
 import struct
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..errors import ClosedError, ConfigError, RecordTooLargeError
+from .reservation import RESERVE_FIRST_BYTES, PageReservation
 from .shm import create_memfd
 from .wakeup import Wakeup
 
@@ -99,8 +102,6 @@ REC_HEAD_BYTES = REC_HEAD.size  # 24
 REC_STEP_AT = REC_HEAD_BYTES - 8  # where a record's step lies in its header (the last field, u64)
 ALIGN = 8
 
-PAGE_BYTES = 4096
-PREFAULT_CHUNK_PAGES = 256  # 1 MiB of ring mapped between two looks at other threads
 WAIT_SLICE_S = 0.05  # longest sleep between checks of a peer's liveness while waiting
 
 
@@ -149,16 +150,6 @@ class _RingBytes:
         del self.buf  # the caller releases it
 
 
-def _touch_pages(data: memoryview) -> None:
-    """Read one byte of each page of ``data``, a chunk at a time, letting other threads run between chunks (a
-    page fault holds the GIL: the env's loop waits at most one chunk's faults, ~0.5 ms)."""
-    pages = np.frombuffer(data, np.uint8)[::PAGE_BYTES]
-    for at in range(0, len(pages), PREFAULT_CHUNK_PAGES):
-        pages[at : at + PREFAULT_CHUNK_PAGES].sum()
-        time.sleep(0)
-    del pages
-
-
 class RingWriter:
     """The producing side of a ring; lives in the env process, which owns the memfd.
 
@@ -176,7 +167,7 @@ class RingWriter:
         if capacity < 4096:
             raise ConfigError(f"a ring needs at least 4096 bytes, not {capacity}")
         self.capacity = capacity
-        self._shm = create_memfd(HEADER_BYTES + capacity)
+        self._shm = create_memfd(HEADER_BYTES + capacity, HEADER_BYTES + min(capacity, RESERVE_FIRST_BYTES))
         assert self._shm.buf is not None  # just created
         self._mem = _RingBytes(self._shm.buf)
         self._mem.buf[:8] = MAGIC
@@ -186,9 +177,10 @@ class RingWriter:
         self._data = self._mem.buf[HEADER_BYTES:]
         self.data = self._data  # the data area, for callers that write a reserved record in place
         self._words = self._mem.words  # read and written per record: one attribute, not two
-        self._prefault()
         self._write_pos = 0
         self._read_pos = 0  # last value seen; the consumer's copy only grows
+        self._end = capacity  # records end before this offset (less if the reservation failed: _end_at)
+        self._room_until = 0  # the producer may write up to here without looking again (_refresh_room)
         self.block = True
         self.timeout_s: float | None = None
         self.alive: Callable[[], bool] | None = None
@@ -198,14 +190,23 @@ class RingWriter:
         self.blocked_s = 0.0
         self.records = 0
         self.closed = False
+        self._reservation = PageReservation(self._shm, self._data, HEADER_BYTES, self._wake_producer, self._end_at)
+        self._refresh_room(0)
 
-    def _prefault(self) -> None:
-        """Map every page of the ring into this process, in a thread, so that the first lap of the ring costs no
-        page faults in ``step()`` and the recorder's start does not wait for it (~30 ms for 64 MiB). It reads one
-        byte a page and writes nothing: records written meanwhile are safe. ``close()`` waits for it."""
-        self._prefaulting = threading.Thread(target=_touch_pages, args=(self._data,), name="envrec-ring-prefault",
-                                             daemon=True)
-        self._prefaulting.start()
+    def _end_at(self, reserved: int) -> None:
+        """The ring's pages past ``reserved`` could not be had: records wrap around before them from now on,
+        a PAD record's header still in what is reserved (the producer wrote no further than that)."""
+        self._end = reserved - REC_HEAD_BYTES
+
+    def _wake_producer(self) -> None:
+        if not self.closed and self._words[_W_WAITING]:
+            self._space.post()
+
+    def _refresh_room(self, upto: int) -> None:
+        """Look at the consumer's position again, for a record that ends at ``upto``: the producer may write up
+        to a capacity past it and, until the whole ring is reserved, as far as the reservation lets it."""
+        self._read_pos = self._words[_W_READ_POS]
+        self._room_until = min(self._read_pos + self.capacity, self._reservation.limit(upto, REC_HEAD_BYTES))
 
     def set_policy(self, block: bool = True, timeout_s: float | None = None, alive: Callable[[], bool] | None = None) -> None:
         """What ``reserve`` does when the ring is full (see the class docstring)."""
@@ -285,20 +286,22 @@ class RingWriter:
         that is not published is simply forgotten by the next one.
         """
         cap = self.capacity
-        if n > cap:
+        if n > self._end:
             raise RecordTooLargeError(
-                f"a record of {n} bytes cannot fit in a ring of {cap} bytes; "
+                f"a record of {n} bytes cannot fit in a ring of {self._end} bytes; "
                 f"create the recorder with ring_bytes >= {2 * n}",
                 record_bytes=n,
-                ring_bytes=cap,
+                ring_bytes=self._end,
             )
-        w = self._write_pos
-        off = w % cap
-        pad = cap - off if off + n > cap else 0
-        need = pad + n
-        if cap - (w - self._read_pos) < need:
-            self._read_pos = self._words[_W_READ_POS]
-            if cap - (w - self._read_pos) < need and not self._wait_for_room(need):
+        while True:
+            w = self._write_pos
+            off = w % cap
+            pad = cap - off if off + n > self._end else 0
+            need = pad + n
+            if w + need <= self._room_until:
+                break
+            self._refresh_room(w + need)  # then the end is computed again: a failed reservation moves it
+            if w + need > self._room_until and not self._wait_for_room(need):
                 return -1
         if pad:
             if pad >= REC_HEAD_BYTES:  # a shorter tail is skipped by the consumer without a PAD record
@@ -323,15 +326,15 @@ class RingWriter:
         if not self.block:
             return False
         timeout_s, alive = self.timeout_s, self.alive
-        words, space, cap = self._mem.words, self._space, self.capacity
+        words, space = self._mem.words, self._space
         start = time.monotonic()
         deadline = None if timeout_s is None else start + timeout_s
         words[_W_WAITING] = need
         try:
             while True:
                 space.clear()  # drop stale wake-ups
-                self._read_pos = words[_W_READ_POS]
-                if cap - (self._write_pos - self._read_pos) >= need:
+                self._refresh_room(self._write_pos + need)
+                if self._write_pos + need <= self._room_until:
                     return True
                 if self._refuse_waits:
                     raise ClosedError("the recorder is being closed by another thread: this record was not written")
@@ -352,8 +355,8 @@ class RingWriter:
         """Detach from the memfd (the kernel frees it once no worker holds it either)."""
         if self.closed:
             return
+        self._reservation.stop()  # it reads the mapping: unmapped under it, it would crash the process
         self.closed = True
-        self._prefaulting.join()  # it reads the mapping: unmapped under it, it would crash the process
         self._data.release()
         self._mem.release_views()
         self._shm.close()

@@ -25,7 +25,7 @@ import psutil
 
 from ..errors import SharedMemoryError
 
-__all__ = ["MEMFD_PREFIX", "Memfd", "create_memfd", "list_memfds", "list_segments", "map_memfd", "sweep_orphans"]
+__all__ = ["MEMFD_PREFIX", "Memfd", "create_memfd", "format_bytes", "list_memfds", "list_segments", "map_memfd", "sweep_orphans"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def _new_name() -> str:
     return f"{MEMFD_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
 
 
-def _format_bytes(n: float) -> str:
+def format_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
@@ -57,20 +57,30 @@ class Memfd:
     block with the resource tracker, a helper process started with
     ``sys.executable`` (which is not Python in an embedded interpreter), and
     names it in ``/dev/shm``, where a crash of every process using it leaks it.
+
+    Args:
+        name: its name in ``/proc/<pid>/fd``.
+        size: its bytes, all mapped.
+        reserved: how many of them, from the start, have their pages reserved now (default: all); the rest
+            are reserved by ``reserve`` before anything touches them.
     """
 
-    def __init__(self, name: str, size: int) -> None:
+    def __init__(self, name: str, size: int, reserved: int | None = None) -> None:
         self.name = name
         self.fd = os.memfd_create(name, os.MFD_CLOEXEC)
         try:
-            # Reserve the pages now: shmem allocates lazily, and a page it cannot
-            # allocate later kills the process with SIGBUS instead of raising.
-            os.posix_fallocate(self.fd, 0, size)
+            os.ftruncate(self.fd, size)
+            self.reserve(0, size if reserved is None else min(reserved, size))
             self._map = mmap.mmap(self.fd, size)
         except BaseException:
             os.close(self.fd)
             raise
         self.buf: memoryview | None = memoryview(self._map)
+
+    def reserve(self, offset: int, length: int) -> None:
+        """Reserve the pages of ``length`` bytes at ``offset``: shmem allocates lazily, and a page it cannot
+        allocate when it is touched kills the process with SIGBUS instead of raising (``OSError`` here)."""
+        os.posix_fallocate(self.fd, offset, length)
 
     def close(self) -> None:
         """Stop using the memfd here (every view of ``buf`` must be released first)."""
@@ -81,8 +91,9 @@ class Memfd:
             os.close(self.fd)
 
 
-def create_memfd(size: int) -> Memfd:
-    """Create a memfd of ``size`` bytes whose pages are reserved up front.
+def create_memfd(size: int, reserved: int | None = None) -> Memfd:
+    """Create a memfd of ``size`` bytes whose first ``reserved`` bytes (default: all) have their pages
+    reserved up front (``Memfd.reserve`` for the rest).
 
     Fails with ``SharedMemoryError`` naming the size asked and the memory
     available, rather than letting a later write fault with SIGBUS.
@@ -90,15 +101,15 @@ def create_memfd(size: int) -> Memfd:
     available = memory_available()
     if size > available:
         raise SharedMemoryError(
-            f"cannot create a {_format_bytes(size)} shared-memory ring: only {_format_bytes(available)} "
+            f"cannot create a {format_bytes(size)} shared-memory ring: only {format_bytes(available)} "
             "of memory is available. Ask for a smaller ring (ring_bytes=...)."
         )
     try:
-        return Memfd(_new_name(), size)
+        return Memfd(_new_name(), size, reserved)
     except OSError as exc:
         raise SharedMemoryError(
-            f"cannot reserve {_format_bytes(size)} of shared memory ({exc.strerror}); "
-            f"{_format_bytes(memory_available())} available. Ask for a smaller ring (ring_bytes=...)."
+            f"cannot reserve {format_bytes(size)} of shared memory ({exc.strerror}); "
+            f"{format_bytes(memory_available())} available. Ask for a smaller ring (ring_bytes=...)."
         ) from exc
 
 

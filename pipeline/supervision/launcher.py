@@ -44,7 +44,6 @@ import contextlib
 import logging
 import os
 import pickle
-import select
 import signal
 import subprocess
 import sys
@@ -54,6 +53,7 @@ from typing import Any
 
 import psutil
 
+from ..contract.procinfo import wait_for_exit
 from ..contract.ring import RingSpec
 from ..formats.fullwrite import write_all
 from .spare import payload, spare_workers
@@ -63,7 +63,6 @@ __all__ = ["PYTHON_ENV_VAR", "STDERR_TAIL_LINES", "Started", "WorkerProcess", "s
 PYTHON_ENV_VAR = "ENVREC_PYTHON"
 STDERR_TAIL_LINES = 20  # lines of a worker's output kept to explain its death
 CHILD_GRACE_S = 2.0  # how long a killed worker's children (ffmpeg) get to finish on their own
-REAP_S = 5.0  # how long reaping an exited worker may take (it is immediate)
 OUTPUT_DRAIN_S = 1.0  # how long a dead worker's last output may take to arrive (its pipe closes with its last child)
 LATCHED_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})  # a worker starts with these blocked, until it can take them
 
@@ -220,14 +219,11 @@ class WorkerProcess:
         self.start_error = self._started.start_error
         self._proc = self._started.proc
         self.tail = self._started.tail
-        self._pidfd: int | None = None
         if self._proc is None:
             os.close(report_r)
         else:
             self.pid = self._proc.pid
             self.conn = Connection(report_r, writable=False)
-            with contextlib.suppress(OSError, AttributeError):  # Linux 5.3+: else wait() polls
-                self._pidfd = os.pidfd_open(self.pid)
 
     @property
     def returncode(self) -> int | None:
@@ -237,19 +233,11 @@ class WorkerProcess:
         return self._proc.poll()
 
     def wait(self, timeout_s: float) -> int | None:
-        """The exit status once the worker exits, None if it still runs ``timeout_s`` from now. Woken by the
-        worker's exit itself (a pidfd), not by ``Popen.wait``'s polling, which sleeps up to 50 ms a look."""
+        """The exit status once the worker exits, None if it still runs ``timeout_s`` from now (woken by its
+        exit: ``wait_for_exit``)."""
         if self._proc is None:
             return 1
-        if self._proc.poll() is None and self._pidfd is not None:
-            exited, _, _ = select.select([self._pidfd], [], [], max(timeout_s, 0.0))
-            if not exited:
-                return None
-            timeout_s = REAP_S  # it exited: reaping it is immediate
-        try:
-            return self._proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
+        return wait_for_exit(self._proc, timeout_s)
 
     def kill(self) -> None:
         """SIGKILL the worker, then its children that have not exited ``CHILD_GRACE_S`` later.
@@ -283,9 +271,6 @@ class WorkerProcess:
     def close(self) -> None:
         """Forget a finished worker: its report pipe closes; its output thread ends with the pipe. A spare is
         started for the next worker start of this kind (``envrec.supervision.spare``)."""
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
         if self.conn is not None:
             self.conn.close()
             self.conn = None
