@@ -65,7 +65,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ClosedError, ConfigError, RecordTooLargeError
-from .reservation import RESERVE_FIRST_BYTES, PageReservation
+from .reservation import RESERVE_FIRST_BYTES, UNBOUNDED, PageReservation
 from .shm import create_memfd
 from .wakeup import Wakeup
 
@@ -232,6 +232,12 @@ class RingWriter:
     @property
     def name(self) -> str:
         return self._shm.name
+
+    @property
+    def all_reserved(self) -> bool:
+        """Whether every page of the ring is reserved and mapped (after its first lap, or from the start for a
+        small ring), or its reservation ended short of that (the ring then ends there)."""
+        return self._reservation.reserved == UNBOUNDED
 
     def used(self) -> int:
         """Bytes published that no consumer has released yet (0 once the worker has caught up)."""
