@@ -198,8 +198,12 @@ def test_the_next_clips_frames_go_to_its_ffmpeg_while_the_last_clips_ffmpeg_fini
         finishing.append(proc.pid)
         return finish(proc, *args, **kwargs)
 
+    fed: list[int] = []  # pid of each ffmpeg given frames, in order: the first clip's, then the second's
+
     def noting_send_run(feed, proc, *args, **kwargs):
-        if "second" in " ".join(proc.cmd):
+        if proc.pid not in fed:
+            fed.append(proc.pid)
+        if len(fed) > 1:
             next_clip_fed.set()
         return send_run(feed, proc, *args, **kwargs)
 

@@ -61,8 +61,11 @@ ONCE = [
     Fault(S, "renameat", "batch", 2, "EIO"),  # the .bin is in place already, the .json is not
     Fault(S, "renameat", "manifest", 2, "ENOSPC"),
     # the encoder's openat and renameat are relative to its folder opened once: matched by that descriptor, the
-    # folder's own open (at its start) the 1st openat; per clip the remuxed video's, then the metadata's
-    Fault(E, "openat", "folder", 3, "EIO"),  # the first metadata
+    # folder's own open (at its start) the 1st openat; per clip the video's (for its ffmpeg), the remuxed video's,
+    # then the metadata's
+    Fault(E, "openat", "folder", 2, "EIO"),  # the first video, opened for its ffmpeg
+    Fault(E, "openat", "folder", 3, "ENOSPC"),  # the first remuxed video (fsynced before its rename)
+    Fault(E, "openat", "folder", 4, "EIO"),  # the first metadata
     Fault(E, "write", "meta", 2, "ENOSPC"),
     Fault(E, "fsync", "meta", 1, "EIO"),
     Fault(E, "renameat", "folder", 2, "ENOSPC"),  # the first metadata
@@ -187,8 +190,9 @@ def test_encoder_syscall_fault(case_dir, monkeypatch, fault):
         # whole: every frame decodes (a failed remux keeps the fragmented video; a failed metadata write was retried)
         assert m["frames_written"] == 10 and len(decode(os.path.join(folder, c + ".mp4"), 64, 48)) == 10
         assert m["fragmented"] == ("remux_error" in m)
-        if "remux_error" in m or "meta_retried" in m:
-            hit.append(m.get("remux_error") or m["meta_retried"])
+        retried = [m[k] for k in ("remux_error", "meta_retried", "video_open_retried") if k in m]
+        if retried:
+            hit.append(retried[0])
     if fault.persistent:
         assert len(hit) == len(CLIPS), metas  # every clip met the fault, and says so
     else:

@@ -185,9 +185,11 @@ def test_hung_ffmpeg_is_killed_after_the_stall_timeout_and_the_next_clip_is_fine
 VIDEO_CASES = [(p, h) for i, p in enumerate(("record", "frame", "clip:end", "clip:meta")) for h in ("raise", ("exit", "kill")[i % 2])] + [
     ("frame", "hang"),
     ("clip:end", "hang"),
+    ("clip:open", "raise"),  # the clip's ffmpeg (started ahead) pointed at its video, given no frame yet
+    ("clip:open", "kill"),
 ]
 VIDEO_REPORTED = {"raise": "InjectedFault", "exit": "exit code 3", "kill": "SIGKILL(-9)", "hang": "made no progress"}
-FAULT_AFTER = {"record": 15, "frame": 12, "clip:end": 2, "clip:meta": 2}  # each lands in the second clip
+FAULT_AFTER = {"record": 15, "frame": 12, "clip:end": 2, "clip:meta": 2, "clip:open": 2}  # each lands in the second clip
 
 
 @pytest.mark.parametrize("point, how", [  # the development tier: the first two points, raised and died
@@ -255,8 +257,9 @@ while :; do sleep 0.2; done
 
 @pytest.mark.xdist_group("serial")
 def test_an_ffmpeg_that_outlives_its_killed_encoder_is_killed_after_the_grace_period(tmp_path):
-    """SIGKILL the encoder mid-clip while its ffmpeg (own process group) would never exit by itself: the env
-    side kills it by the pid the worker published, CHILD_GRACE_S later."""
+    """SIGKILL the encoder mid-clip while its ffmpeg (own process group) would never exit by itself, nor the one
+    started ahead for the next clip: the env side kills both by the pids the worker published, CHILD_GRACE_S
+    later."""
     from envrec.supervision.launcher import CHILD_GRACE_S
 
     fake = tmp_path / "fake-ffmpeg"
@@ -264,17 +267,18 @@ def test_an_ffmpeg_that_outlives_its_killed_encoder_is_killed_after_the_grace_pe
     fake.chmod(0o755)
     rec = envrec.VideoRecorder(tmp_path / "v", fps=25, ffmpeg=str(fake))
     fill_clip(rec, "doomed", 5)
-    assert wait_for(lambda: rec._stream.status(Status.ENCODER_PID) != 0)
-    ffmpeg_pid = rec._stream.status(Status.ENCODER_PID)
+    words = (Status.ENCODER_PID, Status.STANDBY_PID)
+    assert wait_for(lambda: all(rec._stream.status(w) != 0 for w in words))
+    pids = [rec._stream.status(w) for w in words]
     t0 = time.monotonic()
     os.kill(rec.stats()["worker_pid"], signal.SIGKILL)
     assert wait_for(lambda: (rec.add_frame(frame(0)) or True) and rec.stats()["broken"] is not None, 5)
     rec.end_clip()
 
     def gone() -> bool:
-        return not psutil.pid_exists(ffmpeg_pid) or psutil.Process(ffmpeg_pid).status() == psutil.STATUS_ZOMBIE
+        return all(not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE for pid in pids)
 
-    assert psutil.Process(ffmpeg_pid).name() == "fake-ffmpeg"  # still there when the death was noticed
+    assert [psutil.Process(pid).name() for pid in pids] == ["fake-ffmpeg"] * 2  # still there when the death was noticed
     assert wait_for(gone, CHILD_GRACE_S + 3)
     assert time.monotonic() - t0 <= CHILD_GRACE_S + 2.5  # noticed within the status-check interval, then the grace
     rec.close()

@@ -1,6 +1,8 @@
 """The encoder: turns the records of a frame ring into video clips (or asciicasts) with metadata.
 
-Per clip: ffmpeg starts at the clip's first frame (its size is known then);
+Per clip: at the clip's first frame (its size is known then) ffmpeg is taken
+(one started ahead for a clip of the same command, see ``ffmpeg_output``) or
+started, and the next one is started ahead;
 each frame goes to ffmpeg's stdin straight from the ring (``FrameFeed``),
 those already waiting in the ring taken as one run; at the clip's
 end ffmpeg finishes, the fragmented MP4 is remuxed into a standard one (unless
@@ -20,7 +22,8 @@ file, only metadata marked ``empty`` (as old gym's recorder did).
 Text frames (``render_mode="ansi"``) are written as asciicast v2 (``.cast``).
 
 Every file is written, moved and removed relative to the clips' folder opened
-once (``OwnFolder``; ffmpeg writes through ``/proc/self/fd``), and only a
+once (``OwnFolder``; ffmpeg writes into the video this worker opened, through
+one of its descriptors), and only a
 clip's own names: a folder swapped for a symlink after the recorder opened it
 is never written into, and a symlink, FIFO or folder planted at a clip's
 video name breaks that clip (nothing is written through it).
@@ -56,6 +59,7 @@ from envrec.formats.ownfolder import OwnFolder
 
 from .asciicast import CastWriter
 from .clip_budget import ClipBudget
+from .ffmpeg_output import OutputSlot
 from .ffmpeg_process import FfmpegProcess
 from .frame_feed import FrameFeed
 from .meta_commit import commit_clip_meta
@@ -142,6 +146,7 @@ class Encoder(Handler):
         self.feed = FrameFeed()
         self._endings: deque[_Ending] = deque()
         self._ending_thread: ThreadPoolExecutor | None = None  # started at the first clip end with an ffmpeg
+        self._standby: tuple[tuple[str, ...], FfmpegProcess] | None = None  # ffmpeg started ahead, its command
 
     # -- names ---------------------------------------------------------------
     def _video_name(self, clip: _Clip) -> str:
@@ -317,21 +322,86 @@ class Encoder(Handler):
         clip.template = clip.layout.run_template()
         clip.shape_row = np.frombuffer(FRAME_SHAPE.pack(*shape), np.uint8)
         name = self._video_name(clip)
-        # the metadata shows the path a user would type; ffmpeg writes through the folder opened once
+        # the metadata shows the path a user would type; ffmpeg writes through a descriptor of this worker
         clip.cmdline = encode_command(self.cfg.ffmpeg, w, h, c, clip.fps, os.path.join(self.cfg.folder, name), self.cfg.settings)
         problem = self._clear_video_name(clip)
         if problem is not None:
             self._break(problem)
             return
+        command = tuple(clip.cmdline[:-1])
+        proc = self._take_standby(command)
+        if proc is None:
+            try:
+                proc = self._spawn(command)
+            except OSError as exc:
+                self._break(f"could not start {self.cfg.ffmpeg}: {exc}")
+                return
         try:
-            settings = self.cfg.settings
-            cmd = [*clip.cmdline[:-1], self.own.proc_path(name)]
-            clip.proc = FfmpegProcess(cmd, settings.nice, settings.stall_timeout_s, settings.zero_copy, pass_fds=(self.own.fd,))
-        except OSError as exc:
-            self._break(f"could not start {self.cfg.ffmpeg}: {exc}")
+            self._open_output(clip, proc, name)
+        except BaseException as exc:
+            proc.dismiss()
+            if not isinstance(exc, (OSError, RecordError)):
+                raise
+            self._break(f"could not open {name} in {self.cfg.folder} for the video: {exc}")
             return
+        clip.proc = proc
         self._ask_version()
-        self._status(Status.ENCODER_PID, clip.proc.pid)
+        self._status(Status.ENCODER_PID, proc.pid)
+        self._start_standby(command)
+
+    def _spawn(self, command: tuple[str, ...]) -> FfmpegProcess:
+        """An ffmpeg of ``command`` (the encode command less its output), writing to a slot of its own."""
+        settings = self.cfg.settings
+        slot = OutputSlot(self.own.fd)
+        try:
+            return FfmpegProcess([*command, slot.path], settings.nice, settings.stall_timeout_s, settings.zero_copy, slot)
+        except BaseException:
+            slot.close()
+            raise
+
+    def _open_output(self, clip: _Clip, proc: FfmpegProcess, name: str) -> None:
+        """Point ``proc``'s output at the clip's video, before its first frame (see ``ffmpeg_output``). An open
+        that fails is tried once more (a one-off EIO costs nothing; ``video_open_retried`` keeps the error)."""
+        assert proc.output is not None  # every ffmpeg of a clip has its slot (_spawn)
+        try:
+            fd = self.own.open_fd(name, os.O_WRONLY | os.O_CREAT)
+        except OSError as exc:
+            clip.extra["video_open_retried"] = f"{type(exc).__name__}: {exc}"
+            fd = self.own.open_fd(name, os.O_WRONLY | os.O_CREAT)
+        try:
+            proc.output.point_at(fd)
+        finally:
+            os.close(fd)
+        self.faults.point("clip:open")
+
+    def _start_standby(self, command: tuple[str, ...]) -> None:
+        """Start an ffmpeg for a next clip of the same command now, so that it is ready at that clip's first
+        frame; without one (it could not start), the next clip starts its own."""
+        try:
+            proc = self._spawn(command)
+        except OSError as exc:
+            logger.debug("no ffmpeg started ahead for the next clip: %s", exc)
+            return
+        self._standby = (command, proc)
+        self._status(Status.STANDBY_PID, proc.pid)
+
+    def _take_standby(self, command: tuple[str, ...]) -> FfmpegProcess | None:
+        """The ffmpeg started ahead, if it runs ``command`` and is still waiting; any other is dismissed."""
+        standby, self._standby = self._standby, None
+        if standby is None:
+            return None
+        self._status(Status.STANDBY_PID, 0)
+        ahead_for, proc = standby
+        if ahead_for == command and proc.proc.poll() is None:
+            return proc
+        proc.dismiss()
+        return None
+
+    def _dismiss_standby(self) -> None:
+        if self._standby is not None:
+            self._standby[1].dismiss()
+            self._standby = None
+            self._status(Status.STANDBY_PID, 0)
 
     def _on_text(self, rec) -> None:
         clip = self.clip
@@ -351,8 +421,7 @@ class Encoder(Handler):
             logger.debug("clip %s is broken: %s", clip.name, reason)  # the env process reports it
         if clip.proc is not None:
             proc, clip.proc = clip.proc, None
-            if proc.proc.poll() is None:
-                proc.finish(BROKEN_FINISH_GRACE_S)  # keep what it encoded so far
+            proc.finish(BROKEN_FINISH_GRACE_S)  # keep what it encoded so far (one that exited: freed)
             self.feed.clear()  # it read all it will ever read
             clip.exit_status = signal_name(proc.proc.returncode)
             clip.stderr_tail = list(proc.tail)
@@ -531,6 +600,7 @@ class Encoder(Handler):
                 if self.records_not_drained:
                     self.clip.extra["records_not_drained"] = self.records_not_drained  # frames the deadline cut off
             self._end_clip({})
+        self._dismiss_standby()
         self._complete_endings(wait=True)
         self._stop_ending_thread()
 
@@ -542,6 +612,7 @@ class Encoder(Handler):
                 self._end_clip({})
             except Exception:  # already failing: keep the first error
                 logger.exception("envrec: could not finalize clip after a failure")
+        self._dismiss_standby()
         while self._endings:  # each failure takes its clip out of the queue
             try:
                 self._complete_endings(wait=True)

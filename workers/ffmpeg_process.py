@@ -12,6 +12,9 @@
   for ``stall_timeout_s`` (ffmpeg hangs), which ends the write with an error and
   breaks the clip, so the env process is never blocked by it for longer.
 * ``finish`` closes stdin, waits up to a timeout, then kills — and says so.
+* Its output is the worker's descriptor ``output`` names (``OutputSlot``),
+  freed once ffmpeg is gone; ``dismiss`` ends an ffmpeg that was started
+  ahead and never given a clip.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from envrec.contract.procinfo import signal_name, wait_for_exit
 from envrec.errors import FfmpegError
 
 from . import pipe_splice
+from .ffmpeg_output import OutputSlot
 
 __all__ = ["FfmpegProcess"]
 
@@ -50,11 +54,12 @@ PIPE_BYTES = 1 << 20  # Linux's default cap for an unprivileged pipe size (/proc
 
 class FfmpegProcess:
     def __init__(self, cmd: list[str], nice: int, stall_timeout_s: float, zero_copy: bool = False,
-                 pass_fds: tuple[int, ...] = ()) -> None:
+                 output: OutputSlot | None = None) -> None:
         """Start ffmpeg; ``stall_timeout_s`` (``VideoSettings.stall_timeout_s``): no input taken that long is a hang;
-        ``zero_copy``: hand it the frames' pages (``VideoSettings.zero_copy``) where the system can; ``pass_fds``:
-        descriptors it inherits (the clips' folder, which its output path names through ``/proc/self/fd``)."""
+        ``zero_copy``: hand it the frames' pages (``VideoSettings.zero_copy``) where the system can; ``output``:
+        the descriptor its output path (``cmd``'s last word) names, closed once ffmpeg is gone."""
         self.cmd = cmd
+        self.output = output
         self.zero_copy = zero_copy and pipe_splice.available()
         self.sent = 0  # bytes handed to ffmpeg's stdin
         self.stall_timeout_s = stall_timeout_s
@@ -65,7 +70,6 @@ class FfmpegProcess:
             stderr=subprocess.PIPE,
             process_group=0,
             close_fds=True,
-            pass_fds=pass_fds,
         )
         self.pid = self.proc.pid
         assert self.proc.stdin is not None and self.proc.stderr is not None  # both are pipes (above)
@@ -167,10 +171,23 @@ class FfmpegProcess:
             self._stdin.close()
         if wait_for_exit(self.proc, timeout_s) is None:
             self.kill(f"ffmpeg did not finish within {timeout_s:.0f} s of its input ending")
-        self._done.set()
-        self._drainer.join(STDERR_FINISH_GRACE_S)
-        self._stderr.close()
+        self._close(STDERR_FINISH_GRACE_S)
         return self.proc.returncode
+
+    def dismiss(self) -> None:
+        """Kill an ffmpeg that was given no frame (it has written nothing) and free what it held."""
+        self.kill("not needed")
+        with contextlib.suppress(OSError):
+            self._stdin.close()
+        self._close(STDERR_TAIL_GRACE_S)
+
+    def _close(self, stderr_grace_s: float) -> None:
+        """ffmpeg is gone: stop the watchdog, read the last of its stderr, free its output's descriptor."""
+        self._done.set()
+        self._drainer.join(stderr_grace_s)
+        self._stderr.close()
+        if self.output is not None:
+            self.output.close()
 
     def kill(self, reason: str) -> None:
         self.killed_reason = reason

@@ -17,6 +17,7 @@ process as a child. The worker calls ``point(name)`` at named places:
 ``evict:files``         after each evicted batch's files are deleted
 ``part:cut``            an episode cut: its part written into the open batch, the batch not yet committed
 ``part:next``           the cut committed, the next part's row 0 written into a new batch no checkpoint names yet
+``clip:open``           (encoder) a clip's ffmpeg has its output (the video, opened by the worker), no frame yet
 ``clip:evict``          (encoder) a clip complete, its recorder's clip budget not yet enforced
 
 and the fault fires at the ``after``-th visit of ``at`` (``how``: ``raise``

@@ -116,6 +116,8 @@ class Status(IntEnum):
     BATCHES_INHERITED = 23  # batches committed when this worker took over its ring (a predecessor's pending one included)
     # shipping (a trace recorder with ship_to)
     HELD_FOR_SHIPPING = 24  # bytes beyond max_bytes kept because their batches are not shipped yet (at the last commit)
+    # video stream
+    STANDBY_PID = 25  # pid of the ffmpeg started ahead for the next clip, 0 when none
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ class ClipMeta(TypedDict, total=False):
     ended_by: str
     partial_removed: str
     meta_retried: str  # the error of a first write of this metadata that failed (the second did not)
+    video_open_retried: str  # the error of a first open of the video for its ffmpeg that failed (the second did not)
 
 
 def meta_path(folder: str, name: str) -> str:

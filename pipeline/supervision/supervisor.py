@@ -79,7 +79,7 @@ class WorkerSupervisor:
         self._state = WorkerState.STARTING
         self._beat, self._beat_at = -1, time.monotonic()
         self._started_wall = time.time()
-        self._reaped = 0  # the orphaned child already handed to reap_later
+        self._reaped: set[int] = set()  # the orphaned children already handed to reap_later
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.returncode is None
@@ -166,19 +166,23 @@ class WorkerSupervisor:
 
     def _reap_orphaned_child(self) -> None:
         """A worker that died without finishing (killed from outside, or crashed) leaves its ffmpeg, which
-        runs in a process group of its own, to init; the pid it published says which. A healthy ffmpeg
-        finishes its clip when its input closes; one that does not is killed ``CHILD_GRACE_S`` later."""
-        pid = self.ring.status(Status.ENCODER_PID)
-        if not pid or pid == self._reaped:
-            return
-        self._reaped = pid
-        try:
-            child = psutil.Process(pid)
-            if child.create_time() < self._started_wall - 1 or "ffmpeg" not in child.name().lower():
-                return  # not ours: the pid was reused
-        except psutil.Error:
-            return
-        reap_later([child])
+        runs in a process group of its own, to init; the pids it published say which (the clip's, and the one
+        started ahead for the next clip). A healthy ffmpeg finishes its clip when its input closes, and one
+        started ahead exits; one that does not is killed ``CHILD_GRACE_S`` later."""
+        orphans = []
+        for word in (Status.ENCODER_PID, Status.STANDBY_PID):
+            pid = self.ring.status(word)
+            if not pid or pid in self._reaped:
+                continue
+            self._reaped.add(pid)
+            try:
+                child = psutil.Process(pid)
+                if child.create_time() >= self._started_wall - 1 and "ffmpeg" in child.name().lower():
+                    orphans.append(child)  # else not ours: the pid was reused
+            except psutil.Error:
+                continue
+        if orphans:
+            reap_later(orphans)
 
     def _early_death(self, proc: WorkerProcess) -> str:
         """Why a worker ended before it was ready: it could not be executed, or what it last wrote."""
