@@ -64,7 +64,8 @@ class VideoSettings:
         keyframe_interval_s: seconds between keyframes, so the length of a
             fragment: what a kill can cost a clip at most. Default 1.0.
         nice: ffmpeg's niceness, -20 to 19; default 10, so on a busy machine the
-            env's process gets the CPU first.
+            env's process gets the CPU first. Where the encoder is the bound (the frame ring full, the env
+            waiting for it), 0 makes the env wait evenly instead of in lumps (docs/performance.md).
         stall_timeout_s: ffmpeg taking no input this many seconds is hung: killed,
             its clip broken. Default 10.0; ``hang_timeout_s`` must exceed it.
         faststart: remux a clip closed cleanly into a standard MP4 with its index

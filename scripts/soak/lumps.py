@@ -1,0 +1,62 @@
+"""Where the env waits in lumps when the encoder is slower than the env: each step above a threshold, by index.
+
+Records a synthetic env of HxW frames (``--step-us`` of CPU a step, one clip
+for the whole run) with ``envrec.RecordVideo`` for ``--steps`` steps, ``--runs``
+times, and prints per run the median step, the 99th percentile, ``close()``
+and every step above ``--ms`` with its index. With the default 128 MiB ring
+of 720p frames the ring is full at step ~47 (a 64 MiB ring: ~23), where the
+env waits for ffmpeg's start. ``--ring-mib`` and ``--nice`` change the
+ring's size and ffmpeg's niceness (``VideoSettings.nice``).
+Usage: ``python scripts/soak/lumps.py [--frames 720x1280] [--step-us 500] [--steps 300] [--runs 3]
+[--ms 20] [--ring-mib 128] [--nice 10]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import numpy as np
+
+import envrec
+from envrec.bench.variants import FrameEnv
+
+
+def one_run(folder: str, args: argparse.Namespace) -> str:
+    h, w = (int(x) for x in args.frames.split("x"))
+    env = envrec.RecordVideo(FrameEnv(h, w, length=None, step_us=args.step_us), folder,
+                             episode_trigger=lambda e: True, ring_bytes=args.ring_mib << 20,
+                             settings=envrec.VideoSettings(nice=args.nice))
+    env.reset(seed=0)
+    took = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        env.step(env.action_space.sample())
+        took.append(time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    env.close()
+    closed = time.perf_counter() - t0
+    ms = np.array(took) * 1e3
+    lumps = ", ".join(f"step {i}: {x:.1f} ms" for i, x in enumerate(ms) if x > args.ms) or "none"
+    return (f"median {np.median(ms):.2f} ms, p99 {np.percentile(ms, 99):.1f} ms, close {closed * 1e3:.0f} ms; "
+            f"above {args.ms:g} ms: {lumps}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--frames", default="720x1280")
+    p.add_argument("--step-us", type=float, default=500.0)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--ms", type=float, default=20.0)
+    p.add_argument("--ring-mib", type=int, default=128)
+    p.add_argument("--nice", type=int, default=10)
+    args = p.parse_args()
+    for r in range(args.runs):
+        with tempfile.TemporaryDirectory() as folder:
+            print(f"run {r + 1}: {one_run(folder, args)}")
+
+
+if __name__ == "__main__":
+    main()
