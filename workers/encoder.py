@@ -354,7 +354,7 @@ class Encoder(Handler):
         settings = self.cfg.settings
         slot = OutputSlot(self.own.fd)
         try:
-            return FfmpegProcess([*command, slot.path], settings.nice, settings.stall_timeout_s, settings.zero_copy, slot)
+            return FfmpegProcess([*command, slot.path], slot, settings.nice, settings.stall_timeout_s, settings.zero_copy)
         except BaseException:
             slot.close()
             raise
@@ -362,7 +362,6 @@ class Encoder(Handler):
     def _open_output(self, clip: _Clip, proc: FfmpegProcess, name: str) -> None:
         """Point ``proc``'s output at the clip's video, before its first frame (see ``ffmpeg_output``). An open
         that fails is tried once more (a one-off EIO costs nothing; ``video_open_retried`` keeps the error)."""
-        assert proc.output is not None  # every ffmpeg of a clip has its slot (_spawn)
         try:
             fd = self.own.open_fd(name, os.O_WRONLY | os.O_CREAT)
         except OSError as exc:

@@ -53,8 +53,8 @@ PIPE_BYTES = 1 << 20  # Linux's default cap for an unprivileged pipe size (/proc
 
 
 class FfmpegProcess:
-    def __init__(self, cmd: list[str], nice: int, stall_timeout_s: float, zero_copy: bool = False,
-                 output: OutputSlot | None = None) -> None:
+    def __init__(self, cmd: list[str], output: OutputSlot, nice: int, stall_timeout_s: float,
+                 zero_copy: bool = False) -> None:
         """Start ffmpeg; ``stall_timeout_s`` (``VideoSettings.stall_timeout_s``): no input taken that long is a hang;
         ``zero_copy``: hand it the frames' pages (``VideoSettings.zero_copy``) where the system can; ``output``:
         the descriptor its output path (``cmd``'s last word) names, closed once ffmpeg is gone."""
@@ -186,8 +186,7 @@ class FfmpegProcess:
         self._done.set()
         self._drainer.join(stderr_grace_s)
         self._stderr.close()
-        if self.output is not None:
-            self.output.close()
+        self.output.close()
 
     def kill(self, reason: str) -> None:
         self.killed_reason = reason
