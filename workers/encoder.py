@@ -59,6 +59,7 @@ from envrec.formats.ownfolder import OwnFolder
 
 from .asciicast import CastWriter
 from .clip_budget import ClipBudget
+from .ffmpeg_nice import NiceChoice, nice_of
 from .ffmpeg_output import OutputSlot
 from .ffmpeg_process import FfmpegProcess
 from .frame_feed import FrameFeed
@@ -147,6 +148,7 @@ class Encoder(Handler):
         self._endings: deque[_Ending] = deque()
         self._ending_thread: ThreadPoolExecutor | None = None  # started at the first clip end with an ffmpeg
         self._standby: tuple[tuple[str, ...], FfmpegProcess] | None = None  # ffmpeg started ahead, its command
+        self.nice_choice = NiceChoice(cfg.settings.nice, cfg.settings.behind_nice)
 
     # -- names ---------------------------------------------------------------
     def _video_name(self, clip: _Clip) -> str:
@@ -259,12 +261,14 @@ class Encoder(Handler):
             return
         self.faults.point("frame")
         assert clip.proc is not None  # started above, or the clip would be broken
-        failed = self.feed.send(clip.proc, position, rec.sections[1])
+        pixels = rec.sections[1]
+        failed = self.feed.send(clip.proc, position, pixels)
         if failed is not None:
             self._break(failed)
             self._drop(clip)
             return
         self._count_frames(clip, rec.step, rec.step)
+        self._pace(clip, len(pixels))
 
     @property
     def run_template(self) -> np.ndarray | None:
@@ -289,12 +293,20 @@ class Encoder(Handler):
         if taken:
             steps = rows[[0, taken - 1], REC_STEP_AT : REC_STEP_AT + 8].copy().view("<u8").ravel()
             self._count_frames(clip, int(steps[0]), int(steps[1]), taken)
+            self._pace(clip, taken * nbytes)
         if failed is None and k < n:
             shape = FRAME_SHAPE.unpack(rows[k, shape_at : shape_at + FRAME_SHAPE.size].tobytes())
             failed = f"frame {clip.frames} has shape {shape}, the clip started with {clip.shape}"
         if failed is not None:
             self._break(failed)
             self._drop(clip, n - taken)
+
+    def _pace(self, clip: _Clip, nbytes: int) -> None:
+        """Frames of ``nbytes`` went to the clip's ffmpeg: the end of the encoder's probation renices it
+        (``ffmpeg_nice``)."""
+        if self.nice_choice.handed(self.ring, nbytes) and clip.proc is not None:
+            clip.proc.renice(self.nice_choice.nice)
+            clip.extra["ffmpeg_nice"] = nice_of(clip.proc.pid)
 
     def release_point(self, cursor: int) -> int:
         """How far the worker loop may release the ring (``cursor``: all it has read): up to the oldest
@@ -329,10 +341,11 @@ class Encoder(Handler):
             self._break(problem)
             return
         command = tuple(clip.cmdline[:-1])
-        proc = self._take_standby(command)
+        nice = self.nice_choice.now(self.ring)
+        proc = self._take_standby(command, nice)
         if proc is None:
             try:
-                proc = self._spawn(command)
+                proc = self._spawn(command, nice)
             except OSError as exc:
                 self._break(f"could not start {self.cfg.ffmpeg}: {exc}")
                 return
@@ -345,16 +358,18 @@ class Encoder(Handler):
             self._break(f"could not open {name} in {self.cfg.folder} for the video: {exc}")
             return
         clip.proc = proc
+        clip.extra["ffmpeg_nice"] = nice_of(proc.pid)
         self._ask_version()
         self._status(Status.ENCODER_PID, proc.pid)
-        self._start_standby(command)
+        self._start_standby(command, nice)
 
-    def _spawn(self, command: tuple[str, ...]) -> FfmpegProcess:
-        """An ffmpeg of ``command`` (the encode command less its output), writing to a slot of its own."""
+    def _spawn(self, command: tuple[str, ...], nice: int) -> FfmpegProcess:
+        """An ffmpeg of ``command`` (the encode command less its output) at niceness ``nice`` (``ffmpeg_nice``),
+        writing to a slot of its own."""
         settings = self.cfg.settings
         slot = OutputSlot(self.own.fd)
         try:
-            return FfmpegProcess([*command, slot.path], slot, settings.nice, settings.stall_timeout_s, settings.zero_copy)
+            return FfmpegProcess([*command, slot.path], slot, nice, settings.stall_timeout_s, settings.zero_copy)
         except BaseException:
             slot.close()
             raise
@@ -373,25 +388,27 @@ class Encoder(Handler):
             os.close(fd)
         self.faults.point("clip:open")
 
-    def _start_standby(self, command: tuple[str, ...]) -> None:
-        """Start an ffmpeg for a next clip of the same command now, so that it is ready at that clip's first
-        frame; without one (it could not start), the next clip starts its own."""
+    def _start_standby(self, command: tuple[str, ...], nice: int) -> None:
+        """Start an ffmpeg for a next clip of the same command now, at niceness ``nice``, so that it is ready at
+        that clip's first frame; without one (it could not start), the next clip starts its own."""
         try:
-            proc = self._spawn(command)
+            proc = self._spawn(command, nice)
         except OSError as exc:
             logger.debug("no ffmpeg started ahead for the next clip: %s", exc)
             return
         self._standby = (command, proc)
         self._status(Status.STANDBY_PID, proc.pid)
 
-    def _take_standby(self, command: tuple[str, ...]) -> FfmpegProcess | None:
-        """The ffmpeg started ahead, if it runs ``command`` and is still waiting; any other is dismissed."""
+    def _take_standby(self, command: tuple[str, ...], nice: int) -> FfmpegProcess | None:
+        """The ffmpeg started ahead, if it runs ``command``, is still waiting and can run at niceness ``nice`` (one
+        started at a higher niceness cannot be lowered to it: ``ffmpeg_nice``); any other is dismissed."""
         standby, self._standby = self._standby, None
         if standby is None:
             return None
         self._status(Status.STANDBY_PID, 0)
         ahead_for, proc = standby
-        if ahead_for == command and proc.proc.poll() is None:
+        if ahead_for == command and proc.nice <= nice and proc.proc.poll() is None:
+            proc.renice(nice)
             return proc
         proc.dismiss()
         return None

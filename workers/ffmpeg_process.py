@@ -35,6 +35,7 @@ from envrec.contract.procinfo import signal_name, wait_for_exit
 from envrec.errors import FfmpegError
 
 from . import pipe_splice
+from .ffmpeg_nice import set_nice
 from .ffmpeg_output import OutputSlot
 
 __all__ = ["FfmpegProcess"]
@@ -57,7 +58,8 @@ class FfmpegProcess:
                  zero_copy: bool = False) -> None:
         """Start ffmpeg; ``stall_timeout_s`` (``VideoSettings.stall_timeout_s``): no input taken that long is a hang;
         ``zero_copy``: hand it the frames' pages (``VideoSettings.zero_copy``) where the system can; ``output``:
-        the descriptor its output path (``cmd``'s last word) names, closed once ffmpeg is gone."""
+        the descriptor its output path (``cmd``'s last word) names, closed once ffmpeg is gone; ``nice``: its
+        niceness (0: the worker's)."""
         self.cmd = cmd
         self.output = output
         self.zero_copy = zero_copy and pipe_splice.available()
@@ -74,11 +76,9 @@ class FfmpegProcess:
         self.pid = self.proc.pid
         assert self.proc.stdin is not None and self.proc.stderr is not None  # both are pipes (above)
         self._stdin, self._stderr = self.proc.stdin, self.proc.stderr
+        self.nice = nice  # as asked: 0 leaves it the worker's (``ffmpeg_nice``)
         if nice:
-            try:  # threads ffmpeg starts from now on inherit it
-                os.setpriority(os.PRIO_PROCESS, self.pid, nice)
-            except OSError:
-                pass
+            set_nice(self.pid, nice)  # threads ffmpeg starts from now on inherit it
         self.tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._drainer = threading.Thread(target=self._drain, name="envrec-ffmpeg-stderr", daemon=True)
         self._drainer.start()
@@ -173,6 +173,12 @@ class FfmpegProcess:
             self.kill(f"ffmpeg did not finish within {timeout_s:.0f} s of its input ending")
         self._close(STDERR_FINISH_GRACE_S)
         return self.proc.returncode
+
+    def renice(self, nice: int) -> None:
+        """Run at niceness ``nice`` from now on, every thread; only ever raised (lowering it takes a privilege)."""
+        if nice > self.nice:
+            set_nice(self.pid, nice)
+            self.nice = nice
 
     def dismiss(self) -> None:
         """Kill an ffmpeg that was given no frame (it has written nothing) and free what it held."""

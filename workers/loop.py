@@ -270,11 +270,13 @@ def handle_records(reader: RingReader, handler: Handler | None, conn, parent_pid
 
 def _prepare(reader: RingReader, handler: Handler | None) -> tuple[ReleasePolicy, CheckpointingHandler | None]:
     """The handler's release policy, and the handler if it checkpoints (then the records its predecessor's
-    checkpoint covers are skipped); a RELEASE_POINT handler gets its ``release_now``."""
+    checkpoint covers are skipped); the handler sees its ``ring``, a RELEASE_POINT handler its ``release_now``."""
     policy = handler.release if handler is not None else ReleasePolicy.HANDLED
     ckpt = handler if isinstance(handler, CheckpointingHandler) else None  # the policy is CHECKPOINTED
     if ckpt is not None:
         reader.skip_to(ckpt.resume_cursor)  # records its predecessor's checkpoint already covers
+    if handler is not None:
+        handler.ring = reader
     if handler is not None and policy is ReleasePolicy.RELEASE_POINT:
         handler.release_now = functools.partial(_release_if_waited_for, reader, handler)
     return policy, ckpt

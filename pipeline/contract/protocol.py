@@ -18,7 +18,7 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -37,6 +37,7 @@ __all__ = [
     "Handler",
     "Kind",
     "ReleasePolicy",
+    "RingGauge",
     "SerializerConfig",
     "Status",
     "StatusSink",
@@ -54,6 +55,25 @@ StatusSink = Callable[[int, int], None]  # sets a status word (``Status``) of th
 
 def _no_status(index: int, value: int) -> None:
     """A handler driven outside a ring (the vector serializer's sub-serializers, tests) keeps no status."""
+
+
+class RingGauge(Protocol):
+    """What a handler sees of its ring (a ``RingReader``): its size, and how much of it is in use."""
+
+    capacity: int
+
+    def used_fraction(self) -> float:
+        """The share of the ring the env process cannot write into now: written, not yet released."""
+        ...
+
+
+class _NoRing:
+    """A handler driven outside a ring: nothing in use."""
+
+    capacity = 0
+
+    def used_fraction(self) -> float:
+        return 0.0
 
 
 def _nothing() -> None:
@@ -91,6 +111,7 @@ class Handler(abc.ABC):
         # ReleasePolicy.RELEASE_POINT: gives the room up to ``release_point`` back at once if the env process
         # waits for room; set by the worker loop, called while a run is being handed over (its frames one by one)
         self.release_now: Callable[[], None] = _nothing
+        self.ring: RingGauge = _NoRing()  # set by the worker loop: its ring's reader
         self.records_not_drained = 0  # left in the ring when the drain after a SIGTERM ran out of time (workers.loop)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -210,6 +210,11 @@ class RingReader:
             return
         self._wake_producer(words)
 
+    def used_fraction(self) -> float:
+        """The share of the ring the env process cannot write into now: what it wrote that is not released."""
+        words = self._mem.words
+        return (words[_W_WRITE_POS] - words[_W_READ_POS]) / self.capacity
+
     def producer_waits(self) -> bool:
         """Whether the env process is waiting for room in the ring now."""
         return self._mem.words[_W_WAITING] != 0

@@ -56,6 +56,7 @@ class ClipMeta(TypedDict, total=False):
     env_process: dict  # the env side's figures for the clip
     encode_wall_s: float
     ffmpeg_cpu_s: float
+    ffmpeg_nice: int | None  # the niceness its ffmpeg had last (VideoSettings.nice, or behind_nice: workers.ffmpeg_nice)
     fragmented: bool
     remux_error: str
     ended_by: str

@@ -63,9 +63,15 @@ class VideoSettings:
             (about 19 % less CPU a frame). ``""``: ffmpeg's default.
         keyframe_interval_s: seconds between keyframes, so the length of a
             fragment: what a kill can cost a clip at most. Default 1.0.
-        nice: ffmpeg's niceness, -20 to 19; default 10, so on a busy machine the
-            env's process gets the CPU first. Where the encoder is the bound (the frame ring full, the env
-            waiting for it), 0 makes the env wait evenly instead of in lumps (docs/performance.md).
+        nice: ffmpeg's niceness while the encoder keeps up with the env, -20 to 19;
+            default 10, so on a busy machine the env's process gets the CPU first
+            (and the frame ring holds what ffmpeg has not encoded yet).
+        behind_nice: the niceness of the ffmpeg of a clip that starts while the
+            encoder is behind (the frame ring half full or more, until it is back
+            under a quarter), -20 to 19, never above ``nice``. Default 0: the
+            worker's own, so that the env does not wait in lumps for a niced
+            ffmpeg once the ring is full (docs/performance.md, "Long calls").
+            ``behind_nice=nice``: one niceness whatever the ring holds.
         stall_timeout_s: ffmpeg taking no input this many seconds is hung: killed,
             its clip broken. Default 10.0; ``hang_timeout_s`` must exceed it.
         faststart: remux a clip closed cleanly into a standard MP4 with its index
@@ -89,6 +95,7 @@ class VideoSettings:
     scaler: str = field(default="fast_bilinear", metadata=accepts(STR))
     keyframe_interval_s: float = field(default=1.0, metadata=accepts(POSITIVE_NUMBER))
     nice: int = field(default=10, metadata=accepts(int_in(-20, 19)))
+    behind_nice: int = field(default=0, metadata=accepts(int_in(-20, 19)))
     stall_timeout_s: float = field(default=10.0, metadata=accepts(POSITIVE_NUMBER))
     faststart: bool = field(default=True, metadata=accepts(BOOL))
     zero_copy: bool = field(default=True, metadata=accepts(BOOL))

@@ -7,12 +7,15 @@ ring during it (``blocked_s`` before and after the call). A long call with no
 blocked time has another cause, which is what this script is for finding.
 pygame is initialised before the runs (its first render takes ~0.2 s with or
 without recording).
-Usage: ``python scripts/soak/long_calls.py [--runs 3] [--steps 500] [--ms 20]``.
+Usage: ``python scripts/soak/long_calls.py [--runs 3] [--steps 500] [--ms 20] [--nice N] [--behind-nice N]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import glob
+import json
 import os
 import tempfile
 import time
@@ -32,9 +35,9 @@ def blocked(env) -> float:
     return total
 
 
-def one_run(folder: str, steps: int, threshold_s: float) -> list[tuple[int, str, float, float]]:
+def one_run(folder: str, steps: int, threshold_s: float, settings: envrec.VideoSettings) -> list[tuple[int, str, float, float]]:
     env = gym.make("CartPole-v1", render_mode="rgb_array")
-    env = envrec.RecordVideo(env, os.path.join(folder, "video"), episode_trigger=lambda e: True)
+    env = envrec.RecordVideo(env, os.path.join(folder, "video"), episode_trigger=lambda e: True, settings=settings)
     env = envrec.RecordTrace(env, os.path.join(folder, "trace"))
     env.action_space.seed(0)
     long_calls = []
@@ -59,12 +62,25 @@ def one_run(folder: str, steps: int, threshold_s: float) -> list[tuple[int, str,
     return long_calls
 
 
+def clips_by_nice(folder: str) -> str:
+    """How many clips ran their ffmpeg at each niceness (``ffmpeg_nice``: VideoSettings.nice or behind_nice)."""
+    counts = collections.Counter()
+    for path in glob.glob(os.path.join(folder, "video", "*.meta.json")):
+        with open(path) as f:
+            counts[json.load(f).get("ffmpeg_nice")] += 1
+    return ", ".join(f"{n} at nice {nice}" for nice, n in sorted(counts.items(), key=lambda kv: str(kv[0])))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--steps", type=int, default=500)
     p.add_argument("--ms", type=float, default=20.0)
+    p.add_argument("--nice", type=int, help="VideoSettings.nice (default: envrec's)")
+    p.add_argument("--behind-nice", type=int, help="VideoSettings.behind_nice (default: envrec's)")
     args = p.parse_args()
+    chosen = {"nice": args.nice, "behind_nice": args.behind_nice}
+    settings = envrec.VideoSettings(**{k: v for k, v in chosen.items() if v is not None})
     warm = gym.make("CartPole-v1", render_mode="rgb_array")  # pygame's first render takes ~0.2 s: not envrec's
     warm.reset(seed=0)
     warm.render()
@@ -72,8 +88,9 @@ def main() -> None:
     unexplained = 0
     for r in range(args.runs):
         with tempfile.TemporaryDirectory() as folder:
-            calls = one_run(folder, args.steps, args.ms / 1e3)
-        print(f"run {r + 1}: {len(calls) - 1} call(s) above {args.ms:g} ms")
+            calls = one_run(folder, args.steps, args.ms / 1e3, settings)
+            clips = clips_by_nice(folder)
+        print(f"run {r + 1}: {len(calls) - 1} call(s) above {args.ms:g} ms; clips: {clips}")
         for t, what, dt, blocked_s in calls:
             cause = "full ring" if blocked_s > 0.5 * dt else "close (not a step)" if what == "close" else "OTHER"
             unexplained += cause == "OTHER"

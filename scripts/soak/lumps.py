@@ -5,10 +5,11 @@ for the whole run) with ``envrec.RecordVideo`` for ``--steps`` steps, ``--runs``
 times, and prints per run the median step, the 99th percentile, ``close()``
 and every step above ``--ms`` with its index. With the default 128 MiB ring
 of 720p frames the ring is full at step ~47 (a 64 MiB ring: ~23), where the
-env waits for ffmpeg's start. ``--ring-mib`` and ``--nice`` change the
-ring's size and ffmpeg's niceness (``VideoSettings.nice``).
+env waits for ffmpeg's start. ``--ring-mib``, ``--nice`` and ``--behind-nice`` change the
+ring's size and ffmpeg's niceness (``VideoSettings.nice``, ``behind_nice``; ``--behind-nice 10``: one
+niceness, as before ``behind_nice``).
 Usage: ``python scripts/soak/lumps.py [--frames 720x1280] [--step-us 500] [--steps 300] [--runs 3]
-[--ms 20] [--ring-mib 128] [--nice 10]``.
+[--ms 20] [--ring-mib 128] [--nice 10] [--behind-nice 0]``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def one_run(folder: str, args: argparse.Namespace) -> str:
     h, w = (int(x) for x in args.frames.split("x"))
     env = envrec.RecordVideo(FrameEnv(h, w, length=None, step_us=args.step_us), folder,
                              episode_trigger=lambda e: True, ring_bytes=args.ring_mib << 20,
-                             settings=envrec.VideoSettings(nice=args.nice))
+                             settings=envrec.VideoSettings(nice=args.nice, behind_nice=args.behind_nice))
     env.reset(seed=0)
     took = []
     for _ in range(args.steps):
@@ -52,6 +53,7 @@ def main() -> None:
     p.add_argument("--ms", type=float, default=20.0)
     p.add_argument("--ring-mib", type=int, default=128)
     p.add_argument("--nice", type=int, default=10)
+    p.add_argument("--behind-nice", type=int, default=0)
     args = p.parse_args()
     for r in range(args.runs):
         with tempfile.TemporaryDirectory() as folder:
