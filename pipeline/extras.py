@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from importlib import metadata
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 __all__ = ["extra_packages", "install_hint", "installed_from"]
 
@@ -21,6 +24,8 @@ DISTRIBUTION = "envrec"
 
 
 def _distribution() -> metadata.Distribution | None:
+    from importlib import metadata  # ~12 ms: imported only when a hint is made (worker processes never do)
+
     try:
         return metadata.distribution(DISTRIBUTION)
     except metadata.PackageNotFoundError:

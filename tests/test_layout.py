@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 import os
+import subprocess
+import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir))
 PACKAGES = {"pipeline": "envrec", "workers": "envrec.workers", "export": "envrec.export", "viewer": "envrec.viewer"}
@@ -169,3 +171,16 @@ def test_moved_modules_import_under_their_old_paths_for_one_release():
         sys.modules.pop(old, None)
         name = "RecordTrace" if old.endswith("wrappers") else "VideoRecorder"
         assert getattr(module, name) is getattr(envrec, name)
+
+
+def test_an_encoder_worker_starts_without_what_only_traces_shipping_or_the_env_side_need():
+    """What a video worker imports before its first ffmpeg (``envrec.workers`` and its encoder) leaves out the
+    trace checks, shipping's formats, psutil, importlib.metadata and gymnasium: ~45 ms of a cold worker's start,
+    which a 720p env waits for once its frame ring is full."""
+    code = (
+        "import sys, envrec.workers.__main__, envrec.workers.encoder\n"
+        "print(sorted(m for m in ('envrec.formats.trace_checks', 'envrec.formats.shipped', 'envrec.formats.compression',"
+        " 'psutil', 'importlib.metadata', 'importlib.abc', 'gymnasium') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

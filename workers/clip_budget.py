@@ -22,13 +22,12 @@ import logging
 import os
 import stat
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from envrec.errors import RecordError
 from envrec.formats.clip_meta import META_SUFFIX, is_clip_file, read_clip_meta
 from envrec.formats.ownfolder import OwnFolder
-from envrec.formats.ship_ledger import read_ledger
-from envrec.formats.shipped import clip_key
 
 __all__ = ["ClipBudget"]
 
@@ -107,18 +106,29 @@ class ClipBudget:
         self.clips.append(_Kept(meta_name, video, size))
         self.bytes += size
 
+    def _shipped(self) -> Callable[[str], bool] | None:
+        """Whether a clip (by name) is in the shipper's ledger: uploaded; None without a ship ledger. Imported
+        here, so that an encoder worker's start does not pay for shipping's formats."""
+        if not self.ship_ledger:
+            return None
+        from envrec.formats.ship_ledger import read_ledger
+        from envrec.formats.shipped import clip_key
+
+        keys = read_ledger(self.folder.path, self.ship_ledger)
+        return lambda clip: clip_key(clip) in keys
+
     def enforce(self) -> tuple[int, int]:
         """Delete the oldest clips until the limits hold; returns (clips, bytes) deleted by this call."""
         if not self.active:
             return 0, 0
         self._forget_deleted()
         n = nbytes = 0
-        shipped = read_ledger(self.folder.path, self.ship_ledger) if self.ship_ledger else None
+        shipped = self._shipped()
         while len(self.clips) > 1 and (
             (self.keep_last is not None and len(self.clips) > self.keep_last)
             or (self.max_bytes is not None and self.bytes > self.max_bytes)
         ):
-            if shipped is not None and clip_key(self.clips[0].meta[: -len(META_SUFFIX)]) not in shipped:
+            if shipped is not None and not shipped(self.clips[0].meta[: -len(META_SUFFIX)]):
                 break
             old = self.clips.popleft()
             for name in (old.meta, old.video):

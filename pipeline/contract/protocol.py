@@ -18,16 +18,18 @@ import abc
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
-from ..formats.compression import Compression
 from ..formats.ffmpeg import VideoSettings
-from ..formats.trace_format import BatchEntry
 from .faults import NO_FAULT, FaultSpec
 from .procinfo import signal_name
 from .records import Kind, Status
+
+if TYPE_CHECKING:  # annotations only: an encoder worker never imports what traces need (~45 ms at its start)
+    from ..formats.compression import Compression
+    from ..formats.trace_format import BatchEntry
 
 __all__ = [
     "DONE",

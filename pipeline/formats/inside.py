@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from typing import BinaryIO
 
 from ..errors import TraceError
 
-__all__ = ["name_parts", "open_inside"]
+__all__ = ["MAX_PREFIX_CHARS", "name_parts", "open_inside", "safe_prefix"]
+
+_SAFE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MAX_PREFIX_CHARS = 200
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _PART_FLAGS = _DIR_FLAGS | os.O_NOFOLLOW
@@ -90,3 +94,9 @@ def open_inside(folder: str, name: object, what: str) -> BinaryIO:
         raise TraceError(f"{what}: {name!r} is not a regular file")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
+
+
+def safe_prefix(prefix: str) -> bool:
+    """``prefix`` is a file prefix envrec would write (``trace_format.check_prefix``): every name built from it
+    stays inside the folder."""
+    return bool(_SAFE_PREFIX.match(prefix)) and ".." not in prefix and len(prefix) <= MAX_PREFIX_CHARS

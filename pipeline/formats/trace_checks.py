@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -36,7 +35,7 @@ import numpy as np
 
 from ..errors import TraceError
 from .compression import CODECS, FILTERS
-from .inside import name_parts
+from .inside import name_parts, safe_prefix
 from .json_docs import MAX_JSON_DEPTH, MAX_PARSED_JSON_BYTES, JsonBudget, json_cost, parse_json
 from .part_checks import check_entry_parts
 from .replay_fields import check_env, check_episode_keys
@@ -54,15 +53,7 @@ MAX_LEAF_ELEMENTS = 1 << 28  # elements of one space leaf (a 720p RGB frame has 
 INT64 = 1 << 63
 MAX_SEGMENTS = 1 << 24  # closed manifest segments a head may count (each holds 256 batches)
 ARRAY_KINDS = "biufcSU"
-_SAFE_PREFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-MAX_PREFIX_CHARS = 200
 SPACE_TYPES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Text", "Dict", "Tuple")
-
-
-def safe_prefix(prefix: str) -> bool:
-    """``prefix`` is a file prefix envrec would write (``trace_format.check_prefix``): every name built from it
-    stays inside the folder."""
-    return bool(_SAFE_PREFIX.match(prefix)) and ".." not in prefix and len(prefix) <= MAX_PREFIX_CHARS
 
 
 # -- small checks -------------------------------------------------------------------

@@ -9,12 +9,14 @@ Never imported by ``envrec.workers``.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import sys
 import warnings
 from types import ModuleType
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from importlib.abc import Loader
 
 # Modules renamed to say what they hold; their old paths import, with a DeprecationWarning, for one release.
 MOVED = {
@@ -23,11 +25,16 @@ MOVED = {
 }
 
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds a module's old path (``MOVED``): a module of that name holding the new one's names."""
+class _MovedModules:
+    """Finds a module's old path (``MOVED``): a module of that name holding the new one's names. A meta path
+    finder and loader by their methods (importlib.abc's base classes cost every process ~6 ms to import,
+    workers included: ``envrec.headless_display`` runs at ``import envrec``)."""
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        return importlib.util.spec_from_loader(fullname, self) if fullname in MOVED else None
+        return importlib.machinery.ModuleSpec(fullname, cast("Loader", self)) if fullname in MOVED else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None  # the default module
 
     def exec_module(self, module: ModuleType) -> None:
         new = MOVED[module.__name__]

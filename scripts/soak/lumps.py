@@ -9,7 +9,7 @@ env waits for ffmpeg's start. ``--ring-mib``, ``--nice`` and ``--behind-nice`` c
 ring's size and ffmpeg's niceness (``VideoSettings.nice``, ``behind_nice``; ``--behind-nice 10``: one
 niceness, as before ``behind_nice``).
 Usage: ``python scripts/soak/lumps.py [--frames 720x1280] [--step-us 500] [--steps 300] [--runs 3]
-[--ms 20] [--ring-mib 128] [--nice 10] [--behind-nice 0]``.
+[--ms 20] [--ring-mib 128] [--nice 10] [--behind-nice 0] [--timeline]``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 
 import envrec
 from envrec.bench.variants import FrameEnv
+from envrec.contract.records import Status
 
 
 def one_run(folder: str, args: argparse.Namespace) -> str:
@@ -29,19 +30,49 @@ def one_run(folder: str, args: argparse.Namespace) -> str:
     env = envrec.RecordVideo(FrameEnv(h, w, length=None, step_us=args.step_us), folder,
                              episode_trigger=lambda e: True, ring_bytes=args.ring_mib << 20,
                              settings=envrec.VideoSettings(nice=args.nice, behind_nice=args.behind_nice))
+    t_start = time.perf_counter()
     env.reset(seed=0)
-    took = []
+    took, seen = [], Timeline(env.recorder, t_start) if args.timeline else None
     for _ in range(args.steps):
         t0 = time.perf_counter()
         env.step(env.action_space.sample())
         took.append(time.perf_counter() - t0)
+        if seen is not None:
+            seen.look(len(took))
     t0 = time.perf_counter()
     env.close()
     closed = time.perf_counter() - t0
     ms = np.array(took) * 1e3
     lumps = ", ".join(f"step {i}: {x:.1f} ms" for i, x in enumerate(ms) if x > args.ms) or "none"
     return (f"median {np.median(ms):.2f} ms, p99 {np.percentile(ms, 99):.1f} ms, close {closed * 1e3:.0f} ms; "
-            f"above {args.ms:g} ms: {lumps}")
+            f"above {args.ms:g} ms: {lumps}" + (f"\n    {seen}" if seen is not None else ""))
+
+
+class Timeline:
+    """``--timeline``: after each step, the ms since ``reset()`` began when the encoder had started the clip's
+    ffmpeg and when ffmpeg had taken its first frames (the worker's status words), and the step at which each
+    was first seen."""
+
+    MARKS = (1, 2, 5, 10, 20, 40)
+
+    def __init__(self, recorder, t_start: float) -> None:
+        self.recorder, self.t_start = recorder, t_start
+        self.events: list[str] = []
+        self._started = False
+        self._marks = list(self.MARKS)
+
+    def look(self, step: int) -> None:
+        status = self.recorder._stream.status  # the worker's status words (tests and soak scripts read them)
+        at = (time.perf_counter() - self.t_start) * 1e3
+        if not self._started and status(Status.ENCODER_PID):
+            self._started = True
+            self.events.append(f"ffmpeg started by {at:.0f} ms (step {step})")
+        written = status(Status.FRAMES_WRITTEN)
+        while self._marks and written >= self._marks[0]:
+            self.events.append(f"{self._marks.pop(0)} frame(s) taken by {at:.0f} ms (step {step})")
+
+    def __str__(self) -> str:
+        return "; ".join(self.events)
 
 
 def main() -> None:
@@ -54,6 +85,7 @@ def main() -> None:
     p.add_argument("--ring-mib", type=int, default=128)
     p.add_argument("--nice", type=int, default=10)
     p.add_argument("--behind-nice", type=int, default=0)
+    p.add_argument("--timeline", action="store_true", help="when ffmpeg started and took its first frames")
     args = p.parse_args()
     for r in range(args.runs):
         with tempfile.TemporaryDirectory() as folder:
