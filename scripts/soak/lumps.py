@@ -9,7 +9,10 @@ env waits for ffmpeg's start. ``--ring-mib``, ``--nice`` and ``--behind-nice`` c
 ring's size and ffmpeg's niceness (``VideoSettings.nice``, ``behind_nice``; ``--behind-nice 10``: one
 niceness, as before ``behind_nice``).
 Usage: ``python scripts/soak/lumps.py [--frames 720x1280] [--step-us 500] [--steps 300] [--runs 3]
-[--ms 20] [--ring-mib 128] [--nice 10] [--behind-nice 0] [--timeline]``.
+[--ms 20] [--ring-mib 128] [--nice 10] [--behind-nice 0] [--timeline] [--pause 0]``.
+The first run of a process waits for its worker's cold start (an interpreter importing numpy and envrec,
+while the env fills the ring); later runs take a spare worker when ``--pause`` leaves it time to be
+ready (``envrec.supervision.spare``), and ``ENVREC_SPARE_WORKER=0`` makes every run cold.
 """
 
 from __future__ import annotations
@@ -86,8 +89,12 @@ def main() -> None:
     p.add_argument("--nice", type=int, default=10)
     p.add_argument("--behind-nice", type=int, default=0)
     p.add_argument("--timeline", action="store_true", help="when ffmpeg started and took its first frames")
+    p.add_argument("--pause", type=float, default=0.0,
+                   help="seconds between runs: from 1, the runs after the first take a spare worker ready")
     args = p.parse_args()
     for r in range(args.runs):
+        if r:
+            time.sleep(args.pause)
         with tempfile.TemporaryDirectory() as folder:
             print(f"run {r + 1}: {one_run(folder, args)}")
 
