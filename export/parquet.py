@@ -47,12 +47,20 @@ def write_parquet(paths: PathsLike, out: str | os.PathLike, verify: bool = True)
     schema, batches = iter_record_batches(paths, verify)
     partial = f"{out}.partial-{os.getpid()}"
     rows = 0
+    failed: list[Exception] = []
 
     def counted():
+        """The batches, counted. Arrow reads them in a thread of its own: an error of the recording (a damaged
+        batch) ends the stream here and is raised again in this thread once ``write_dataset`` returned, so that
+        arrow never holds the exception: released by its thread while the interpreter exits, it aborted the
+        process (``terminate called without an active exception``)."""
         nonlocal rows
-        for batch in batches:
-            rows += batch.num_rows
-            yield batch
+        try:
+            for batch in batches:
+                rows += batch.num_rows
+                yield batch
+        except Exception as exc:  # noqa: BLE001  (raised again below, in the caller's thread)
+            failed.append(exc)
 
     try:
         ds.write_dataset(
@@ -64,6 +72,8 @@ def write_parquet(paths: PathsLike, out: str | os.PathLike, verify: bool = True)
             basename_template="part-{i}.parquet",
             existing_data_behavior="error",
         )
+        if failed:
+            raise failed[0]
         if not rows:  # every episode has 0 steps: write_dataset wrote no folder; a dataset of no rows has its schema
             os.makedirs(partial, exist_ok=True)
             pq.write_table(schema.empty_table(), os.path.join(partial, "part-0.parquet"))
