@@ -147,7 +147,7 @@ class Encoder(Handler):
         self.feed = FrameFeed()
         self._endings: deque[_Ending] = deque()
         self._ending_thread: ThreadPoolExecutor | None = None  # started at the first clip end with an ffmpeg
-        self._standby: tuple[tuple[str, ...], FfmpegProcess] | None = None  # ffmpeg started ahead, its command
+        self._standby: FfmpegProcess | None = None  # ffmpeg started ahead for a next clip of its command
         self.nice_choice = NiceChoice(cfg.settings.nice, cfg.settings.behind_nice)
 
     # -- names ---------------------------------------------------------------
@@ -396,18 +396,17 @@ class Encoder(Handler):
         except OSError as exc:
             logger.debug("no ffmpeg started ahead for the next clip: %s", exc)
             return
-        self._standby = (command, proc)
+        self._standby = proc
         self._status(Status.STANDBY_PID, proc.pid)
 
     def _take_standby(self, command: tuple[str, ...], nice: int) -> FfmpegProcess | None:
         """The ffmpeg started ahead, if it runs ``command``, is still waiting and can run at niceness ``nice`` (one
         started at a higher niceness cannot be lowered to it: ``ffmpeg_nice``); any other is dismissed."""
-        standby, self._standby = self._standby, None
-        if standby is None:
+        proc, self._standby = self._standby, None
+        if proc is None:
             return None
         self._status(Status.STANDBY_PID, 0)
-        ahead_for, proc = standby
-        if ahead_for == command and proc.nice <= nice and proc.proc.poll() is None:
+        if tuple(proc.cmd[:-1]) == command and proc.nice <= nice and proc.proc.poll() is None:
             proc.renice(nice)
             return proc
         proc.dismiss()
@@ -415,7 +414,7 @@ class Encoder(Handler):
 
     def _dismiss_standby(self) -> None:
         if self._standby is not None:
-            self._standby[1].dismiss()
+            self._standby.dismiss()
             self._standby = None
             self._status(Status.STANDBY_PID, 0)
 
