@@ -51,6 +51,12 @@ a missed wake-up costs at most one slice, never a record. A consumer that
 replaces a dead one starts at ``read_pos`` and re-reads what its predecessor
 had read but not released.
 
+Pacing (``set_pacing``, the frame ring's): past half full, each record first waits for the consumer's
+next release, at most a time that grows from 0 at half full to ``pace_s`` at full. A consumer that
+takes records slower than the producer writes them (one starting, an encoder that is the bound) then
+makes the producer wait a little at every record, instead of not at all until the ring is full and
+then for as long as the consumer is away.
+
 Memory: every page is reserved before the producer writes into it, a
 chunk at a time ahead of it (``envrec.contract.reservation``): a page a
 memfd cannot allocate when it is touched would kill the process with
@@ -73,6 +79,7 @@ __all__ = [
     "HEADER_BYTES",
     "KIND_PAD",
     "MAGIC",
+    "PACE_FROM",
     "REC_HEAD",
     "REC_HEAD_BYTES",
     "REC_STEP_AT",
@@ -103,6 +110,7 @@ REC_STEP_AT = REC_HEAD_BYTES - 8  # where a record's step lies in its header (th
 ALIGN = 8
 
 WAIT_SLICE_S = 0.05  # longest sleep between checks of a peer's liveness while waiting
+PACE_FROM = 0.5  # share of the ring past which a pacing ring makes each record wait (``set_pacing``)
 
 
 def align(n: int) -> int:
@@ -185,6 +193,8 @@ class RingWriter:
         self.timeout_s: float | None = None
         self.alive: Callable[[], bool] | None = None
         self._refuse_waits = False  # set by close() in another thread: a wait for room raises ClosedError
+        self._pace_s = 0.0
+        self._pace_from = capacity  # bytes in use past which a record is paced (all of them: none is)
         self._pending = 0
         self.high_water = 0
         self.blocked_s = 0.0
@@ -205,12 +215,26 @@ class RingWriter:
     def _refresh_room(self, upto: int) -> None:
         """Look at the consumer's position again, for a record that ends at ``upto``: the producer may write up
         to a capacity past it and, until the whole ring is reserved, as far as the reservation lets it."""
-        self._read_pos = self._words[_W_READ_POS]
-        self._room_until = min(self._read_pos + self.capacity, self._reservation.limit(upto, REC_HEAD_BYTES))
+        read = self._read_pos = self._words[_W_READ_POS]
+        room = min(read + self.capacity, self._reservation.limit(upto, REC_HEAD_BYTES))
+        self._room_until = min(room, max(read + self._pace_from, upto))  # paced: the next record looks again
 
     def set_policy(self, block: bool = True, timeout_s: float | None = None, alive: Callable[[], bool] | None = None) -> None:
         """What ``reserve`` does when the ring is full (see the class docstring)."""
         self.block, self.timeout_s, self.alive = block, timeout_s, alive
+
+    def set_pacing(self, pace_s: float) -> None:
+        """Pace the producer past half full (see the module docstring); 0 turns pacing off.
+
+        Args:
+            pace_s: the longest a record waits for the consumer's next release while the ring has room: the wait
+                grows from 0 at half full to ``pace_s`` at full. Only a blocking ring paces (``set_policy``).
+        """
+        if pace_s < 0:
+            raise ConfigError(f"pace_s must be >= 0, not {pace_s!r}")
+        self._pace_s = float(pace_s)
+        self._pace_from = int(self.capacity * PACE_FROM) if pace_s else self.capacity
+        self._room_until = min(self._room_until, self._read_pos + self._pace_from)
 
     def refuse_waits(self, refuse: bool) -> None:
         """While ``refuse`` holds, a write that has to wait for room raises ``ClosedError`` instead (at once if
@@ -307,8 +331,11 @@ class RingWriter:
             if w + need <= self._room_until:
                 break
             self._refresh_room(w + need)  # then the end is computed again: a failed reservation moves it
-            if w + need > self._room_until and not self._wait_for_room(need):
-                return -1
+            if w + need > self._room_until:
+                if not self._wait_for_room(need):
+                    return -1
+            elif w + need - self._read_pos > self._pace_from:
+                self._pace(need, w + need - self._read_pos)
         if pad:
             if pad >= REC_HEAD_BYTES:  # a shorter tail is skipped by the consumer without a PAD record
                 REC_HEAD.pack_into(self._data, off, pad, KIND_PAD, 0, 0, 0)
@@ -353,6 +380,26 @@ class RingWriter:
                         return False
                     slice_s = min(slice_s, left)
                 space.wait(slice_s)
+        finally:
+            words[_W_WAITING] = 0
+            self.blocked_s += time.monotonic() - start
+
+    def _pace(self, need: int, used: int) -> None:
+        """Wait for the consumer's next release, at most the pace's share for a ring ``used`` bytes full."""
+        if not self.block or self._refuse_waits:
+            return
+        share = (used / self.capacity - PACE_FROM) / (1 - PACE_FROM)
+        words, space = self._words, self._space
+        start = time.monotonic()
+        deadline = start + self._pace_s * min(share, 1.0)
+        words[_W_WAITING] = need  # the consumer's next release leaves that much room: it posts ``space``
+        try:
+            space.clear()
+            while words[_W_READ_POS] == self._read_pos and not self._refuse_waits:  # not released since looked at
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                space.wait(left)  # a post may also come from the reservation, or be stale
         finally:
             words[_W_WAITING] = 0
             self.blocked_s += time.monotonic() - start

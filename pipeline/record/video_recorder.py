@@ -93,7 +93,8 @@ def drain_clip_callback(callback: ClipCallback, timeout_s: float | None = None) 
 logger = logging.getLogger(__name__)
 
 _UINT8 = np.dtype(np.uint8)
-DEFAULT_FRAME_RING_BYTES = 128 << 20  # ~170 frames of 720p: slack while ffmpeg catches up
+DEFAULT_FRAME_RING_BYTES = 128 << 20  # ~48 frames of 720p, ~186 of 600x400: slack while ffmpeg catches up
+FRAME_PACE_S = 0.016  # past half full, a frame waits for ffmpeg's next frame at most this long (RingWriter.set_pacing)
 
 
 # What VideoRecorder's own options accept (the stream's are StreamOptions', the encoder's VideoSettings').
@@ -224,6 +225,7 @@ class VideoRecorder:
                 opts,
                 ring_bytes=opts.ring_or(DEFAULT_FRAME_RING_BYTES),
                 restart=RestartPolicy.fresh_per_clip(dataclasses.replace(cfg, faults=NO_FAULT)),  # a fault fires once
+                pace_s=FRAME_PACE_S,
             )
             if self._shipper is not None:
                 self._shipper.wait_ready()

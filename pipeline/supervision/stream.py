@@ -126,6 +126,7 @@ class Stream:
         restart: what is done when the worker fails.
         where: the output folder, named in a broken stream's reason.
         on_broken: told the reason once the stream is broken (e.g. to write it into the folder).
+        pace_s: the ring's pacing (``RingWriter.set_pacing``; 0: none).
     """
 
     def __init__(
@@ -138,8 +139,10 @@ class Stream:
         restart: RestartPolicy,
         where: str | None = None,
         on_broken: Callable[[str], None] | None = None,
+        pace_s: float = 0.0,
     ) -> None:
         self.role = role
+        self.pace_s = pace_s
         self.restart_policy = restart
         self.restarter = restart.restarter(options.max_restarts)
         self.max_restarts = options.max_restarts
@@ -173,6 +176,7 @@ class Stream:
     def _watch_ring(self) -> None:
         """The ring's backpressure, watching the worker now on it; its first check due."""
         self.ring.set_policy(self.backpressure == "block", self.block_timeout_s, self._usable)
+        self.ring.set_pacing(self.pace_s)
         self._next_check = time.monotonic() + STATUS_CHECK_INTERVAL_S
 
     def _usable(self) -> bool:

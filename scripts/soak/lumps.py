@@ -47,7 +47,7 @@ def one_run(folder: str, args: argparse.Namespace) -> str:
     closed = time.perf_counter() - t0
     ms = np.array(took) * 1e3
     lumps = ", ".join(f"step {i}: {x:.1f} ms" for i, x in enumerate(ms) if x > args.ms) or "none"
-    return (f"median {np.median(ms):.2f} ms, p99 {np.percentile(ms, 99):.1f} ms, close {closed * 1e3:.0f} ms; "
+    return (f"steps {ms.sum():.0f} ms, median {np.median(ms):.2f} ms, p99 {np.percentile(ms, 99):.1f} ms, close {closed * 1e3:.0f} ms; "
             f"above {args.ms:g} ms: {lumps}" + (f"\n    {seen}" if seen is not None else ""))
 
 
