@@ -6,9 +6,9 @@ started, and the next one is started ahead;
 each frame goes to ffmpeg's stdin straight from the ring (``FrameFeed``),
 those already waiting in the ring taken as one run; at the clip's
 end ffmpeg finishes, the fragmented MP4 is remuxed into a standard one (unless
-``VideoSettings.faststart`` is False), and
-``NAME.meta.json`` is written beside it. Finishing and remuxing (~50 ms for a
-600x400 clip) run in a thread while the next clip's frames go on to its own
+``VideoSettings.faststart`` is False: in this process, ``formats.mp4_faststart``,
+or by ffmpeg for a video that module does not rewrite), and
+``NAME.meta.json`` is written beside it. Finishing and remuxing run in a thread while the next clip's frames go on to its own
 ffmpeg (``_Ending``): a full ring would otherwise make the env wait that long
 at each clip's end. Every file is still committed in this thread, in the
 order the clips ended: the remuxed video (fsync, rename), then the metadata,
@@ -55,6 +55,7 @@ from envrec.contract.ring_reader import RUN, RecordRun
 from envrec.errors import RecordError
 from envrec.formats.clip_meta import META_SUFFIX, ClipMeta, is_clip_file
 from envrec.formats.ffmpeg import encode_command, encoded_size, remux_command
+from envrec.formats.mp4_faststart import Mp4Unsupported, faststart
 from envrec.formats.ownfolder import OwnFolder
 
 from .asciicast import CastWriter
@@ -544,6 +545,8 @@ class Encoder(Handler):
         tmp = own.tmp_name(path)
         try:
             own.unlink(tmp)  # one of this pid's name left by an earlier process
+            if self._faststart(path, tmp):
+                return tmp
             cmd = remux_command(self.cfg.ffmpeg, own.proc_path(path), own.proc_path(tmp))
             out = subprocess.run(cmd, check=False, capture_output=True, timeout=REMUX_TIMEOUT_S, process_group=0,
                                  pass_fds=(own.fd,))
@@ -555,6 +558,18 @@ class Encoder(Handler):
         with contextlib.suppress(OSError):
             own.unlink(tmp)
         return None
+
+    def _faststart(self, path: str, tmp: str) -> bool:
+        """The remux in this process (``envrec.formats.mp4_faststart``): False, with nothing left at ``tmp``,
+        where the video is not what it rewrites (ffmpeg remuxes it then). An OSError is the remux's error."""
+        with self.own.open_read(path) as src, self.own.open_new(tmp, "wb", buffering=0) as dst:
+            try:
+                faststart(src.fileno(), dst.fileno())
+                return True
+            except Mp4Unsupported as exc:
+                logger.info("envrec encoder: %s is remuxed by ffmpeg: %s", path, exc)
+        self.own.unlink(tmp)
+        return False
 
     def _commit_remux(self, clip: _Clip, path: str, tmp: str) -> None:
         """In the main thread, where every file of the folder is committed in the order clips ended: the
