@@ -199,3 +199,22 @@ def test_the_encoder_remuxes_in_its_process_and_leaves_to_ffmpeg_what_it_does_no
     assert not m["fragmented"] and "remux_error" not in m
     assert _top_boxes(str(tmp_path / "theirs.mp4")) == [b"ftyp", b"moov", b"free", b"mdat"]
     assert len(_decoded(str(tmp_path / "theirs.mp4"))) == 30
+
+
+def test_a_remux_that_cannot_write_keeps_the_fragmented_clip_and_says_why(tmp_path):
+    rec = envrec.VideoRecorder(tmp_path, fps=25)
+    try:
+        planted = tmp_path / f".c0.mp4.{rec.stats()['worker_pid']}.tmp"  # the remux's temporary name, taken
+        planted.mkdir()
+        (planted / "theirs").write_text("not envrec's")
+        rec.start_clip("c0")
+        for i in range(30):
+            rec.add_frame(np.full((48, 64, 3), 4 * i, np.uint8), i)
+        rec.end_clip()
+    finally:
+        rec.close()
+    m = meta(tmp_path, "c0")
+    assert m["fragmented"] and not m["broken"] and "Is a directory" in m["remux_error"]
+    assert b"mvex" in (tmp_path / "c0.mp4").read_bytes()[:4096]  # the fragmented video, whole
+    assert len(_decoded(str(tmp_path / "c0.mp4"))) == 30
+    assert (planted / "theirs").read_text() == "not envrec's"
