@@ -101,8 +101,72 @@ def test_past_4_gib_chunk_offsets_and_the_media_box_take_64_bits(tmp_path, monke
     assert _decoded(ours) == _decoded(src)
 
 
+def _find(data: bytes, path: list[bytes]) -> list[tuple[int, int]]:
+    """(start, size) of each box along ``path`` from the top level (32-bit sizes, the first of each type)."""
+    found, start, end = [], 0, len(data)
+    for kind in path:
+        pos = start
+        while True:
+            size, k = struct.unpack_from(">I4s", data, pos)
+            if k == kind:
+                break
+            pos += size
+        found.append((pos, size))
+        start, end = pos + 8, pos + size
+    return found
+
+
+def _with(data: bytes, at: int, value: bytes) -> bytes:
+    return data[:at] + value + data[at + len(value) :]
+
+
+def _inserted(data: bytes, path: list[bytes], blob: bytes) -> bytes:
+    """``blob`` appended inside the box at ``path``, every box on the path grown by it."""
+    boxes = _find(data, path)
+    start, size = boxes[-1]
+    data = data[: start + size] + blob + data[start + size :]
+    for start, size in boxes:
+        data = _with(data, start, struct.pack(">I", size + len(blob)))
+    return data
+
+
+def _nested(kind: bytes, depth: int) -> bytes:
+    blob = b""
+    for _ in range(depth):
+        blob = struct.pack(">I4s", 8 + len(blob), kind) + blob
+    return blob
+
+
+def _damaged(data: bytes, how: str) -> bytes:
+    """A fragmented clip damaged as a hand-made or corrupted file would be."""
+    moof = data.index(b"moof") - 4
+    if how == "a run of 2**32-1 samples in a few bytes":
+        trun = data.index(b"trun", moof)  # no per-sample field: nothing in the box bounds the count
+        return _with(data, trun + 4, struct.pack(">II", 0x000001, 0xFFFFFFFF))
+    if how == "2000 boxes nested in minf":
+        return _inserted(data, [b"moov", b"trak", b"mdia", b"minf"], _nested(b"minf", 2000))
+    if how == "a sample description of size 0 (to its parent's end)":
+        return _with(data, _find(data, [b"moov", b"trak", b"mdia", b"minf", b"stbl", b"stsd"])[-1][0], b"\0\0\0\0")
+    if how == "no movie header":
+        return _with(data, _find(data, [b"moov", b"mvhd"])[-1][0] + 4, b"xxxx")
+    if how == "a run without a data offset":
+        trun = data.index(b"trun", moof)
+        return _with(data, trun + 7, bytes([data[trun + 7] & ~1]))
+    if how == "samples of duration 0":
+        tfhd = data.index(b"tfhd", moof)
+        flags = int.from_bytes(data[tfhd + 5 : tfhd + 8], "big")
+        assert flags & 0x8 and not flags & 0x3  # a default duration, right after the track id
+        return _with(data, tfhd + 12, b"\0\0\0\0")
+    raise AssertionError(how)
+
+
+DAMAGES = ["a run of 2**32-1 samples in a few bytes", "2000 boxes nested in minf",
+           "a sample description of size 0 (to its parent's end)", "no movie header", "a run without a data offset",
+           "samples of duration 0"]
+
+
 @pytest.mark.parametrize("how", ["a standard MP4", "not an MP4", "cut in its media", "cut in a fragment's index",
-                                 "a gap in decode times", "two tracks"])
+                                 "a gap in decode times", "two tracks", *DAMAGES])
 def test_what_it_does_not_rewrite_is_refused_before_a_byte_is_written(tmp_path, how):
     src = _encode(tmp_path / "frag.mp4", 60, keyframe_interval_s=0.5)
     data = open(src, "rb").read()
@@ -127,6 +191,8 @@ def test_what_it_does_not_rewrite_is_refused_before_a_byte_is_written(tmp_path, 
                         "-movflags", "+frag_keyframe+empty_moov+default_base_moof", str(tmp_path / "av.mp4")],
                        check=True)
         data = open(tmp_path / "av.mp4", "rb").read()
+    elif how in DAMAGES:
+        data = _damaged(data, how)
     (tmp_path / "in.mp4").write_bytes(data)
     with pytest.raises(Mp4Unsupported):
         _faststart(str(tmp_path / "in.mp4"), str(tmp_path / "out.mp4"))

@@ -24,14 +24,28 @@ from dataclasses import dataclass, field
 
 __all__ = ["Mp4Unsupported", "faststart"]
 
-MAX_INDEX_BOX = 64 << 20  # a moov or moof larger than this is not one envrec's ffmpeg wrote
+MAX_INDEX_BOX = 16 << 20  # a moov or moof larger than this is not one envrec's ffmpeg wrote
 _OFFSET_LIMIT = 0xFFFFFFFF  # past it, chunk offsets take 64 bits (co64) and mdat a 64-bit size
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 _HEAD = struct.Struct(">I4s")
 _NON_SYNC = 0x00010000  # sample_is_non_sync_sample, in a sample's flags
-_VERBATIM = {b"udta", b"meta", b"iods", b"hdlr", b"vmhd", b"smhd", b"nmhd", b"dinf", b"stsd", b"free", b"skip"}
-_SAMPLE_TABLES = (b"stts", b"stsc", b"stsz", b"stco", b"co64", b"ctts", b"stss")
+_MAX_DURATION = 1 << 30  # ticks of one sample: above, not a frame of a clip (ffmpeg takes such as damaged)
+_ANY = (0, None)  # a child box that may come any number of times (copied as it is)
+# The boxes a fragmented moov may hold, each with how many times (min, max; max None: any), the sample tables
+# as ffmpeg writes them there: empty. What is not listed is refused.
+_SHAPES: dict[bytes, dict[bytes, tuple[int, int | None]]] = {
+    b"moov": {b"mvhd": (1, 1), b"trak": (1, 1), b"mvex": (1, 1), b"udta": _ANY, b"meta": _ANY, b"iods": _ANY,
+              b"free": _ANY, b"skip": _ANY},
+    b"trak": {b"tkhd": (1, 1), b"mdia": (1, 1), b"udta": _ANY, b"meta": _ANY, b"free": _ANY, b"skip": _ANY},
+    b"mdia": {b"mdhd": (1, 1), b"hdlr": (1, 1), b"minf": (1, 1), b"free": _ANY, b"skip": _ANY},
+    b"minf": {b"vmhd": (1, 1), b"dinf": (1, 1), b"stbl": (1, 1), b"free": _ANY, b"skip": _ANY},
+    b"stbl": {b"stsd": (1, 1), b"stts": (1, 1), b"stsc": (1, 1), b"stsz": (1, 1), b"stco": (1, 1)},
+    b"mvex": {b"trex": (1, 1), b"mehd": (0, 1)},
+}
+_FULL_BODY = {  # bytes of a full box's body (version and flags included) by version: 0, 1
+    b"mvhd": (100, 112), b"tkhd": (84, 96), b"mdhd": (24, 36), b"tfdt": (8, 12), b"trex": (24, None),
+}
 
 
 class Mp4Unsupported(ValueError):
@@ -80,10 +94,32 @@ def _children(buf: bytes, start: int, end: int) -> Iterator[Box]:
         start = box.end
 
 
+def _shape(buf: bytes, parent: Box) -> dict[bytes, list[Box]]:
+    """``parent``'s children by type, checked against ``_SHAPES``."""
+    allowed = _SHAPES[parent.type]
+    found: dict[bytes, list[Box]] = {kind: [] for kind in allowed}
+    for box in _children(buf, parent.body, parent.end):
+        if box.type not in allowed:
+            raise Mp4Unsupported(f"a {box.type!r} box in {parent.type!r}")
+        found[box.type].append(box)
+    for kind, (least, most) in allowed.items():
+        if len(found[kind]) < least or (most is not None and len(found[kind]) > most):
+            raise Mp4Unsupported(f"{len(found[kind])} {kind!r} boxes in {parent.type!r}")
+    return found
+
+
 def _full(buf: bytes, box: Box) -> tuple[int, int]:
-    """A full box's version and flags."""
+    """A full box's version (0 or 1) and flags; the box's length is checked where ``_FULL_BODY`` knows it."""
+    if box.size - box.header < 4:
+        raise Mp4Unsupported(f"a {box.type!r} box too short for its version")
     word = _U32.unpack_from(buf, box.body)[0]
-    return word >> 24, word & 0xFFFFFF
+    version, flags = word >> 24, word & 0xFFFFFF
+    if version > 1:
+        raise Mp4Unsupported(f"a {box.type!r} box of version {version}")
+    sizes = _FULL_BODY.get(box.type)
+    if sizes is not None and box.size - box.header != sizes[version]:
+        raise Mp4Unsupported(f"a {box.type!r} box of version {version} and {box.size - box.header} bytes")
+    return version, flags
 
 
 def _box(kind: bytes, body: bytes) -> bytes:
@@ -94,13 +130,19 @@ def _full_box(kind: bytes, version: int, flags: int, body: bytes) -> bytes:
     return _box(kind, _U32.pack(version << 24 | flags) + body)
 
 
+def _verbatim(buf: bytes, box: Box) -> bytes:
+    """A box copied as it is, its header written again (a size of 0, "to the end", would swallow what follows)."""
+    return _box(box.type, buf[box.body : box.end])
+
+
 @dataclass
 class _Track:
     """What the fragments say about the samples, in decode order, and where their bytes are."""
 
     timescale: int = 0
     track_id: int = 0
-    defaults: tuple[int, int, int] = (0, 0, 0)  # trex: duration, size, flags
+    defaults: tuple[int, ...] = (0, 0, 0)  # trex: duration, size, flags
+    media_bytes: int = 0  # in every mdat box: no run holds more samples than that
     durations: list[int] = field(default_factory=list)
     sizes: list[int] = field(default_factory=list)
     offsets: list[int] = field(default_factory=list)  # composition time offsets
@@ -144,6 +186,7 @@ def _plan(src_fd: int) -> tuple[_Track, bytes, int]:
     moov = _read(src_fd, top[1])
     track, stsd_type = _read_moov(moov)
     media = [b for b in top if b.type == b"mdat"]
+    track.media_bytes = sum(m.size for m in media)
     for box in top[2:]:
         if box.type == b"moof":
             _read_fragment(_read(src_fd, box), box, track, media)
@@ -172,84 +215,65 @@ def _read(fd: int, box: Box) -> bytes:
     return data
 
 
-def _only(buf: bytes, parent: Box | None, kind: bytes) -> Box:
-    start, end = (parent.body, parent.end) if parent is not None else (0, len(buf))
-    found = [b for b in _children(buf, start, end) if b.type == kind]
-    if len(found) != 1:
-        raise Mp4Unsupported(f"{len(found)} {kind!r} boxes where one was expected")
-    return found[0]
+def _moov_boxes(moov: bytes) -> dict[bytes, Box]:
+    """The boxes found once on the one track's path (mvhd, trak, tkhd, mdia, ..., stsd, mvex, trex), every
+    container checked against ``_SHAPES``."""
+    root = _box_at(moov[:16], 0, len(moov))
+    out = {b"moov": root}
+    for kind in (b"moov", b"trak", b"mdia", b"minf", b"stbl", b"mvex"):
+        for child, boxes in _shape(moov, out[kind]).items():
+            if len(boxes) == 1:
+                out[child] = boxes[0]
+    return out
 
 
 def _read_moov(moov: bytes) -> tuple[_Track, bytes]:
     """The track's timescale, id and fragment defaults, and its sample entry's type (the sample tables must be
     empty: every sample is in the fragments)."""
-    root = _box_at(moov[:16], 0, len(moov))
-    traks = [b for b in _children(moov, root.body, root.end) if b.type == b"trak"]
-    if len(traks) != 1:
-        raise Mp4Unsupported(f"{len(traks)} tracks")
-    trak = traks[0]
+    boxes = _moov_boxes(moov)
     track = _Track()
-    tkhd = _only(moov, trak, b"tkhd")
-    version, _ = _full(moov, tkhd)
-    track.track_id = _U32.unpack_from(moov, tkhd.body + (20 if version == 1 else 12))[0]
-    mdia = _only(moov, trak, b"mdia")
-    mdhd = _only(moov, mdia, b"mdhd")
-    version, _ = _full(moov, mdhd)
-    track.timescale = _U32.unpack_from(moov, mdhd.body + (20 if version == 1 else 12))[0]
-    stbl = _stbl(moov, mdia)
-    for box in _children(moov, stbl.body, stbl.end):
-        if box.type in _SAMPLE_TABLES:
-            if _U32.unpack_from(moov, box.body + 4)[0] != 0 and box.type != b"stsz":
+    version, _ = _full(moov, boxes[b"tkhd"])
+    track.track_id = _U32.unpack_from(moov, boxes[b"tkhd"].body + (20 if version == 1 else 12))[0]
+    version, _ = _full(moov, boxes[b"mdhd"])
+    track.timescale = _U32.unpack_from(moov, boxes[b"mdhd"].body + (20 if version == 1 else 12))[0]
+    _full(moov, boxes[b"mvhd"])
+    if not track.timescale:
+        raise Mp4Unsupported("a media timescale of 0")
+    for box in _children(moov, boxes[b"stbl"].body, boxes[b"stbl"].end):
+        if box.type != b"stsd":
+            count_at = box.body + (8 if box.type == b"stsz" else 4)  # stsz: its sample size, then the count
+            if box.end < count_at + 4 or _U32.unpack_from(moov, count_at)[0]:
                 raise Mp4Unsupported(f"the moov's {box.type!r} lists samples: not a fragmented MP4's")
-            if box.type == b"stsz" and _U32.unpack_from(moov, box.body + 8)[0] != 0:
-                raise Mp4Unsupported("the moov's stsz lists samples: not a fragmented MP4's")
-        elif box.type != b"stsd":
-            raise Mp4Unsupported(f"a {box.type!r} box in the sample table")
-    stsd = _only(moov, stbl, b"stsd")
-    if _U32.unpack_from(moov, stsd.body + 4)[0] != 1:
-        raise Mp4Unsupported("more than one sample description")
-    mvex = _only(moov, root, b"mvex")
-    trex = _only(moov, mvex, b"trex")
-    track_id, description, *defaults = struct.unpack_from(">5I", moov, trex.body + 4)
+    stsd = boxes[b"stsd"]
+    if stsd.size - stsd.header < 16 or _U32.unpack_from(moov, stsd.body + 4)[0] != 1:
+        raise Mp4Unsupported("not one sample description")
+    _full(moov, boxes[b"trex"])
+    track_id, description, *defaults = struct.unpack_from(">5I", moov, boxes[b"trex"].body + 4)
     if track_id != track.track_id or description != 1:
         raise Mp4Unsupported("trex does not describe the one track with its one sample description")
     track.defaults = tuple(defaults)
     return track, moov[stsd.body + 12 : stsd.body + 16]
 
 
-def _stbl(moov: bytes, mdia: Box) -> Box:
-    return _only(moov, _only(moov, mdia, b"minf"), b"stbl")
-
-
 def _read_fragment(moof: bytes, at: Box, track: _Track, media: list[Box]) -> None:
     """Add one fragment's samples to ``track``; ``at``: where the moof lies in the file (its data offsets count
-    from there)."""
+    from there). Its boxes must come as ffmpeg writes them: mfhd, then one traf of tfhd, tfdt and truns."""
     root = _box_at(moof[:16], 0, len(moof))
     kinds = [b.type for b in _children(moof, root.body, root.end)]
-    if sorted(kinds) != [b"mfhd", b"traf"]:
+    if kinds != [b"mfhd", b"traf"]:
         raise Mp4Unsupported(f"a fragment of boxes {kinds}")
-    traf = _only(moof, root, b"traf")
-    tfhd = tfdt = None
-    runs = []
-    for box in _children(moof, traf.body, traf.end):
-        if box.type == b"tfhd":
-            tfhd = box
-        elif box.type == b"tfdt":
-            tfdt = box
-        elif box.type == b"trun":
-            runs.append(box)
-        else:
-            raise Mp4Unsupported(f"a {box.type!r} box in a fragment")
-    if tfhd is None or tfdt is None or not runs:
-        raise Mp4Unsupported("a fragment without tfhd, tfdt or trun")
+    traf = list(_children(moof, root.body, root.end))[1]
+    parts = list(_children(moof, traf.body, traf.end))
+    if len(parts) < 3 or [b.type for b in parts[:2]] != [b"tfhd", b"tfdt"] or {b.type for b in parts[2:]} != {b"trun"}:
+        raise Mp4Unsupported(f"a fragment's track of boxes {[b.type for b in parts]}")
+    tfhd, tfdt, runs = parts[0], parts[1], parts[2:]
     base, defaults = _read_tfhd(moof, tfhd, at, track)
     version, _ = _full(moof, tfdt)
     start = (_U64 if version == 1 else _U32).unpack_from(moof, tfdt.body + 4)[0]
     if start != track.decode_time:
         raise Mp4Unsupported(f"a fragment starts at decode time {start}, not {track.decode_time}: a gap or overlap")
-    position = base
     for run in runs:
-        position = _read_trun(moof, run, base, position, defaults, track, media)
+        _read_trun(moof, run, base, defaults, track, media)
 
 
 def _read_tfhd(moof: bytes, tfhd: Box, at: Box, track: _Track) -> tuple[int, list[int]]:
@@ -274,25 +298,28 @@ def _read_tfhd(moof: bytes, tfhd: Box, at: Box, track: _Track) -> tuple[int, lis
             pos += 4
     if flags & 0x10000:
         raise Mp4Unsupported("an empty fragment (duration-is-empty)")
+    if pos != tfhd.end:
+        raise Mp4Unsupported("a tfhd box whose length is not what its flags say")
     return base, defaults
 
 
-def _read_trun(moof: bytes, run: Box, base: int, position: int, defaults: list[int], track: _Track,
-               media: list[Box]) -> int:
-    """Add one run's samples; ``position``: where its data starts unless it says. Returns where it ends."""
-    version, flags = _full(moof, run)
+def _read_trun(moof: bytes, run: Box, base: int, defaults: list[int], track: _Track, media: list[Box]) -> None:
+    """Add one run's samples (each run says where its data starts: ffmpeg's do)."""
+    _, flags = _full(moof, run)
     count = _U32.unpack_from(moof, run.body + 4)[0]
-    pos = run.body + 8
-    if flags & 0x1:
-        position = base + struct.unpack_from(">i", moof, pos)[0]
-        pos += 4
+    if not flags & 0x1:
+        raise Mp4Unsupported("a trun box without a data offset")
+    if count > track.media_bytes:  # every sample has a byte at least
+        raise Mp4Unsupported(f"a trun box of {count} samples in {track.media_bytes} bytes of media")
+    position = base + struct.unpack_from(">i", moof, run.body + 8)[0]
+    pos = run.body + 12
     first_flags = None
     if flags & 0x4:
         first_flags = _U32.unpack_from(moof, pos)[0]
         pos += 4
     fields = [bit for bit in (0x100, 0x200, 0x400, 0x800) if flags & bit]
-    if pos + 4 * len(fields) * count > run.end:
-        raise Mp4Unsupported("a trun box shorter than its samples")
+    if pos + 4 * len(fields) * count != run.end:
+        raise Mp4Unsupported("a trun box whose length is not what its samples say")
     values = struct.unpack_from(f">{len(fields) * count}I", moof, pos)
     per = dict(zip(fields, range(len(fields)), strict=True))
     duration, size, sample_flags = defaults
@@ -303,11 +330,11 @@ def _read_trun(moof: bytes, run: Box, base: int, position: int, defaults: list[i
         s = row[per[0x200]] if 0x200 in per else size
         f = row[per[0x400]] if 0x400 in per else (first_flags if i == 0 and first_flags is not None else sample_flags)
         c = row[per[0x800]] if 0x800 in per else 0
-        if version == 1 and c >= 1 << 31:
-            c -= 1 << 32
+        if not 0 < d <= _MAX_DURATION or not s:
+            raise Mp4Unsupported(f"a sample of duration {d} and {s} bytes")
         track.durations.append(d)
         track.sizes.append(s)
-        track.offsets.append(c)
+        track.offsets.append(c - (1 << 32) if c >= 1 << 31 else c)  # signed whatever the version, as ffmpeg reads
         if not f & _NON_SYNC:
             track.sync.append(len(track.sizes))
         track.decode_time += d
@@ -316,7 +343,6 @@ def _read_trun(moof: bytes, run: Box, base: int, position: int, defaults: list[i
         if not any(m.body <= position and position + total <= m.end for m in media):
             raise Mp4Unsupported(f"a run's samples at byte {position} are not inside one mdat box")
         track.chunks.append((position, total, count))
-    return position + total
 
 
 # -- writing ---------------------------------------------------------------------------------------------------
@@ -347,53 +373,30 @@ def _ftyp(stsd_type: bytes) -> bytes:
 
 
 def _new_moov(moov: bytes, track: _Track, chunk_offsets: list[int], co64: bool) -> bytes:
-    root = _box_at(moov[:16], 0, len(moov))
+    """The moov of the standard MP4: the fragmented one's boxes in their order, mvex left out, the headers'
+    durations and the sample tables made from the fragments, an edit list after tkhd."""
+    boxes = _moov_boxes(moov)
     duration = sum(track.durations)
-    parts = []
-    for box in _children(moov, root.body, root.end):
-        if box.type == b"mvhd":
-            parts.append(_with_duration(moov, box, duration, track.timescale))
-        elif box.type == b"trak":
-            parts.append(_new_trak(moov, box, track, chunk_offsets, co64))
-        elif box.type in _VERBATIM:
-            parts.append(moov[box.start : box.end])
-        elif box.type != b"mvex":
-            raise Mp4Unsupported(f"a {box.type!r} box in moov")
-    return _box(b"moov", b"".join(parts))
+    made = {
+        b"mvhd": _with_duration(moov, boxes[b"mvhd"], duration, track.timescale),
+        b"tkhd": _with_duration(moov, boxes[b"tkhd"], duration) + _edit_list(track, duration),
+        b"mdhd": _with_duration(moov, boxes[b"mdhd"], duration),
+        b"stbl": _box(b"stbl", _verbatim(moov, boxes[b"stsd"]) + _sample_tables(track, chunk_offsets, co64)),
+        b"mvex": b"",
+    }
 
+    def rebuilt(parent: Box) -> bytes:
+        parts = []
+        for box in _children(moov, parent.body, parent.end):
+            if box.type in made:
+                parts.append(made[box.type])
+            elif box.type in (b"trak", b"mdia", b"minf"):  # the track's path: one level each (_SHAPES)
+                parts.append(rebuilt(box))
+            else:
+                parts.append(_verbatim(moov, box))
+        return _box(parent.type, b"".join(parts))
 
-def _new_trak(moov: bytes, trak: Box, track: _Track, chunk_offsets: list[int], co64: bool) -> bytes:
-    duration = sum(track.durations)
-    parts = []
-    for box in _children(moov, trak.body, trak.end):
-        if box.type == b"tkhd":
-            parts.append(_with_duration(moov, box, duration))
-            parts.append(_edit_list(track, duration))
-        elif box.type == b"mdia":
-            parts.append(_rebuilt(moov, box, track, chunk_offsets, co64))
-        elif box.type in _VERBATIM:
-            parts.append(moov[box.start : box.end])
-        else:
-            raise Mp4Unsupported(f"a {box.type!r} box in trak")
-    return _box(b"trak", b"".join(parts))
-
-
-def _rebuilt(moov: bytes, parent: Box, track: _Track, chunk_offsets: list[int], co64: bool) -> bytes:
-    """mdia, minf or stbl with the media header's duration and the sample tables made from the fragments."""
-    if parent.type == b"stbl":
-        stsd = _only(moov, parent, b"stsd")
-        return _box(b"stbl", moov[stsd.start : stsd.end] + _sample_tables(track, chunk_offsets, co64))
-    parts = []
-    for box in _children(moov, parent.body, parent.end):
-        if box.type == b"mdhd":
-            parts.append(_with_duration(moov, box, sum(track.durations)))
-        elif box.type in (b"minf", b"stbl"):
-            parts.append(_rebuilt(moov, box, track, chunk_offsets, co64))
-        elif box.type in _VERBATIM:
-            parts.append(moov[box.start : box.end])
-        else:
-            raise Mp4Unsupported(f"a {box.type!r} box in {parent.type!r}")
-    return _box(parent.type, b"".join(parts))
+    return rebuilt(boxes[b"moov"])
 
 
 def _with_duration(buf: bytes, box: Box, duration: int, timescale: int | None = None) -> bytes:
@@ -412,15 +415,18 @@ def _with_duration(buf: bytes, box: Box, duration: int, timescale: int | None = 
 
 
 def _edit_list(track: _Track, duration: int) -> bytes:
-    """The presentation starts at the first sample's composition time (after B-frames' delay), as ffmpeg's."""
-    decode, first = 0, None
+    """The presentation starts at the first sample's composition time (after B-frames' delay) and lasts the
+    track's duration, as ffmpeg's remux writes; a track shown otherwise is refused."""
+    decode, first, last = 0, track.offsets[0], 0
     for d, c in zip(track.durations, track.offsets, strict=True):
-        pts = decode + c
-        first = pts if first is None else min(first, pts)
+        if decode + c < first:
+            raise Mp4Unsupported("a sample shown before the first")
+        last = max(last, decode + c + d)
         decode += d
-    start = max(first or 0, 0)
-    v1 = max(duration, start) > 0x7FFFFFFF
-    entry = struct.pack(">Qq" if v1 else ">Ii", duration, start) + struct.pack(">hh", 1, 0)
+    if first < 0 or last - first != duration:
+        raise Mp4Unsupported(f"a presentation from {first} to {last} in a track of duration {duration}")
+    v1 = max(duration, first) > 0x7FFFFFFF
+    entry = struct.pack(">Qq" if v1 else ">Ii", duration, first) + struct.pack(">hh", 1, 0)
     return _box(b"edts", _full_box(b"elst", int(v1), 0, _U32.pack(1) + entry))
 
 
