@@ -8,9 +8,9 @@ those already waiting in the ring taken as one run; at the clip's
 end ffmpeg finishes, the fragmented MP4 is remuxed into a standard one (unless
 ``VideoSettings.faststart`` is False: in this process, ``formats.mp4_faststart``,
 or by ffmpeg for a video that module does not rewrite), and
-``NAME.meta.json`` is written beside it. Finishing and remuxing run in a thread while the next clip's frames go on to its own
-ffmpeg (``_Ending``): a full ring would otherwise make the env wait that long
-at each clip's end. Every file is still committed in this thread, in the
+``NAME.meta.json`` is written beside it. Finishing and remuxing run in a
+thread while the next clip's frames go on to its own ffmpeg (``_Ending``):
+a full ring would otherwise make the env wait that long at each clip's end. Every file is still committed in this thread, in the
 order the clips ended: the remuxed video (fsync, rename), then the metadata,
 counts and disk budget. A clip whose ffmpeg dies, hangs or
 refuses its input, or whose frames change shape, is *broken*: what ffmpeg
