@@ -2,7 +2,7 @@
 
 Records a synthetic env of HxW frames (``--step-us`` of CPU a step, one clip
 for the whole run) with ``envrec.RecordVideo`` for ``--steps`` steps, ``--runs``
-times, and prints per run the median step, the 99th percentile, ``close()``
+times, and prints per run the steps' total, the median step, the 99th percentile, ``close()``
 and every step above ``--ms`` with its index. With the default 128 MiB ring
 of 720p frames the ring is full at step ~47 (a 64 MiB ring: ~23), where the
 env waits for ffmpeg's start. ``--ring-mib``, ``--nice`` and ``--behind-nice`` change the
