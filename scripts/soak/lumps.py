@@ -4,8 +4,9 @@ Records a synthetic env of HxW frames (``--step-us`` of CPU a step, one clip
 for the whole run) with ``envrec.RecordVideo`` for ``--steps`` steps, ``--runs``
 times, and prints per run the steps' total, the median step, the 99th percentile, ``close()``
 and every step above ``--ms`` with its index. With the default 128 MiB ring
-of 720p frames the ring is full at step ~47 (a 64 MiB ring: ~23), where the
-env waits for ffmpeg's start. ``--ring-mib``, ``--nice`` and ``--behind-nice`` change the
+of 720p frames the ring would be full at step ~47 (a 64 MiB ring: ~23), where the
+env waited for ffmpeg's start in one lump; the frame ring's pacing makes it wait a
+little at each frame from half full instead. ``--ring-mib``, ``--nice`` and ``--behind-nice`` change the
 ring's size and ffmpeg's niceness (``VideoSettings.nice``, ``behind_nice``; ``--behind-nice 10``: one
 niceness, as before ``behind_nice``).
 Usage: ``python scripts/soak/lumps.py [--frames 720x1280] [--step-us 500] [--steps 300] [--runs 3]
