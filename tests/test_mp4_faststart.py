@@ -106,11 +106,12 @@ def _find(data: bytes, path: list[bytes]) -> list[tuple[int, int]]:
     found, start, end = [], 0, len(data)
     for kind in path:
         pos = start
-        while True:
+        while pos < end:
             size, k = struct.unpack_from(">I4s", data, pos)
             if k == kind:
                 break
             pos += size
+        assert pos < end, f"no {kind!r} box"
         found.append((pos, size))
         start, end = pos + 8, pos + size
     return found
