@@ -27,6 +27,8 @@ import time
 import psutil
 import pytest
 
+from envrec.contract.ring import RingWriter
+from envrec.contract.ring_reader import RingReader
 from envrec.contract.shm import list_memfds
 
 SEMAPHORE_SETTLE_S = 0.2  # how long a semaphore's name made by another process may take to be unlinked again
@@ -181,6 +183,16 @@ def _seems_leaked(children: set[int], memfds: set[str], sems: set[str], tmp_path
     """Whether anything seems left: the cheap look, without the heap walk of ``gc.collect``."""
     return bool(_tmp_files(tmp_path) or _semaphores() - sems or _children() - children
                 or our_memfds() - memfds or _encoders_writing_into(tmp_path))
+
+
+@pytest.fixture
+def ring():
+    """A small ring (8192 bytes) and a reader on it, both closed after the test."""
+    w = RingWriter(8192)
+    r = RingReader(w.spec)
+    yield w, r
+    r.close()
+    w.close()
 
 
 @pytest.fixture(autouse=True)

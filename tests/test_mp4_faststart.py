@@ -200,12 +200,16 @@ def test_what_it_does_not_rewrite_is_refused_before_a_byte_is_written(tmp_path, 
     assert os.path.getsize(tmp_path / "out.mp4") == 0
 
 
+@pytest.fixture(scope="module")
+def fuzz_source(tmp_path_factory) -> bytes:
+    return open(_encode(tmp_path_factory.mktemp("src") / "frag.mp4", 30, keyframe_interval_s=0.5), "rb").read()
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.integers(0, 10**9), st.integers(0, 255)), min_size=1, max_size=6))
-def test_damaged_bytes_give_mp4unsupported_or_a_file_never_another_error(tmp_path_factory, flips):
+def test_damaged_bytes_give_mp4unsupported_or_a_file_never_another_error(tmp_path_factory, fuzz_source, flips):
     where = tmp_path_factory.mktemp("fuzz")
-    src = _fuzz_source(tmp_path_factory)
-    data = bytearray(open(src, "rb").read())
+    data = bytearray(fuzz_source)
     index_end = data.index(b"mdat") + 8  # damage the index and the first fragment's, where the parsing is
     for at, value in flips:
         data[at % index_end] = value
@@ -214,15 +218,6 @@ def test_damaged_bytes_give_mp4unsupported_or_a_file_never_another_error(tmp_pat
         _faststart(str(where / "in.mp4"), str(where / "out.mp4"))
     except Mp4Unsupported:
         assert os.path.getsize(where / "out.mp4") == 0
-
-
-_FUZZ_SOURCE: list[str] = []
-
-
-def _fuzz_source(tmp_path_factory) -> str:
-    if not _FUZZ_SOURCE:
-        _FUZZ_SOURCE.append(_encode(tmp_path_factory.mktemp("src") / "frag.mp4", 30, keyframe_interval_s=0.5))
-    return _FUZZ_SOURCE[0]
 
 
 def test_a_disk_that_fails_mid_copy_raises_and_a_kernel_without_copy_file_range_falls_back(tmp_path, monkeypatch):

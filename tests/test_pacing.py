@@ -12,7 +12,6 @@ import pytest
 
 import envrec
 from envrec.contract.ring import PACE_FROM, RingWriter, record_size
-from envrec.contract.ring_reader import RingReader
 from envrec.errors import ConfigError
 from envrec.record.video_recorder import FRAME_PACE_S
 
@@ -20,15 +19,6 @@ from .support.waiting import wait_for
 
 RECORD = record_size([1000])  # 1032 bytes: 7 fit in 8192, the 4th ends past half
 PACE_S = 0.05
-
-
-@pytest.fixture
-def ring():
-    w = RingWriter(8192)
-    r = RingReader(w.spec)
-    yield w, r
-    r.close()
-    w.close()
 
 
 def _write_timed(w: RingWriter, count: int) -> list[float]:

@@ -23,15 +23,6 @@ from envrec.errors import RecordTooLargeError, SharedMemoryError
 from .support.waiting import wait_for
 
 
-@pytest.fixture
-def ring():
-    w = RingWriter(8192)
-    r = RingReader(w.spec)
-    yield w, r
-    r.close()
-    w.close()
-
-
 def _payload(n: int, seed: int) -> bytes:
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
 

@@ -184,7 +184,8 @@ def _plan(src_fd: int) -> tuple[_Track, bytes, int]:
     if [b.type for b in top[:2]] != [b"ftyp", b"moov"]:
         raise Mp4Unsupported("not a fragmented MP4: it does not start with ftyp and moov")
     moov = _read(src_fd, top[1])
-    track, stsd_type = _read_moov(moov)
+    boxes = _moov_boxes(moov)
+    track, stsd_type = _read_moov(moov, boxes)
     media = [b for b in top if b.type == b"mdat"]
     track.media_bytes = sum(m.size for m in media)
     for box in top[2:]:
@@ -194,7 +195,7 @@ def _plan(src_fd: int) -> tuple[_Track, bytes, int]:
             raise Mp4Unsupported(f"an unexpected {box.type!r} box at byte {box.start}")
     if not track.sizes:
         raise Mp4Unsupported("no samples")
-    head, payload = _layout(moov, track, stsd_type)
+    head, payload = _layout(moov, boxes, track, stsd_type)
     return track, head, payload
 
 
@@ -227,10 +228,9 @@ def _moov_boxes(moov: bytes) -> dict[bytes, Box]:
     return out
 
 
-def _read_moov(moov: bytes) -> tuple[_Track, bytes]:
+def _read_moov(moov: bytes, boxes: dict[bytes, Box]) -> tuple[_Track, bytes]:
     """The track's timescale, id and fragment defaults, and its sample entry's type (the sample tables must be
     empty: every sample is in the fragments)."""
-    boxes = _moov_boxes(moov)
     track = _Track()
     version, _ = _full(moov, boxes[b"tkhd"])
     track.track_id = _U32.unpack_from(moov, boxes[b"tkhd"].body + (20 if version == 1 else 12))[0]
@@ -259,10 +259,10 @@ def _read_fragment(moof: bytes, at: Box, track: _Track, media: list[Box]) -> Non
     """Add one fragment's samples to ``track``; ``at``: where the moof lies in the file (its data offsets count
     from there). Its boxes must come as ffmpeg writes them: mfhd, then one traf of tfhd, tfdt and truns."""
     root = _box_at(moof[:16], 0, len(moof))
-    kinds = [b.type for b in _children(moof, root.body, root.end)]
-    if kinds != [b"mfhd", b"traf"]:
-        raise Mp4Unsupported(f"a fragment of boxes {kinds}")
-    traf = list(_children(moof, root.body, root.end))[1]
+    top = list(_children(moof, root.body, root.end))
+    if [b.type for b in top] != [b"mfhd", b"traf"]:
+        raise Mp4Unsupported(f"a fragment of boxes {[b.type for b in top]}")
+    traf = top[1]
     parts = list(_children(moof, traf.body, traf.end))
     if len(parts) < 3 or [b.type for b in parts[:2]] != [b"tfhd", b"tfdt"] or {b.type for b in parts[2:]} != {b"trun"}:
         raise Mp4Unsupported(f"a fragment's track of boxes {[b.type for b in parts]}")
@@ -347,21 +347,21 @@ def _read_trun(moof: bytes, run: Box, base: int, defaults: list[int], track: _Tr
 
 # -- writing ---------------------------------------------------------------------------------------------------
 
-def _layout(moov: bytes, track: _Track, stsd_type: bytes) -> tuple[bytes, int]:
+def _layout(moov: bytes, boxes: dict[bytes, Box], track: _Track, stsd_type: bytes) -> tuple[bytes, int]:
     """What goes before the media: ftyp, the new moov and mdat's header; and the media's length."""
     payload = sum(length for _, length, _ in track.chunks)
     ftyp = _ftyp(stsd_type)
     mdat_header = 8 if payload + 8 <= _OFFSET_LIMIT else 16
     co64 = False
-    probe = _new_moov(moov, track, [0] * len(track.chunks), co64)
+    probe = _new_moov(moov, boxes, track, [0] * len(track.chunks), co64)
     if len(ftyp) + len(probe) + mdat_header + payload > _OFFSET_LIMIT:
         co64 = True
-        probe = _new_moov(moov, track, [0] * len(track.chunks), co64)
+        probe = _new_moov(moov, boxes, track, [0] * len(track.chunks), co64)
     offsets, at = [], len(ftyp) + len(probe) + mdat_header
     for _, length, _ in track.chunks:
         offsets.append(at)
         at += length
-    new_moov = _new_moov(moov, track, offsets, co64)
+    new_moov = _new_moov(moov, boxes, track, offsets, co64)
     assert len(new_moov) == len(probe)  # the offsets' width was chosen with the probe
     mdat = _HEAD.pack(8 + payload, b"mdat") if mdat_header == 8 else _HEAD.pack(1, b"mdat") + _U64.pack(16 + payload)
     return ftyp + new_moov + mdat, payload
@@ -372,10 +372,9 @@ def _ftyp(stsd_type: bytes) -> bytes:
     return _box(b"ftyp", b"isom" + _U32.pack(0x200) + b"".join(brands))
 
 
-def _new_moov(moov: bytes, track: _Track, chunk_offsets: list[int], co64: bool) -> bytes:
+def _new_moov(moov: bytes, boxes: dict[bytes, Box], track: _Track, chunk_offsets: list[int], co64: bool) -> bytes:
     """The moov of the standard MP4: the fragmented one's boxes in their order, mvex left out, the headers'
     durations and the sample tables made from the fragments, an edit list after tkhd."""
-    boxes = _moov_boxes(moov)
     duration = sum(track.durations)
     made = {
         b"mvhd": _with_duration(moov, boxes[b"mvhd"], duration, track.timescale),
