@@ -328,6 +328,7 @@ def test_cuda_jax_batch(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # ~65 s alone on 2 cores, its worker catching up in close(); beside the suite's load, twice that
 def test_rss_flat_over_100k_batched_steps(tmp_path):
     import psutil
 
