@@ -117,6 +117,33 @@ def test_safe_casts_are_accepted_and_unsafe_ones_refused(tmp_path):
     assert envrec.TraceReader(tmp_path)[0].observations.tolist() == [[1.0, 2.0, 3.0]]
 
 
+def test_discrete_actions_of_every_integer_type_are_recorded_exactly_and_others_refused(tmp_path):
+    """A Discrete action is packed with the step's reward and flags: every integer type is taken, anything
+    else (or an integer that 64 bits cannot hold) refused before anything of its step is published."""
+    import enum
+
+    class Move(enum.IntEnum):
+        LEFT = -1
+
+    accepted = [5, True, np.int64(-7), np.int8(3), np.uint16(9), np.array(4), Move.LEFT, 2**63 - 1, -(2**63)]
+    refused = [(1.5, "integer"), ("1", "integer"), (np.array([1]), "integer"), (None, "integer"),
+               (2**63, "does not fit"), (-(2**63) - 1, "does not fit")]
+    space = S.Box(-1, 1, (2,), np.float32)
+    with envrec.TraceRecorder(tmp_path, space, S.Discrete(3, start=-1)) as rec:
+        rec.add_reset(np.zeros(2, np.float32))
+        for i, action in enumerate(accepted):
+            rec.add_step(action, np.full(2, i, np.float32), float(i), False, False, {"i": i})
+            bad, message = refused[i % len(refused)]
+            with pytest.raises(envrec.RecordError, match=rf"action: .*{message}"):
+                rec.add_step(bad, np.zeros(2, np.float32), -1.0, True, True)
+    ep = envrec.TraceReader(tmp_path)[0]
+    assert ep.actions.tolist() == [int(a) for a in accepted]
+    assert ep.rewards.tolist() == [float(i) for i in range(len(accepted))]
+    assert ep.observations[1:, 0].tolist() == [float(i) for i in range(len(accepted))]
+    assert [info["i"] for info in ep.infos[1:]] == list(range(len(accepted)))
+    assert not ep.complete  # no refused step's flags reached the ring
+
+
 def test_step_before_reset_and_text_larger_than_the_ring(tmp_path):
     with envrec.TraceRecorder(tmp_path, S.Text(100_000), S.Discrete(2), ring_bytes=8192) as rec:
         with pytest.raises(envrec.RecordError, match="before any add_reset"):

@@ -150,6 +150,8 @@ class LeafCodec:
     A fixed-size leaf has ``put(value, buf, offset)``, which writes the value
     in place (one copy, into the ring). A Text leaf has ``encode(value)``,
     which returns its bytes, so the record's size is known before it is reserved.
+    A Discrete leaf also has ``to_int(value)``, the check alone, for a packer
+    that packs the value with other scalars in one call.
     """
 
     leaf: Leaf
@@ -157,6 +159,7 @@ class LeafCodec:
     size: int | None
     put: Callable[[Any, Any, int], None] | None = None
     encode: Callable[[Any], bytes] | None = None
+    to_int: Callable[[Any], int] | None = None
 
 
 def _array_put(leaf: Leaf, where: str) -> Callable[[Any, Any, int], None]:
@@ -195,19 +198,30 @@ _I64 = struct.Struct("<q")
 _F64 = struct.Struct("<d")
 
 
-def _int_put(where: str) -> Callable[[Any, Any, int], None]:
+def _int_value(where: str) -> Callable[[Any], int]:
+    def to_int(x) -> int:
+        t = type(x)
+        if t is int or t is np.int64 or isinstance(x, (int, np.integer)) or isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "iub":
+            return int(x)
+        raise RecordError(f"{where}: expected an integer (Discrete), got {type(x).__name__} {_short(x)}")
+
+    return to_int
+
+
+def int_out_of_range(where: str, value: int) -> RecordError:
+    """The error for a Discrete value that a signed 64-bit integer cannot hold."""
+    return RecordError(f"{where}: {value} does not fit in a signed 64-bit integer")
+
+
+def _int_put(to_int: Callable[[Any], int], where: str) -> Callable[[Any, Any, int], None]:
     pack_into = _I64.pack_into
 
     def put(x, buf, off: int) -> None:
-        t = type(x)
-        if t is int or t is np.int64 or isinstance(x, (int, np.integer)) or isinstance(x, np.ndarray) and x.shape == () and x.dtype.kind in "iub":
-            v = int(x)
-        else:
-            raise RecordError(f"{where}: expected an integer (Discrete), got {type(x).__name__} {_short(x)}")
+        v = to_int(x)
         try:
             pack_into(buf, off, v)
         except struct.error:
-            raise RecordError(f"{where}: {v} does not fit in a signed 64-bit integer") from None
+            raise int_out_of_range(where, v) from None
 
     return put
 
@@ -229,7 +243,8 @@ def leaf_codecs(spec: dict, root: str) -> list[LeafCodec]:
         if leaf.kind == "text":
             out.append(LeafCodec(leaf, where, None, encode=_text_encode(where)))
         elif sub["type"] == "Discrete":
-            out.append(LeafCodec(leaf, where, 8, put=_int_put(where)))
+            to_int = _int_value(where)
+            out.append(LeafCodec(leaf, where, 8, put=_int_put(to_int, where), to_int=to_int))
         else:
             out.append(LeafCodec(leaf, where, leaf.nbytes, put=_array_put(leaf, where)))
     return out

@@ -22,23 +22,28 @@ import numpy as np
 
 from ..contract.records import FRAME_SHAPE, RST, RecordLayout, TraceLayout, frame_layout
 from ..contract.ring import REC_HEAD, REC_HEAD_BYTES, RingWriter
-from ..formats.schema import compile_flattener, leaf_codecs, reward_value
+from ..formats.schema import LeafCodec, compile_flattener, int_out_of_range, leaf_codecs, reward_value
 
-__all__ = ["FrameRecord", "RecordPacker", "ResetRecord", "StepRecord", "TracePacker", "frame_packer"]
+__all__ = ["DiscreteStepPacker", "FrameRecord", "RecordPacker", "ResetRecord", "StepRecord", "TracePacker", "frame_packer"]
 
 
 class RecordPacker:
     """Writes one kind of record: an optional scalar lead section, fixed sections at precomputed offsets, then
     variable sections."""
 
-    def __init__(self, layout: RecordLayout, puts: list[Callable], lead: struct.Struct | None = None) -> None:
+    def __init__(
+        self, layout: RecordLayout, puts: list[Callable], lead: struct.Struct | None = None, lead_sections: int = 1
+    ) -> None:
         """Args:
             layout: where the record's sections lie (``envrec.contract.records``), its lead section first if it has one.
             puts: for each fixed section after the lead, ``put(value, buf, offset)`` that checks a value and copies it in place.
-            lead: the lead section's struct, packed with the header (its size is the layout's first fixed section).
+            lead: the lead's struct, packed with the header: the layout's first ``lead_sections`` fixed sections,
+                their padding included.
+            lead_sections: how many fixed sections the lead covers.
         """
-        n_lead = lead is not None
-        assert len(puts) + n_lead == len(layout.fixed) and (lead is None or lead.size == layout.fixed[0])
+        n_lead = lead_sections if lead is not None else 0
+        assert len(puts) + n_lead == len(layout.fixed)
+        assert lead is None or lead.size == layout.offsets[n_lead - 1] + layout.fixed[n_lead - 1] - layout.offsets[0]
         self.kind = layout.kind
         self.nsections = layout.nsections
         pad = layout.head_bytes - (REC_HEAD_BYTES + 4 * self.nsections)
@@ -107,6 +112,49 @@ class RecordPacker:
         return True
 
 
+class DiscreteStepPacker(RecordPacker):
+    """STEP records of a Discrete action and one fixed observation leaf (CartPole's, Atari's): the action is
+    packed with the header and the reward and flags by one ``pack_into``, the observation copied in place."""
+
+    def __init__(self, layout: RecordLayout, action: LeafCodec, put_obs: Callable) -> None:
+        """Args:
+            layout: the STEP's layout (``RST``, the action's 8 bytes, the observation, the info).
+            action: the action's codec (its ``to_int`` checks a value).
+            put_obs: the observation codec's ``put``.
+        """
+        pad = layout.offsets[1] - layout.offsets[0] - RST.size
+        super().__init__(layout, [put_obs], struct.Struct(f"{RST.format}{pad}xq"), lead_sections=2)
+        assert action.to_int is not None  # a Discrete leaf's codec
+        self._to_int, self._where = action.to_int, action.where
+        self._put_obs, self._off_obs = put_obs, self._offs[0]
+        self._pack_into = self._head.pack_into
+        assert len(self._fixed_sizes) == 3 and self.nsections == 4  # RST, action, observation; the info
+
+    def write_one_each(self, ring: RingWriter, episode: int, step: int, a, b, info: bytes, lead: tuple) -> bool:
+        """``RecordPacker.write_one_each`` with the action ``a`` packed in the lead."""
+        a = a if type(a) is int else self._to_int(a)
+        k = len(info)
+        n = self.fixed_bytes + ((k + 7) & -8)
+        off = ring.reserve(n)
+        if off < 0:
+            return False
+        data = ring.data
+        self._put_obs(b, data, off + self._off_obs)
+        if k:
+            pos = off + self.fixed_bytes
+            data[pos : pos + k] = info
+        s0, s1, s2 = self._fixed_sizes
+        reward, terminated, truncated = lead
+        try:  # every argument named: a call with * would build a list and a tuple per step
+            self._pack_into(data, off, n, self.kind, 4, episode, step, s0, s1, s2, k, reward, terminated, truncated, a)
+        except struct.error:
+            if -(1 << 63) <= a < 1 << 63:
+                raise
+            raise int_out_of_range(self._where, a) from None
+        ring.publish()
+        return True
+
+
 class TracePacker:
     """RESET and STEP records of one (observation space, action space) pair."""
 
@@ -125,10 +173,13 @@ class TracePacker:
         layout = TraceLayout.from_specs(obs_spec, act_spec)
         step = layout.step_record()
         assert step.fixed[1:] == tuple(c.size for c in act + obs if c.put is not None)  # the codecs write what it says
-        self.step = RecordPacker(step, put_act + put_obs, lead=RST)
-        self.reset = RecordPacker(layout.reset_record(), put_obs)
         # One leaf each (no Dict, Tuple or Text): the values are the leaves, no flattening needed.
         self.single_leaves = act_spec["type"] not in ("Dict", "Tuple", "Text") and obs_spec["type"] not in ("Dict", "Tuple", "Text")
+        if self.single_leaves and act_spec["type"] == "Discrete":
+            self.step: RecordPacker = DiscreteStepPacker(step, act[0], put_obs[0])
+        else:
+            self.step = RecordPacker(step, put_act + put_obs, lead=RST)
+        self.reset = RecordPacker(layout.reset_record(), put_obs)
 
     def min_step_bytes(self) -> int:
         """The size of the smallest possible STEP record (empty texts and info)."""

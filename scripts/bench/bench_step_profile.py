@@ -18,6 +18,7 @@ import time
 import timeit
 
 import gymnasium as gym
+import numpy as np
 
 import envrec
 from envrec.bench.variants import InProcessTrace
@@ -51,16 +52,17 @@ def parts(calls: int = 50_000) -> None:
     rec = envrec.TraceRecorder(f"{folder}/a", env.observation_space, env.action_space)
     rec.add_reset(obs)
     stream, packer, times = rec._stream, rec._packer, CallTimes()
-    put_action, put_obs = packer.step._fns
+    (put_obs,) = packer.step._fns  # the Discrete action is packed with the header (DiscreteStepPacker)
     names = {"rec": rec, "stream": stream, "packer": packer, "ring": stream.ring, "obs": obs, "times": times,
-             "put_action": put_action, "put_obs": put_obs, "data": stream.ring.data, "perf_counter_ns": time.perf_counter_ns}
+             "to_int": packer.step._to_int, "np_one": np.int64(1), "put_obs": put_obs, "data": stream.ring.data,
+             "perf_counter_ns": time.perf_counter_ns}
     pieces = {
         "add_step (all of it)": "rec.add_step(1, obs, 1.0, False, False, {})",
         "call_lock (RLock enter+exit)": "with rec._lock: pass",
         "Stream.check_open": "stream.check_open()",
         "Stream.send_call + write_one_each": "stream.send_call(packer.step.write_one_each, 0, 1, 1, obs, b'', (1.0, False, False))",
-        "RecordPacker.write_one_each": "packer.step.write_one_each(ring, 0, 1, 1, obs, b'', (1.0, False, False))",
-        "put action (Discrete)": "put_action(1, data, 64)",
+        "DiscreteStepPacker.write_one_each": "packer.step.write_one_each(ring, 0, 1, 1, obs, b'', (1.0, False, False))",
+        "to_int of a numpy action (a Python int skips it)": "to_int(np_one)",
         "put observation (Box float32[4])": "put_obs(obs, data, 128)",
         "perf_counter_ns x2": "perf_counter_ns(); perf_counter_ns()",
         "CallTimes.add": "times.add(1234)",
