@@ -47,6 +47,7 @@ from typing import cast
 
 import numpy as np
 
+from envrec.contract.children import run_own_group
 from envrec.contract.procinfo import process_facts, signal_name
 from envrec.contract.protocol import EncoderConfig, Handler, Kind, ReleasePolicy, Status, StatusSink
 from envrec.contract.records import FRAME_SHAPE, RecordLayout, frame_layout
@@ -184,7 +185,7 @@ class Encoder(Handler):
 
     def _probe_version(self) -> None:
         try:
-            out = subprocess.run([self.cfg.ffmpeg, "-version"], check=False, capture_output=True, timeout=VERSION_TIMEOUT_S, text=True)
+            out = run_own_group([self.cfg.ffmpeg, "-version"], VERSION_TIMEOUT_S, text=True)
             self._version = (out.stdout.splitlines() or ["unknown"])[0]
         except (OSError, subprocess.SubprocessError) as exc:
             self._version = f"unknown ({exc})"
@@ -548,8 +549,7 @@ class Encoder(Handler):
             if self._faststart(path, tmp):
                 return tmp
             cmd = remux_command(self.cfg.ffmpeg, own.proc_path(path), own.proc_path(tmp))
-            out = subprocess.run(cmd, check=False, capture_output=True, timeout=REMUX_TIMEOUT_S, process_group=0,
-                                 pass_fds=(own.fd,))
+            out = run_own_group(cmd, REMUX_TIMEOUT_S, pass_fds=(own.fd,))
             if out.returncode == 0:
                 return tmp
             clip.extra["remux_error"] = out.stderr.decode("utf-8", "replace").strip()[-500:]

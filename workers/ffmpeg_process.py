@@ -1,7 +1,9 @@
 """One ffmpeg process, from start to exit, as the encoder worker runs it.
 
-* ffmpeg runs in its own process group, so a Ctrl-C in the terminal does not
-  reach it: the encoder decides when a clip ends.
+* ffmpeg runs in its own process group, SIGTERM and SIGINT blocked in it, so
+  neither a Ctrl-C in the terminal nor a scheduler's SIGTERM to the job's
+  group reaches it (``envrec.contract.children``): the encoder decides when a
+  clip ends.
 * A thread drains its stderr continuously (a full stderr pipe would stall
   it) and keeps the last lines for error messages.
 * Frames go to its stdin with blocking calls (the kernel waits for room
@@ -31,6 +33,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from envrec.contract.children import popen_own_group
 from envrec.contract.procinfo import signal_name, wait_for_exit
 from envrec.errors import FfmpegError
 
@@ -65,14 +68,7 @@ class FfmpegProcess:
         self.zero_copy = zero_copy and pipe_splice.available()
         self.sent = 0  # bytes handed to ffmpeg's stdin
         self.stall_timeout_s = stall_timeout_s
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            process_group=0,
-            close_fds=True,
-        )
+        self.proc = popen_own_group(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True)
         self.pid = self.proc.pid
         assert self.proc.stdin is not None and self.proc.stderr is not None  # both are pipes (above)
         self._stdin, self._stderr = self.proc.stdin, self.proc.stderr

@@ -335,8 +335,8 @@ class TraceRecorder:
         with self._lock:
             if self._closing:
                 self._refuse_while_closing()
+            self._stream.check_open()
             if self._commits is not None:
-                self._stream.check_open()  # before the callback; send_call checks again, for the rest
                 self.poll()
             if self._episode < 0:
                 raise ClosedError("add_step() before any add_reset(): a trace episode starts with its reset observation")

@@ -44,7 +44,6 @@ import contextlib
 import logging
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import threading
@@ -53,6 +52,7 @@ from typing import Any
 
 import psutil
 
+from ..contract.children import TERMINATING, blocked_in_this_thread
 from ..contract.procinfo import wait_for_exit
 from ..contract.ring import RingSpec
 from ..formats.fullwrite import write_all
@@ -64,19 +64,6 @@ PYTHON_ENV_VAR = "ENVREC_PYTHON"
 STDERR_TAIL_LINES = 20  # lines of a worker's output kept to explain its death
 CHILD_GRACE_S = 2.0  # how long a killed worker's children (ffmpeg) get to finish on their own
 OUTPUT_DRAIN_S = 1.0  # how long a dead worker's last output may take to arrive (its pipe closes with its last child)
-LATCHED_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})  # a worker starts with these blocked, until it can take them
-
-
-@contextlib.contextmanager
-def _blocked_in_this_thread(signals: frozenset[signal.Signals]):
-    """Block ``signals`` in the calling thread only (a child inherits the mask across exec); one that
-    arrives meanwhile waits for another thread of this process, or for the unblock, and is then handled
-    as the process always handles it."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def python_executable() -> str:
@@ -172,7 +159,7 @@ def start_interpreter(role: str, args: list[str], fds: tuple[int, ...]) -> Start
     started = Started(role)
     out_r, out_w = os.pipe()
     try:
-        with _blocked_in_this_thread(LATCHED_SIGNALS):
+        with blocked_in_this_thread(TERMINATING):  # a worker starts with these blocked, until it can take them
             started.proc = subprocess.Popen(
                 [started.python, "-P", "-m", *args],
                 stdin=subprocess.DEVNULL,

@@ -210,7 +210,6 @@ class Stream:
 
     def send(self, record: RingRecord) -> bool:
         """Write ``record`` into the ring under the backpressure policy; False (and counted) if it was dropped.
-        Raises as ``check_open`` does: in a fork, closed, or broken and strict.
 
         A write that finds the worker gone checks it at once: when a successor took the ring over, the
         record is written again, for it.
@@ -219,9 +218,9 @@ class Stream:
 
     def send_call(self, write: Callable[..., bool], *args: Any) -> bool:
         """``send`` of the record that ``write(ring, *args)`` writes (a packer's method: no record object to
-        build per step); the same policy, counting and hand-over. Raises as ``check_open`` does."""
-        if self._forks != _forks or self.closed or self.strict and self.broken is not None:
-            self.check_open()
+        build per step); the same policy, counting and hand-over."""
+        if self._forks != _forks:
+            self._refuse_in_fork()
         ok = False
         while self.broken is None:
             try:
