@@ -37,6 +37,7 @@ RUN_ENV = "ENVREC_TEST_RUN"
 NESTED = RUN_ENV in os.environ  # a pytest-xdist worker, or a run inside a test: never spread over processes again
 os.environ[RUN_ENV] = f"{os.getpid()}-{time.time_ns()}"  # this run's token (a run inside a test gets its own)
 PROCESSES = 2  # a whole-suite run's pytest-xdist workers: CI's 2 cores
+_RUN_SEMAPHORES = pytest.StashKey[set]()  # the semaphores there when a run spread over workers started
 
 
 def pytest_addoption(parser):
@@ -66,6 +67,34 @@ def pytest_configure(config):
     config.option.numprocesses = PROCESSES
     config.option.dist = "loadgroup"
     config.option.tx = ["popen"] * PROCESSES
+
+
+def _spread_over_workers(config) -> bool:
+    """This is the controller of several pytest-xdist workers."""
+    n = getattr(config.option, "numprocesses", None)
+    return not hasattr(config, "workerinput") and (n in ("auto", "logical") or isinstance(n, int) and n > 1)
+
+
+def pytest_sessionstart(session):
+    if _spread_over_workers(session.config):
+        session.config.stash[_RUN_SEMAPHORES] = _semaphores()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Spread over workers, the run fails when semaphores its tests made are left once they all ended."""
+    before = session.config.stash.get(_RUN_SEMAPHORES, None)
+    if before is None:
+        return
+    left, deadline = _semaphores() - before, time.monotonic() + LEAK_GRACE_S
+    while left and time.monotonic() < deadline:  # a killed child's resource tracker unlinks its names
+        time.sleep(0.1)
+        left &= _semaphores()
+    left -= _mapped_by_others(left)
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"semaphores left in /dev/shm by this run's tests: {sorted(left)}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def _full_tier_only(item) -> bool:
@@ -158,12 +187,15 @@ def _mapped_by_others(names: set[str]) -> set[str]:
     return found
 
 
-def _left_semaphores(before: set[str]) -> set[str]:
-    """Semaphores new since ``before`` that stay: not another job's in use, and still there a moment later.
+def _left_semaphores(before: set[str] | None) -> set[str]:
+    """Semaphores new since ``before`` that stay: not another job's in use, and still there a moment later
+    (none when ``before`` is None: not checked per test).
 
     multiprocessing creates a semaphore's name and unlinks it at once; a process beside this one (an xdist
     worker, another job) that does so while we look shows a name for an instant, gone when we look again.
     """
+    if before is None:
+        return set()
     new = _semaphores() - before
     if not new:
         return set()
@@ -179,9 +211,18 @@ def _tmp_files(root) -> list[str]:
     return found
 
 
-def _seems_leaked(children: set[int], memfds: set[str], sems: set[str], tmp_path) -> bool:
+def _semaphores_per_test(config) -> bool:
+    """Whether a test's semaphores can be told from those of the tests beside it: not in one of several
+    pytest-xdist workers. There a semaphore of the other worker's child, killed by its test before its resource
+    tracker unlinked the name, is mapped by no process and named by no token, and would be this test's; the
+    controller checks the whole run's instead (``pytest_sessionfinish``)."""
+    workerinput = getattr(config, "workerinput", None)
+    return workerinput is None or workerinput.get("workercount", 1) <= 1
+
+
+def _seems_leaked(children: set[int], memfds: set[str], sems: set[str] | None, tmp_path) -> bool:
     """Whether anything seems left: the cheap look, without the heap walk of ``gc.collect``."""
-    return bool(_tmp_files(tmp_path) or _semaphores() - sems or _children() - children
+    return bool(_tmp_files(tmp_path) or sems is not None and _semaphores() - sems or _children() - children
                 or our_memfds() - memfds or _encoders_writing_into(tmp_path))
 
 
@@ -204,7 +245,8 @@ def no_leaks(request, tmp_path):
     pyarrow are loaded, so not for every test), and the children, memfds and encoders get ``LEAK_GRACE_S``
     to go before each is reported.
     """
-    children, memfds, sems = _children(), our_memfds(), _semaphores()
+    children, memfds = _children(), our_memfds()
+    sems = _semaphores() if _semaphores_per_test(request.config) else None
     yield
     if not _seems_leaked(children, memfds, sems, tmp_path):
         return

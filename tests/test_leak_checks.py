@@ -11,6 +11,7 @@ counted as the test's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -156,3 +157,42 @@ def test_leak_checks_see_this_runs_leaks_and_no_other_jobs(tmp_path, workers):
     assert "ERROR test_inner.py::test_an_envrec_job_outside_the_tree_is_not_this_tests" not in text, text
     for test in ("test_a_memfd_held_by_this_process", "test_a_memfd_held_by_an_orphan_of_this_run"):
         assert f"ERROR test_inner.py::{test} - AssertionError: envrec memfds left" in text, text
+
+
+SEMAPHORE_INNER = '''
+import os, time
+
+
+def test_leaves_a_semaphore():
+    open(os.path.join("/dev/shm", os.environ["LEAKED_NAME"]), "w").close()  # a name nothing maps, never unlinked
+
+
+def test_beside_it():
+    time.sleep(1.0)
+'''
+
+
+@pytest.mark.parametrize("workers", [[], ["-p", "xdist", "-n", "2"]], ids=["one-process", "xdist"])
+def test_a_semaphore_left_fails_its_test_alone_and_the_run_beside_other_workers(tmp_path, workers):
+    """Alone, the test that left a semaphore fails; in several workers no test can be blamed for a name nothing
+    maps (the other worker's killed child may have left it), so the run fails at its end, naming it."""
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    shutil.copy(os.path.join(HERE, "conftest.py"), inner / "conftest.py")
+    (inner / "test_inner.py").write_text(textwrap.dedent(SEMAPHORE_INNER))
+    name = f"sem.mp-envrec-test-{os.getpid()}-{len(workers)}"
+    try:
+        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", *workers, str(inner / "test_inner.py")],
+                             cwd=inner, capture_output=True, text=True, timeout=100,
+                             env=dict(os.environ, COLUMNS="400", LEAKED_NAME=name))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join("/dev/shm", name))
+    text = out.stdout
+    assert out.returncode == 1, text
+    if workers:
+        assert "2 passed" in text and "error" not in text, text
+        assert f"semaphores left in /dev/shm by this run's tests: ['{name}']" in text, text
+    else:
+        assert "2 passed, 1 error" in text, text
+        assert f"ERROR test_inner.py::test_leaves_a_semaphore - AssertionError: semaphores left in /dev/shm: {{'{name}'}}" in text, text
