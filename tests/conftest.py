@@ -83,13 +83,7 @@ def pytest_sessionstart(session):
 def pytest_sessionfinish(session, exitstatus):
     """Spread over workers, the run fails when semaphores its tests made are left once they all ended."""
     before = session.config.stash.get(_RUN_SEMAPHORES, None)
-    if before is None:
-        return
-    left, deadline = _semaphores() - before, time.monotonic() + LEAK_GRACE_S
-    while left and time.monotonic() < deadline:  # a killed child's resource tracker unlinks its names
-        time.sleep(0.1)
-        left &= _semaphores()
-    left -= _mapped_by_others(left)
+    left = _left_semaphores(before, LEAK_GRACE_S)  # time for a killed child's resource tracker to unlink its names
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
@@ -187,8 +181,8 @@ def _mapped_by_others(names: set[str]) -> set[str]:
     return found
 
 
-def _left_semaphores(before: set[str] | None) -> set[str]:
-    """Semaphores new since ``before`` that stay: not another job's in use, and still there a moment later
+def _left_semaphores(before: set[str] | None, settle_s: float = SEMAPHORE_SETTLE_S) -> set[str]:
+    """Semaphores new since ``before`` that stay: not another job's in use, and still there ``settle_s`` later
     (none when ``before`` is None: not checked per test).
 
     multiprocessing creates a semaphore's name and unlinks it at once; a process beside this one (an xdist
@@ -196,11 +190,10 @@ def _left_semaphores(before: set[str] | None) -> set[str]:
     """
     if before is None:
         return set()
-    new = _semaphores() - before
-    if not new:
-        return set()
-    time.sleep(SEMAPHORE_SETTLE_S)
-    new &= _semaphores()
+    new, deadline = _semaphores() - before, time.monotonic() + settle_s
+    while new and time.monotonic() < deadline:
+        time.sleep(min(0.05, settle_s))
+        new &= _semaphores()
     return new - _mapped_by_others(new)
 
 

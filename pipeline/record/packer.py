@@ -92,8 +92,8 @@ class RecordPacker:
         return True
 
     def write_one_each(self, ring: RingWriter, episode: int, step: int, a, b, info: bytes, lead: tuple) -> bool:
-        """``write`` for a record of exactly two fixed sections and one variable section (the info): the common
-        STEP of a Box or Discrete action and a Box observation, without the loops and lists."""
+        """``write`` for a STEP of one action leaf and one observation leaf after its ``RST`` lead, and the info:
+        the common STEP (a Box action; ``DiscreteStepPacker`` for a Discrete one), without the loops and lists."""
         k = len(info)
         n = self.fixed_bytes + ((k + 7) & -8)
         off = ring.reserve(n)
@@ -107,14 +107,21 @@ class RecordPacker:
         if k:
             pos = off + self.fixed_bytes
             data[pos : pos + k] = info
-        self._head.pack_into(data, off, n, self.kind, self.nsections, episode, step, *self._fixed_sizes, k, *lead)
+        s0, s1, s2 = self._fixed_sizes
+        reward, terminated, truncated = lead
+        # every argument named: a call with * would build a list and a tuple per step
+        self._head.pack_into(data, off, n, self.kind, self.nsections, episode, step, s0, s1, s2, k, reward, terminated, truncated)
         ring.publish()
         return True
 
 
 class DiscreteStepPacker(RecordPacker):
     """STEP records of a Discrete action and one fixed observation leaf (CartPole's, Atari's): the action is
-    packed with the header and the reward and flags by one ``pack_into``, the observation copied in place."""
+    packed with the header and the reward and flags by one ``pack_into``, the observation copied in place.
+
+    Its ``write_one_each`` repeats the base's few lines of reservation rather than calling a shared helper:
+    the path runs once a step, and a call is what this class saves.
+    """
 
     def __init__(self, layout: RecordLayout, action: LeafCodec, put_obs: Callable) -> None:
         """Args:
@@ -145,7 +152,7 @@ class DiscreteStepPacker(RecordPacker):
             data[pos : pos + k] = info
         s0, s1, s2 = self._fixed_sizes
         reward, terminated, truncated = lead
-        try:  # every argument named: a call with * would build a list and a tuple per step
+        try:
             self._pack_into(data, off, n, self.kind, 4, episode, step, s0, s1, s2, k, reward, terminated, truncated, a)
         except struct.error:
             if -(1 << 63) <= a < 1 << 63:
