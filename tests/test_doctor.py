@@ -367,3 +367,26 @@ def test_every_subcommand_describes_itself_with_examples(command):
     assert isinstance(sub.formatter_class, type) and issubclass(sub.formatter_class, argparse.RawDescriptionHelpFormatter)
     examples = text.split("examples:\n", 1)[1].splitlines()
     assert examples and all(line.startswith(f"  envrec {command}") or "envrec " + command in line for line in examples if line)
+
+
+def _raises(interrupted: bool):
+    def run_checks(*_args, **_kwargs):
+        try:
+            raise KeyboardInterrupt if interrupted else ValueError("a check's own error")
+        except (KeyboardInterrupt, ValueError):
+            # what Thread.start raises when Ctrl-C comes while it waits (python/cpython#78667)
+            raise RuntimeError("release unlocked lock")  # noqa: B904  (its context is the point)
+
+    return run_checks
+
+
+def test_ctrl_c_that_cpython_turns_into_a_runtime_error_still_ends_the_doctor_as_interrupted(monkeypatch, capsys):
+    from envrec.doctor import command
+
+    args = argparse.Namespace(env="CartPole-v1", folder=None, only=None, json=False)
+    monkeypatch.setattr(command, "run_checks", _raises(interrupted=True))
+    assert command.run(args) == 130
+    assert "interrupted" in capsys.readouterr().err
+    monkeypatch.setattr(command, "run_checks", _raises(interrupted=False))  # not Ctrl-C: a bug, raised as it is
+    with pytest.raises(RuntimeError, match="release unlocked lock"):
+        command.run(args)

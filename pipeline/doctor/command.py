@@ -81,7 +81,21 @@ def run(args: argparse.Namespace) -> int:
         else:
             results = run_checks(args.env, args.folder, on_result=lambda r: print_line(r, sys.stdout), only=args.only)
             print_summary(results, sys.stdout)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RuntimeError) as exc:
+        if not _interrupted(exc):
+            raise
         print("envrec doctor: interrupted (what the checks made is removed)", file=sys.stderr)
         return 130
     return exit_status(results)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Ctrl-C: a KeyboardInterrupt, or the RuntimeError ("release unlocked lock") that CPython raises instead
+    when the interrupt comes while ``Thread.start`` waits for the new thread (python/cpython#78667), the
+    KeyboardInterrupt then in its context."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
